@@ -1,0 +1,12 @@
+"""moxlite: MoXing's ``mox.run`` contract on TensorFlow 2 and Keras 3.
+
+    import moxlite as mox
+    mox.run(input_fn=..., model_fn=..., optimizer_fn=mox.get_optimizer_fn("momentum", 0.1, momentum=0.9),
+            run_mode=mox.ModeKeys.TRAIN, batch_size=64, log_dir="/tmp/run", max_number_of_steps=1000)
+"""
+
+from moxlite import errors
+from moxlite.contract import ExportKeys, ExportSpec, ModeKeys, ModelSpec
+from moxlite.flags import get_flag, set_flag
+
+__version__ = "0.1.0"

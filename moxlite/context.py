@@ -1,0 +1,55 @@
+"""What a running ``moxlite.run`` tells the pieces it calls.
+
+Optimizer factories, schedules and wrappers are built by user code inside
+``run`` (``optimizer_fn()`` is called there). They need a few facts that only
+the runner knows: the exact global step, the global batch, the number of
+training samples, the replica count and whether replicas are synchronous.
+The runner publishes them here for the duration of the run; outside a run,
+``current()`` returns None and factories fall back to plain Keras behaviour.
+"""
+
+import contextlib
+import dataclasses
+import threading
+from typing import Any, Optional
+
+_local = threading.local()
+
+
+@dataclasses.dataclass
+class RunContext:
+    """Facts about the current run.
+
+    global_step: an int64 ``tf.Variable`` that counts every step of every
+        worker exactly (micro-batches included); schedules read it.
+    global_batch_size: samples consumed by one global step, over all replicas.
+    num_samples: training samples in one epoch, or None when unknown.
+    num_replicas: replicas in sync within one step.
+    num_workers: worker processes.
+    sync_replicas: False under parameter-server (asynchronous) training.
+    strategy: the ``tf.distribute.Strategy`` in use.
+    """
+
+    global_step: Any
+    global_batch_size: int
+    num_samples: Optional[int] = None
+    num_replicas: int = 1
+    num_workers: int = 1
+    sync_replicas: bool = True
+    strategy: Any = None
+
+
+def current() -> Optional[RunContext]:
+    """The context of the run in progress in this thread, or None."""
+    return getattr(_local, "context", None)
+
+
+@contextlib.contextmanager
+def activate(context: RunContext):
+    """Publish ``context`` while the body runs."""
+    previous = current()
+    _local.context = context
+    try:
+        yield context
+    finally:
+        _local.context = previous

@@ -1,0 +1,1 @@
+"""Data that ships with moxlite and built-in input functions."""

@@ -1,0 +1,106 @@
+"""MoXing's command-line flags, on absl.
+
+Scripts read them with ``get_flag(name)`` and set them with
+``set_flag(name, value)`` before calling ``run``; the same names may be passed
+on the command line (``python train.py --num_gpus=2``). Flags that moxlite
+does not know are left for the script's own parser.
+"""
+
+import sys
+
+from absl import flags as absl_flags
+
+from moxlite import errors
+
+FLAGS = absl_flags.FLAGS
+
+# name -> (kind, default, help). Kept in one table so that the CLI, the
+# recipe schema and the docs can list them.
+FLAG_TABLE = {
+    "num_gpus": ("integer", 1, "Local devices (replicas) per worker; >1 on a CPU-only machine splits the CPU into logical devices."),
+    "batch_size": ("integer", None, "Per-replica batch size, used when run() is not given one."),
+    "log_dir": ("string", None, "Directory for checkpoints, summaries and exports, used when run() is not given one."),
+    "job_name": ("string", "", "This task's job in a cluster: 'worker', 'ps' or 'chief' ('' for a single process)."),
+    "task_index": ("integer", 0, "This task's index within its job; worker 0 is the chief."),
+    "ps_hosts": ("string", "", "Comma-separated host:port list of parameter servers."),
+    "worker_hosts": ("string", "", "Comma-separated host:port list of workers."),
+    "chief_hosts": ("string", "", "host:port of the coordinator in asynchronous mode (default: a free port beside worker 0)."),
+    "sync_replicas": ("boolean", True, "Synchronous data parallelism (True) or asynchronous parameter-server training (False)."),
+    "tpu": ("string", "", "TPU name or grpc:// address; selects TPUStrategy."),
+    "steps_per_loop": ("integer", 1, "Training steps run inside one traced call."),
+    "keep_checkpoint_max": ("integer", 5, "Checkpoints kept in log_dir."),
+    "loss_scale": ("string", "0", "Loss scale for fp16: 0 (off), a number (fixed) or 'dynamic'."),
+    "use_fp16": ("boolean", False, "Compute in float16 with float32 variables (Keras mixed_float16)."),
+    "gradient_clip_type": ("string", "global_norm", "How gradients are clipped: 'global_norm' or 'norm' (per variable)."),
+    "gradient_clip": ("float", 0.0, "Clip threshold; 0 disables clipping."),
+    "log_first_clone": ("boolean", True, "Log the first replica's log_info (True) or the mean over replicas (False)."),
+    "checkpoint_exclude_patterns": ("string", "", "Comma-separated variable-name patterns not restored from checkpoint_path."),
+    "trainable_exclude_patterns": ("string", "", "Comma-separated variable-name patterns left out of training."),
+    "data_url": ("string", "", "Data location passed by the platform to every job."),
+    "train_url": ("string", "", "Output location passed by the platform to every job."),
+}
+
+_DEFINERS = {
+    "integer": absl_flags.DEFINE_integer,
+    "string": absl_flags.DEFINE_string,
+    "boolean": absl_flags.DEFINE_boolean,
+    "float": absl_flags.DEFINE_float,
+}
+
+
+def _define_all():
+    for name, (kind, default, help_text) in FLAG_TABLE.items():
+        if name not in FLAGS:
+            _DEFINERS[kind](name, default, help_text)
+
+
+_define_all()
+
+
+def _ensure_parsed():
+    """Parse moxlite's flags from sys.argv once, ignoring flags we do not own."""
+    if FLAGS.is_parsed():
+        return
+    known = [sys.argv[0]] if sys.argv else ["moxlite"]
+    for arg in sys.argv[1:]:
+        name = arg.lstrip("-").split("=", 1)[0]
+        if arg.startswith("-") and (name in FLAG_TABLE or (name.startswith("no") and name[2:] in FLAG_TABLE)):
+            known.append(arg)
+    try:
+        FLAGS(known)
+    except absl_flags.Error as error:
+        raise errors.ArgumentError(f"command-line flag: {error}") from None
+
+
+def get_flag(name):
+    """The value of MoXing flag ``name``."""
+    if name not in FLAG_TABLE:
+        raise errors.ArgumentError(
+            f"get_flag: unknown flag {name!r}; known flags: {', '.join(sorted(FLAG_TABLE))}")
+    _ensure_parsed()
+    return FLAGS[name].value
+
+
+def set_flag(name, value):
+    """Set MoXing flag ``name`` to ``value`` (checked against the flag's type)."""
+    if name not in FLAG_TABLE:
+        raise errors.ArgumentError(
+            f"set_flag: unknown flag {name!r}; known flags: {', '.join(sorted(FLAG_TABLE))}")
+    _ensure_parsed()
+    try:
+        if isinstance(value, str) and FLAG_TABLE[name][0] != "string":
+            FLAGS[name].parse(value)
+        else:
+            setattr(FLAGS, name, value)
+    except (absl_flags.Error, ValueError, TypeError) as error:
+        raise errors.ArgumentError(
+            f"set_flag: {name}={errors.describe(value)} is not a valid "
+            f"{FLAG_TABLE[name][0]}: {error}") from None
+
+
+def reset_flags():
+    """Put every moxlite flag back to its default (for tests and repeated runs)."""
+    _ensure_parsed()
+    for name in FLAG_TABLE:
+        FLAGS[name].unparse()
+        FLAGS[name].value = FLAG_TABLE[name][1]

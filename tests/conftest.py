@@ -1,0 +1,46 @@
+"""Shared test set-up: two logical CPU devices stand in for two GPUs.
+
+The logical devices must be configured before TensorFlow initialises its
+runtime, so this happens at import time, before any test module runs.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+NUM_LOGICAL_DEVICES = 2
+
+_cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(
+    _cpu, [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_DEVICES)
+
+
+@pytest.fixture
+def two_device_strategy():
+    """A MirroredStrategy over the two logical CPU devices."""
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+@pytest.fixture(autouse=True)
+def _fresh_flags_and_keras():
+    """Every test starts from default flags and fresh Keras names."""
+    from moxlite import flags
+    import keras
+
+    flags.reset_flags()
+    keras.backend.clear_session()
+    yield
+    flags.reset_flags()
+
+
+@pytest.fixture(scope="session")
+def mnist_arrays():
+    """The bundled MNIST sample, as float32 images in [0, 1] and int32 labels."""
+    from moxlite.data import mnist
+
+    images, labels = mnist.load_arrays()
+    return images.astype(np.float32) / 255.0, labels.astype(np.int32)
