@@ -1,0 +1,115 @@
+"""``lars``: layer-wise adaptive rate scaling (You, Gitman, Ginsburg 2017).
+
+Reference: Y. You, I. Gitman, B. Ginsburg, "Large Batch Training of
+Convolutional Networks", arXiv:1708.03888. This is the variant of MoXing and
+of TF-contrib's LARSOptimizer, where LARS scales the gradient that the wrapped
+optimizer (usually momentum) then applies with its global learning rate. For
+each variable w with all-reduced gradient g:
+
+    trust  = ratio * ||w|| / (||g|| + weight_decay * ||w|| + epsilon)
+             (trust = 1 when ||w|| = 0 or ||g|| = 0)
+    update = trust * (g + weight_decay * w)       handed to the inner optimizer
+
+so momentum computes v <- mu * v + lr * update, w <- w - v. Variables whose
+path matches one of ``exclude`` (biases and normalisation parameters by
+default, as in the paper's ResNet recipes) pass g through unchanged, without
+weight decay.
+
+Under a strategy, the norms are those of the gradient summed over replicas,
+so two replicas at batch B equal one at batch 2B: LARS reduces first (unless
+an outer wrapper already did), scales, and hands the reduced gradient down.
+"""
+
+import re
+
+import keras
+import tensorflow as tf
+
+from moxlite.optimizers import wrapper as wrapper_lib
+
+DEFAULT_EXCLUDE = ("bias", "beta", "gamma", "batch_norm", "batchnorm", "layer_norm", "layernorm")
+
+
+def _non_negative_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+def _patterns(value):
+    if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) for p in value):
+        return False
+    try:
+        for pattern in value:
+            re.compile(pattern)
+    except re.error:
+        return False
+    return True
+
+
+def variable_path(variable):
+    """The name LARS matches exclusion patterns against (Keras path, else tf name)."""
+    return getattr(variable, "path", None) or variable.name
+
+
+@keras.saving.register_keras_serializable(package="moxlite")
+class LARS(wrapper_lib.OptimizerWrapper):
+    """Scale each variable's gradient by its LARS trust ratio (formula in the module docstring)."""
+
+    NAME = "lars"
+    PARAMETERS = {
+        "ratio": wrapper_lib.Parameter(
+            0.001, "LARS coefficient (eta): trust = ratio*||w||/(||g||+weight_decay*||w||+epsilon)",
+            "a number > 0", lambda v: _non_negative_number(v) and v > 0),
+        "weight_decay": wrapper_lib.Parameter(
+            0.0001, "L2 weight decay added to the gradient of non-excluded variables",
+            "a number >= 0", _non_negative_number),
+        "epsilon": wrapper_lib.Parameter(
+            0.0, "added to the trust ratio's denominator",
+            "a number >= 0", _non_negative_number),
+        "exclude": wrapper_lib.Parameter(
+            DEFAULT_EXCLUDE, "regular expressions; variables whose path matches one are not scaled",
+            "a list of regular expressions", _patterns),
+    }
+
+    def __init__(self, inner_optimizer, name=None, **parameters):
+        if "exclude" in parameters and isinstance(parameters["exclude"], list):
+            parameters["exclude"] = tuple(parameters["exclude"])
+        super().__init__(inner_optimizer, name=name, **parameters)
+        self._exclude_pattern = re.compile("|".join(self.exclude)) if self.exclude else None
+
+    def is_excluded(self, variable):
+        return bool(self._exclude_pattern and self._exclude_pattern.search(variable_path(variable)))
+
+    def trust_ratio(self, gradient, weight):
+        """ratio*||w||/(||g||+wd*||w||+eps), or 1 when either norm is 0."""
+        w_norm = tf.norm(weight)
+        g_norm = tf.norm(gradient)
+        ratio = tf.cast(self.ratio, weight.dtype)
+        weight_decay = tf.cast(self.weight_decay, weight.dtype)
+        denominator = g_norm + weight_decay * w_norm + tf.cast(self.epsilon, weight.dtype)
+        usable = tf.logical_and(w_norm > 0, g_norm > 0)
+        safe_denominator = tf.where(usable, denominator, tf.ones_like(denominator))
+        return tf.where(usable, ratio * w_norm / safe_denominator, tf.ones_like(w_norm))
+
+    def _scale(self, grads, variables):
+        """Replica context: each replica scales its copy of the reduced gradients."""
+        scaled = []
+        for gradient, variable in zip(grads, variables):
+            if self.is_excluded(variable):
+                scaled.append(gradient)
+                continue
+            weight = tf.convert_to_tensor(variable)
+            gradient = tf.cast(gradient, weight.dtype)
+            update = gradient + tf.cast(self.weight_decay, weight.dtype) * weight
+            scaled.append(self.trust_ratio(gradient, weight) * update)
+        return scaled
+
+    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced):
+        if not reduced:
+            grads = wrapper_lib.sum_across_replicas(distribution, grads, variables)
+        scaled = distribution.extended.call_for_each_replica(self._scale, args=(list(grads), list(variables)))
+        self._apply_inner(distribution, scaled, variables, reduced=True)
+
+    def get_config(self):
+        config = super().get_config()
+        config["exclude"] = list(self.exclude)
+        return config

@@ -1,0 +1,66 @@
+"""The wrappers moxlite offers, in one table, and the factory that stacks them.
+
+The recipe layer lists them (``WRAPPER_NAMES``, ``wrapper_parameters``) for
+``--help-recipe`` and validation, and ``describe_stack`` prints a built stack
+for ``--dry-run``.
+"""
+
+from moxlite import errors
+from moxlite.optimizers import wrapper as wrapper_lib
+from moxlite.optimizers.batch_gradients import BatchGradients
+from moxlite.optimizers.lars import LARS
+
+WRAPPERS = {cls.NAME: cls for cls in (BatchGradients, LARS)}
+WRAPPER_NAMES = tuple(sorted(WRAPPERS))
+
+
+def wrapper_class(name):
+    if name not in WRAPPERS:
+        raise errors.OptimizerError(
+            f"optimizer wrapper {errors.describe(name)} is unknown; valid wrappers: {', '.join(WRAPPER_NAMES)}")
+    return WRAPPERS[name]
+
+
+def wrapper_parameters(name):
+    """``{parameter: (default, description)}`` of wrapper ``name``; descriptions end with the accepted range."""
+    return {key: (parameter.default, f"{parameter.description} ({parameter.accepted})")
+            for key, parameter in wrapper_class(name).PARAMETERS.items()}
+
+
+def get_optimizer_wrapper_fn(name, opt, **kwargs):
+    """A zero-argument factory of wrapper ``name`` around ``opt``.
+
+    opt: a Keras 3 optimizer, a wrapper, or a zero-argument factory of either
+        (such as another ``get_optimizer_fn`` / ``get_optimizer_wrapper_fn``
+        result); a factory is called when this factory is.
+    kwargs: the wrapper's parameters (see ``wrapper_parameters(name)``),
+        checked now so that a mistake fails before the run starts.
+    """
+    cls = wrapper_class(name)
+    cls.validate_parameters(kwargs)
+    if not callable(opt):
+        raise TypeError(
+            f"{name}: expected a Keras 3 optimizer or a zero-argument factory of one to wrap, "
+            f"got {type(opt).__name__}: {errors.describe(opt)}")
+
+    def wrapper_fn():
+        inner = opt if wrapper_lib.is_keras_optimizer(opt) else opt()
+        return cls(inner, **kwargs)
+
+    wrapper_fn.optimizer_name = name
+    return wrapper_fn
+
+
+def describe_stack(optimizer):
+    """The stack, outermost first, one line each: wrappers with their parameters, then the Keras optimizer."""
+    lines = []
+    for layer in wrapper_lib.stack_of(optimizer):
+        if isinstance(layer, wrapper_lib.OptimizerWrapper):
+            lines.append(layer.describe())
+        else:
+            config = layer.get_config()
+            shown = {key: config[key] for key in ("learning_rate", "momentum", "nesterov", "beta_1", "beta_2",
+                                                  "epsilon", "rho", "weight_decay") if config.get(key) is not None}
+            arguments = ", ".join(f"{key}={value!r}" for key, value in shown.items())
+            lines.append(f"{type(layer).__name__}({arguments})")
+    return lines

@@ -1,0 +1,265 @@
+"""Learning rates: MoXing's piecewise epoch strings and the global-step clock.
+
+Two things live here.
+
+1. ``PiecewiseEpochSchedule``, MoXing's ``"5:0.1->0.4,10:0.4=>0.8,15:0.8,20:0.08"``.
+   Each comma-separated piece ``end_epoch:value`` covers the epochs from the
+   previous piece's end (0 for the first) up to ``end_epoch``, half-open:
+
+   - ``a``      holds the value a;
+   - ``a->b``   ramps linearly:      lr(e) = a + (b - a) * f;
+   - ``a=>b``   ramps exponentially: lr(e) = a * (b / a) ** f;
+
+   with f = (e - start) / (end - start) in [0, 1). Past the last end epoch the
+   last piece's final value holds. Epochs are fractional:
+   e = step / steps_per_epoch, steps_per_epoch = num_samples / global_batch_size.
+
+2. ``GlobalStepLearningRate``, the zero-argument callable that a Keras 3
+   optimizer created inside ``moxlite.run`` receives as its learning rate
+   (Keras calls ``learning_rate()`` when the value is callable but not a
+   ``LearningRateSchedule``). It reads the run's exact global step instead of
+   ``optimizer.iterations``, because the global step counts every micro-batch of
+   every worker exactly, while a Keras ``iterations`` variable loses increments
+   under parameter-server training. What the schedule sees:
+
+   - a Keras ``LearningRateSchedule`` sees the number of applied updates,
+     ``global_step // steps_per_update``; ``steps_per_update`` is 1 unless a
+     ``batch_gradients`` wrapper above the optimizer multiplies it by its
+     ``num_batches`` (so with num_batches=N the schedule advances once per N
+     micro-batches, exactly as the optimizer's own ``iterations`` does);
+   - a MoXing epoch string sees epochs = global_step * global_batch_size /
+     num_samples, which counts samples and so is exact with or without
+     accumulation.
+
+Outside a run there is no global step: Keras schedules and floats behave as in
+plain Keras (schedules key on ``iterations``), and epoch strings are an error.
+"""
+
+import math
+import re
+
+import keras
+import tensorflow as tf
+
+from moxlite import context, errors
+
+LINEAR = "->"
+EXPONENTIAL = "=>"
+
+_PIECE = re.compile(r"^\s*([^:]+?)\s*:\s*(.+?)\s*$")
+
+
+def _number(text, piece, what):
+    try:
+        value = float(text)
+    except ValueError:
+        raise errors.OptimizerError(
+            f"learning_rate: {what} {text!r} in piece {piece!r} is not a number; "
+            f"write pieces as 'epoch:lr', 'epoch:a->b' or 'epoch:a=>b'") from None
+    if not math.isfinite(value):
+        raise errors.OptimizerError(f"learning_rate: {what} {text!r} in piece {piece!r} must be finite")
+    return value
+
+
+def parse_piecewise(spec):
+    """Parse a MoXing epoch string into ``[(start, end, first, last, kind), ...]``.
+
+    kind is "hold", "linear" or "exponential". Raises OptimizerError naming the
+    offending piece when the text is malformed, when end epochs do not
+    increase, or when a learning rate is not positive.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise errors.OptimizerError(
+            f"learning_rate: {errors.describe(spec)} is not a piecewise string; "
+            "use e.g. '5:0.1->0.4,10:0.4=>0.8,15:0.8'")
+    pieces = []
+    start = 0.0
+    for piece in spec.split(","):
+        match = _PIECE.match(piece)
+        if not match:
+            raise errors.OptimizerError(
+                f"learning_rate: piece {piece.strip()!r} of {spec!r} has no 'epoch:lr' form; "
+                "use e.g. '5:0.1->0.4'")
+        end = _number(match.group(1), piece.strip(), "epoch")
+        body = match.group(2)
+        if EXPONENTIAL in body:
+            first_text, last_text = body.split(EXPONENTIAL, 1)
+            kind = "exponential"
+        elif LINEAR in body:
+            first_text, last_text = body.split(LINEAR, 1)
+            kind = "linear"
+        else:
+            first_text = last_text = body
+            kind = "hold"
+        first = _number(first_text, piece.strip(), "learning rate")
+        last = _number(last_text, piece.strip(), "learning rate")
+        if end <= start:
+            raise errors.OptimizerError(
+                f"learning_rate: epoch {end:g} in piece {piece.strip()!r} must be greater than "
+                f"the previous piece's end {start:g}; epochs must increase")
+        if first <= 0 or last <= 0:
+            raise errors.OptimizerError(
+                f"learning_rate: piece {piece.strip()!r} has a non-positive learning rate; "
+                "learning rates must be > 0")
+        pieces.append((start, end, first, last, kind))
+        start = end
+    return pieces
+
+
+def piecewise_value(pieces, epoch):
+    """The learning rate at fractional ``epoch`` (a Python float), for tests and docs."""
+    for start, end, first, last, kind in pieces:
+        if epoch < end:
+            fraction = (epoch - start) / (end - start)
+            if kind == "linear":
+                return first + (last - first) * fraction
+            if kind == "exponential":
+                return first * (last / first) ** fraction
+            return first
+    return pieces[-1][3]
+
+
+@keras.saving.register_keras_serializable(package="moxlite")
+class PiecewiseEpochSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """MoXing's piecewise epoch string as a Keras schedule of the step.
+
+    ``schedule(step)`` evaluates the string at epoch = step / steps_per_epoch.
+    """
+
+    def __init__(self, spec, steps_per_epoch):
+        self.spec = spec
+        self.steps_per_epoch = float(steps_per_epoch)
+        self.pieces = parse_piecewise(spec)
+
+    def __call__(self, step):
+        epoch = tf.cast(step, tf.float32) / self.steps_per_epoch
+        # Past the last piece the final value holds; otherwise pick the piece
+        # whose half-open [start, end) contains the epoch.
+        value = tf.constant(self.pieces[-1][3], tf.float32)
+        for start, end, first, last, kind in reversed(self.pieces):
+            fraction = (epoch - start) / (end - start)
+            if kind == "linear":
+                piece_value = first + (last - first) * fraction
+            elif kind == "exponential":
+                piece_value = first * tf.pow(last / first, fraction)
+            else:
+                piece_value = tf.constant(first, tf.float32)
+            value = tf.where(epoch < end, piece_value, value)
+        return value
+
+    def get_config(self):
+        return {"spec": self.spec, "steps_per_epoch": self.steps_per_epoch}
+
+
+def steps_per_epoch_of(run_context, spec):
+    """num_samples / global_batch_size of the run, or an error saying what is missing."""
+    if run_context is None:
+        raise errors.OptimizerError(
+            f"learning_rate: the epoch string {spec!r} needs the run's num_samples and "
+            "global_batch_size; build the optimizer inside moxlite.run (pass "
+            "get_optimizer_fn(...) as optimizer_fn), or give a float or a Keras schedule")
+    if not run_context.num_samples:
+        raise errors.OptimizerError(
+            f"learning_rate: the epoch string {spec!r} needs the number of training samples, "
+            "which this run does not know; give run() num_samples (or a finite input), "
+            "or use a float or a Keras schedule keyed on steps")
+    if not run_context.global_batch_size:
+        raise errors.OptimizerError(
+            f"learning_rate: the epoch string {spec!r} needs global_batch_size, which is "
+            f"{run_context.global_batch_size!r} in this run; set batch_size")
+    return run_context.num_samples / run_context.global_batch_size
+
+
+@keras.saving.register_keras_serializable(package="moxlite")
+class GlobalStepLearningRate:
+    """A zero-argument learning rate that reads the run's global step.
+
+    schedule: a Keras ``LearningRateSchedule``.
+    global_step: the run's int64 global-step variable.
+    counts: "updates" (the schedule sees global_step // steps_per_update) or
+        "micro_steps" (it sees global_step itself; used by epoch strings,
+        whose steps_per_epoch is already in micro-steps).
+    steps_per_update: set by ``batch_gradients`` wrappers stacked above the
+        optimizer (the product of their ``num_batches``); not serialised,
+        since the wrappers set it again when a stack is rebuilt from config.
+    """
+
+    COUNTS = ("updates", "micro_steps")
+
+    def __init__(self, schedule, global_step, counts="updates"):
+        if counts not in self.COUNTS:
+            raise errors.OptimizerError(f"GlobalStepLearningRate: counts={counts!r}; use one of {self.COUNTS}")
+        self.schedule = schedule
+        self.global_step = global_step
+        self.counts = counts
+        self.steps_per_update = 1
+
+    def step_seen_by_schedule(self):
+        step = tf.convert_to_tensor(self.global_step)
+        if self.counts == "updates" and self.steps_per_update > 1:
+            step = step // self.steps_per_update
+        return step
+
+    def __call__(self):
+        return tf.cast(self.schedule(self.step_seen_by_schedule()), tf.float32)
+
+    def get_config(self):
+        return {"schedule": keras.saving.serialize_keras_object(self.schedule), "counts": self.counts}
+
+    @classmethod
+    def from_config(cls, config):
+        schedule = keras.saving.deserialize_keras_object(config["schedule"])
+        run_context = context.current()
+        if run_context is None:
+            # No global step outside a run: plain Keras behaviour.
+            return schedule
+        return cls(schedule, run_context.global_step, config.get("counts", "updates"))
+
+
+def check_learning_rate(learning_rate):
+    """Reject learning rates that cannot work, with a message that says why.
+
+    Accepts a positive number, a Keras ``LearningRateSchedule`` or a MoXing
+    epoch string (parsed here so that a typo fails before the run starts).
+    """
+    if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+        return learning_rate
+    if isinstance(learning_rate, str):
+        parse_piecewise(learning_rate)
+        return learning_rate
+    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)):
+        raise errors.OptimizerError(
+            f"learning_rate={errors.describe(learning_rate)} is not a number; give a positive "
+            "float, a keras.optimizers.schedules.LearningRateSchedule or an epoch string "
+            "such as '5:0.1->0.4,10:0.4'")
+    if not math.isfinite(learning_rate) or learning_rate <= 0:
+        raise errors.OptimizerError(f"learning_rate={learning_rate!r} must be a finite number > 0")
+    return float(learning_rate)
+
+
+def resolve_learning_rate(learning_rate):
+    """What the Keras optimizer receives, given the run in progress (if any).
+
+    A float stays a float (a Keras variable, settable). Inside a run, a Keras
+    schedule becomes a ``GlobalStepLearningRate`` counting applied updates and
+    an epoch string becomes one counting micro-steps. Outside a run a Keras
+    schedule is passed as is and an epoch string is an error.
+    """
+    learning_rate = check_learning_rate(learning_rate)
+    run_context = context.current()
+    if isinstance(learning_rate, float):
+        return learning_rate
+    if isinstance(learning_rate, str):
+        schedule = PiecewiseEpochSchedule(learning_rate, steps_per_epoch_of(run_context, learning_rate))
+        return GlobalStepLearningRate(schedule, run_context.global_step, counts="micro_steps")
+    if run_context is None:
+        return learning_rate
+    return GlobalStepLearningRate(learning_rate, run_context.global_step, counts="updates")
+
+
+def current_learning_rate(optimizer):
+    """The learning rate the optimizer (or wrapper stack) applies now, as a float32 scalar tensor."""
+    value = optimizer.learning_rate
+    if isinstance(value, keras.Variable):
+        value = value.value
+    return tf.cast(tf.convert_to_tensor(value), tf.float32)
