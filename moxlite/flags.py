@@ -28,6 +28,7 @@ FLAG_TABLE = {
     "sync_replicas": ("boolean", True, "Synchronous data parallelism (True) or asynchronous parameter-server training (False)."),
     "tpu": ("string", "", "TPU name or grpc:// address; selects TPUStrategy."),
     "steps_per_loop": ("integer", 1, "Training steps run inside one traced call."),
+    "num_samples": ("integer", 0, "Training samples per epoch, for epoch-based learning-rate strings when the input is infinite (0: from the input)."),
     "keep_checkpoint_max": ("integer", 5, "Checkpoints kept in log_dir."),
     "loss_scale": ("string", "0", "Loss scale for fp16: 0 (off), a number (fixed) or 'dynamic'."),
     "use_fp16": ("boolean", False, "Compute in float16 with float32 variables (Keras mixed_float16)."),

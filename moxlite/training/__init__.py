@@ -1,0 +1,1 @@
+"""The runner: ``run`` and the loops, checkpoints, logs and exports behind it."""

@@ -1,0 +1,66 @@
+"""moxlite's own training loop on tf.distribute (no ``model.fit``).
+
+``strategy.run`` inside a ``tf.function`` that runs up to ``steps_per_loop``
+steps per call, for the default strategy, MirroredStrategy,
+MultiWorkerMirroredStrategy and TPUStrategy. The asynchronous
+(parameter-server) variant lives in ``async_loop``; both expose ``run_steps``
+so ``trainer`` drives them the same way.
+"""
+
+import tensorflow as tf
+
+
+def first_or_mean(strategy, per_replica, first_only):
+    """One value per log key: the first replica's (MoXing's log_first_clone) or the mean."""
+    if strategy.num_replicas_in_sync == 1:
+        return per_replica
+    if first_only:
+        return tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], per_replica)
+    return tf.nest.map_structure(
+        lambda v: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None), per_replica)
+
+
+class SyncTrainLoop:
+    """Synchronous steps: every replica steps together, one global step per step."""
+
+    def __init__(self, strategy, dataset_fn, train_step, global_step, log_keys, log_first_clone=True,
+                 summary_writer=None, save_summary_steps=0):
+        self.strategy = strategy
+        self.global_step = global_step
+        self._train_step = train_step
+        self._log_keys = list(log_keys)
+        self._log_first_clone = log_first_clone
+        self._summary_writer = summary_writer
+        self._save_summary_steps = save_summary_steps
+        dataset = strategy.distribute_datasets_from_function(dataset_fn)
+        self.iterator = iter(dataset)
+        self._loop = tf.function(self._steps)
+
+    def _steps(self, iterator, num_steps):
+        logs = {key: tf.zeros([], tf.float32) for key in self._log_keys}
+        done = tf.constant(0, tf.int64)
+        for _ in tf.range(num_steps):
+            optional = iterator.get_next_as_optional()
+            if not optional.has_value():
+                break
+            per_replica = self.strategy.run(self._train_step, args=(optional.get_value(),))
+            logs = first_or_mean(self.strategy, per_replica, self._log_first_clone)
+            self.global_step.assign_add(1)
+            done += 1
+        return done, logs
+
+    def run_steps(self, num_steps):
+        """Run up to ``num_steps`` steps; return (steps done, log values of the last step).
+
+        Fewer steps than asked means the input ended. Summaries that user functions write
+        land in the summary writer on every ``save_summary_steps``-th global step.
+        """
+        num_steps = tf.constant(num_steps, tf.int64)
+        if self._summary_writer is None or not self._save_summary_steps:
+            done, logs = self._loop(self.iterator, num_steps)
+        else:
+            every = self._save_summary_steps
+            with self._summary_writer.as_default(step=self.global_step), \
+                    tf.summary.record_if(lambda: tf.equal(self.global_step % every, 0)):
+                done, logs = self._loop(self.iterator, num_steps)
+        return int(done), logs

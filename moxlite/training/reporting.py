@@ -1,0 +1,112 @@
+"""Console lines in MoXing's format and TensorBoard summaries.
+
+Console:  ``step: 10(global step: 10)	sample/sec: 42.184	loss: 3.977	accuracy: 0.188``
+Eval:     ``[VALIDATION METRICS] step: 31 loss: 0.301 accuracy: 0.912``
+Only the chief writes summaries; every process may log to its console.
+"""
+
+import logging
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+LOGGER_NAME = "moxlite"
+
+
+def get_logger():
+    """moxlite's logger; prints ``INFO:moxlite:...`` lines to stdout unless the app configured it."""
+    logger = logging.getLogger(LOGGER_NAME)
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return logger
+
+
+def format_value(value):
+    value = np.asarray(value)
+    if value.size == 1:
+        value = value.reshape(())
+        if np.issubdtype(value.dtype, np.integer):
+            return str(int(value))
+        return f"{float(value):.3f}" if abs(float(value)) >= 1e-3 or float(value) == 0 else f"{float(value):.3e}"
+    return np.array2string(value, precision=3)
+
+
+def train_line(step, global_step, samples_per_sec, values):
+    """MoXing's training log line."""
+    parts = [f"step: {step}(global step: {global_step})", f"sample/sec: {samples_per_sec:.3f}"]
+    parts += [f"{name}: {format_value(value)}" for name, value in values.items()]
+    return "\t".join(parts)
+
+
+def validation_line(step, values):
+    """MoXing's evaluation result line."""
+    metrics = " ".join(f"{name}: {format_value(value)}" for name, value in values.items())
+    return f"[VALIDATION METRICS] step: {step} {metrics}".rstrip()
+
+
+class Throughput:
+    """Samples per second between two calls of ``tick``."""
+
+    def __init__(self, global_batch_size):
+        self.global_batch_size = global_batch_size
+        self._time = time.perf_counter()
+        self._step = None
+
+    def reset(self, step):
+        self._time = time.perf_counter()
+        self._step = step
+
+    def tick(self, step):
+        now = time.perf_counter()
+        steps = step - (self._step if self._step is not None else step)
+        elapsed = now - self._time
+        self._time, self._step = now, step
+        return steps * self.global_batch_size / elapsed if elapsed > 0 and steps > 0 else 0.0
+
+
+class Progress:
+    """A progress line for long EVAL/PREDICT passes, at most every ``every_seconds``."""
+
+    def __init__(self, label, every_seconds=10.0):
+        self.label = label
+        self.every_seconds = every_seconds
+        self._start = self._last = time.perf_counter()
+
+    def update(self, batches, samples):
+        now = time.perf_counter()
+        if now - self._last >= self.every_seconds:
+            self._last = now
+            rate = samples / (now - self._start)
+            get_logger().info("%s: %d batches, %d samples done (%.1f sample/sec)",
+                              self.label, batches, samples, rate)
+
+
+class SummaryWriter:
+    """Scalar summaries in ``log_dir`` (the chief's only); a no-op elsewhere."""
+
+    def __init__(self, log_dir, enabled):
+        self._writer = tf.summary.create_file_writer(log_dir) if (enabled and log_dir) else None
+
+    @property
+    def writer(self):
+        return self._writer
+
+    def scalars(self, step, values, prefix=""):
+        if self._writer is None:
+            return
+        with self._writer.as_default(step=int(step)):
+            for name, value in values.items():
+                value = np.asarray(value)
+                if value.size == 1:
+                    tf.summary.scalar(prefix + name, float(value.reshape(())))
+        self._writer.flush()
+
+    def close(self):
+        if self._writer is not None:
+            self._writer.close()

@@ -1,0 +1,301 @@
+"""``moxlite.run``: MoXing's entry point on TF2/Keras 3.
+
+The order of work follows MoXing: ``input_fn``, then ``model_fn``, then
+``optimizer_fn``. Every check that can fail on user input runs before anything
+is written to ``log_dir``, so a mistake leaves earlier checkpoints and logs as
+they were.
+"""
+
+import os
+
+import tensorflow as tf
+
+from moxlite import context, distribute, errors, flags
+from moxlite.contract import ExportKeys, ModeKeys
+from moxlite.training import checkpoints, export, reporting, steps
+from moxlite.training.evaluation import Evaluator, predict
+from moxlite.training.inputs import call_input_fn, make_dataset_fn, placeholder_batch, as_model_inputs
+from moxlite.training.loop import SyncTrainLoop
+from moxlite.training.template import ModelTemplate
+from moxlite.training.trainer import Cadence, train
+from moxlite.training.validation import validate_run_arguments
+
+
+def run(input_fn=None, output_fn=None, model_fn=None, optimizer_fn=None, run_mode="invalid",
+        inter_mode=None, batch_size=None, auto_batch=True, log_dir=None, max_number_of_steps=0,
+        checkpoint_path=None, log_every_n_steps=10, output_every_n_steps=0, save_summary_steps=100,
+        save_model_secs=None, export_model=False, save_model_steps=None, steps_per_loop=None,
+        keep_checkpoint_max=None):
+    """Train, evaluate, predict or export ``model_fn`` on ``input_fn``'s data.
+
+    MoXing's arguments and defaults (see README); moxlite adds ``steps_per_loop`` (steps per
+    traced call, default the ``steps_per_loop`` flag) and ``keep_checkpoint_max``.
+    ``batch_size`` is per replica; the global batch is batch_size x replicas.
+
+    Returns: TRAIN, a dict of the last step's log values plus ``global_step``; EVAL, the
+    averaged log_info dict (plus ``global_step``); PREDICT, outputs not handed to ``output_fn``;
+    EXPORT, the SavedModel path.
+    """
+    args = validate_run_arguments(dict(
+        input_fn=input_fn, output_fn=output_fn, model_fn=model_fn, optimizer_fn=optimizer_fn,
+        run_mode=run_mode, inter_mode=inter_mode, batch_size=batch_size, auto_batch=auto_batch,
+        log_dir=log_dir, max_number_of_steps=max_number_of_steps, checkpoint_path=checkpoint_path,
+        log_every_n_steps=log_every_n_steps, output_every_n_steps=output_every_n_steps,
+        save_summary_steps=save_summary_steps, save_model_secs=save_model_secs,
+        export_model=export_model, save_model_steps=save_model_steps, steps_per_loop=steps_per_loop,
+        keep_checkpoint_max=keep_checkpoint_max))
+    mode = args["run_mode"]
+    if mode != ModeKeys.TRAIN and not checkpoints.has_checkpoint(args["log_dir"], args["checkpoint_path"]):
+        raise errors.CheckpointError(
+            f"run_mode={mode} needs a trained model, but log_dir={args['log_dir']!r} holds no checkpoint "
+            f"and checkpoint_path={args['checkpoint_path']!r}; train first or pass checkpoint_path=<dir of a "
+            f"TRAIN run>")
+    setup = distribute.setup()
+    if setup.serves_only:
+        setup.serve_forever()
+        return None
+    return _Run(args, setup).execute()
+
+
+class _Run:
+    """One call of ``run``: the pieces it builds, in the order it builds them."""
+
+    def __init__(self, args, setup):
+        self.args = args
+        self.setup = setup
+        self.strategy = setup.strategy
+        self.mode = args["run_mode"]
+        self.batch_size = args["batch_size"]
+        self.global_batch_size = self.batch_size * setup.num_replicas_in_sync
+        self.template = ModelTemplate(args["model_fn"])
+        self.logger = reporting.get_logger()
+
+    # ---- shared pieces ---------------------------------------------------------------------
+
+    def _dataset_fn(self, mode):
+        return make_dataset_fn(self.args["input_fn"], mode, self.batch_size, self.args["auto_batch"])
+
+    def _probe(self, mode):
+        """input_fn's per-replica batch spec and, where known, the number of samples per epoch."""
+        raw = call_input_fn(self.args["input_fn"], mode)
+        batched = raw.batch(self.batch_size) if self.args["auto_batch"] else raw
+        cardinality = int(raw.cardinality())
+        num_samples = None
+        if cardinality >= 0:
+            num_samples = cardinality if self.args["auto_batch"] else cardinality * self.batch_size
+        return batched, num_samples
+
+    def _build(self, mode):
+        """Create model_fn's variables once, from placeholder inputs when the shapes allow."""
+        batched, num_samples = self._probe(mode)
+        inputs = placeholder_batch(batched.element_spec, self.batch_size)
+        if inputs is None:
+            inputs = next(iter(batched))
+        with self.strategy.scope():
+            spec = self.template.build(as_model_inputs(inputs), mode)
+        self._check_external_variables()
+        return spec, batched.element_spec, num_samples
+
+    def _check_external_variables(self):
+        if self.strategy.num_replicas_in_sync == 1 and not self.setup.coordinator:
+            return
+        for variable in self.template.external_variables:
+            if not isinstance(variable, tf.distribute.DistributedValues) and \
+                    not hasattr(variable, "_distribute_strategy"):
+                raise errors.ModelFnError(
+                    f"model_fn uses variable {variable.name!r}, created before run() outside the "
+                    f"distribution strategy; construct the Keras model inside model_fn (or do not build "
+                    f"it before run) so moxlite creates its variables on every replica")
+
+    def _global_step(self):
+        with self.strategy.scope():
+            return tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
+                               aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+    def _is_chief(self):
+        return self.setup.is_chief
+
+    def _iterator_is_checkpointable(self):
+        """TF saves iterator state only for single-device input (not distributed iterators)."""
+        return (self.setup.coordinator is None and self.setup.num_workers == 1
+                and self.setup.num_replicas_in_sync == 1)
+
+    # ---- modes -----------------------------------------------------------------------------
+
+    def execute(self):
+        if self.mode == ModeKeys.TRAIN:
+            result = self._train()
+            if self.args["export_model"] == ExportKeys.TF_SERVING and self._is_chief():
+                result["export_path"] = export.export_saved_model(
+                    self.template, self._train_element_spec, self.args["log_dir"])
+                self.logger.info("Exported SavedModel to %s", result["export_path"])
+            return result
+        if self.mode == ModeKeys.EVAL:
+            return self._evaluate()
+        if self.mode == ModeKeys.PREDICT:
+            return self._predict()
+        return self._export()
+
+    def _train(self):
+        args = self.args
+        spec, self._train_element_spec, num_samples = self._build(ModeKeys.TRAIN)
+        factories = args["optimizer_fn"]
+        steps.check_spec(spec, ModeKeys.TRAIN, num_optimizers=len(factories))
+        variable_lists = self._variable_lists(spec)
+        global_step = self._global_step()
+        run_context = context.RunContext(
+            global_step=global_step, global_batch_size=self.global_batch_size,
+            num_samples=num_samples or flags.get_flag("num_samples") or None,
+            num_replicas=self.setup.num_replicas_in_sync, num_workers=self.setup.num_workers,
+            sync_replicas=self.setup.sync_replicas, strategy=self.strategy)
+        with context.activate(run_context), self.strategy.scope():
+            optimizers = []
+            for index in range(len(variable_lists)):
+                factory = factories[index] if len(factories) > 1 else factories[0]
+                optimizer = factory()
+                if not hasattr(optimizer, "apply_gradients"):
+                    raise errors.OptimizerError(
+                        f"optimizer_fn returned {errors.describe(optimizer)}, not an optimizer; return a "
+                        f"Keras optimizer, e.g. lambda: keras.optimizers.SGD(0.1)")
+                optimizer.build(variable_lists[index])
+                optimizers.append(optimizer)
+            train_step = steps.TrainStep(self.template, optimizers, variable_lists,
+                                         self.setup.num_replicas_in_sync)
+            return self._train_loop(run_context, spec, optimizers, train_step)
+
+    def _variable_lists(self, spec):
+        trainable = self.template.trainable_variables + [
+            v for v in self.template.external_variables if v.trainable]
+        excluded = checkpoints.split_patterns(flags.get_flag("trainable_exclude_patterns"))
+        trainable = [v for v in trainable if not checkpoints.matches_any(v.name, excluded)]
+        if len(spec.losses) == 1:
+            return [trainable]
+        lists = []
+        for index, scopes in enumerate(spec.var_scopes):
+            scopes = [scopes] if isinstance(scopes, str) else list(scopes)
+            chosen = [v for v in trainable if any(v.name.startswith(s) for s in scopes)]
+            if not chosen:
+                raise errors.ModelFnError(
+                    f"var_scopes[{index}]={scopes!r} matches no trainable variable; variable names are "
+                    f"{[v.name for v in trainable][:8]}...")
+            lists.append(chosen)
+        return lists
+
+    def _train_loop(self, run_context, spec, optimizers, train_step):
+        args = self.args
+        log_keys = list(steps.log_values(spec))
+        summaries = reporting.SummaryWriter(args["log_dir"], enabled=self._is_chief())
+        async_mode = self.setup.coordinator is not None
+        save_secs, save_steps = args["save_model_secs"], args["save_model_steps"]
+        if not save_secs and not save_steps:
+            save_secs = 600
+
+        def checkpointer_for(iterator):
+            return checkpoints.Checkpointer(
+                args["log_dir"], run_context.global_step, self.template.variables, optimizers,
+                iterator=iterator, save_model_secs=save_secs, save_model_steps=save_steps,
+                keep_checkpoint_max=args["keep_checkpoint_max"], is_chief=self._is_chief())
+
+        def make_loop(skip_steps):
+            dataset_fn = make_dataset_fn(args["input_fn"], ModeKeys.TRAIN, self.batch_size,
+                                         args["auto_batch"], skip_steps=skip_steps)
+            if async_mode:
+                from moxlite.training.async_loop import AsyncTrainLoop
+                return AsyncTrainLoop(self.setup.coordinator, self.strategy, dataset_fn, train_step,
+                                      run_context.global_step, log_keys)
+            return SyncTrainLoop(self.strategy, dataset_fn, train_step, run_context.global_step, log_keys,
+                                 log_first_clone=flags.get_flag("log_first_clone"),
+                                 summary_writer=summaries.writer,
+                                 save_summary_steps=args["save_summary_steps"])
+
+        if self._iterator_is_checkpointable():
+            loop = make_loop(skip_steps=0)
+            checkpointer = checkpointer_for(loop.iterator)
+            checkpointer.restore(args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"))
+        else:
+            checkpointer = checkpointer_for(None)
+            source = checkpointer.restore(args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"))
+            resumed = int(run_context.global_step.numpy()) if source and checkpoints.latest_checkpoint(
+                args["log_dir"]) == source else 0
+            loop = make_loop(skip_steps=0 if async_mode else resumed)
+        start = int(run_context.global_step.numpy())
+        steps_per_worker = args["max_number_of_steps"]
+        target = steps_per_worker * (self.setup.num_workers if async_mode else 1) or None
+        if target is not None and start >= target:
+            self.logger.info("Restored global step %d >= max_number_of_steps %d: nothing to train",
+                             start, target)
+            return {"global_step": start}
+        evaluate = self._interleaved_evaluation(summaries) if args["inter_mode"] == ModeKeys.EVAL else None
+        self.logger.info("Training: %d replica(s), batch %d per replica, global batch %d, from step %d",
+                         self.setup.num_replicas_in_sync, self.batch_size, self.global_batch_size, start)
+        from moxlite.optimizers.schedules import current_learning_rate
+        cadence = Cadence(args["steps_per_loop"], args["log_every_n_steps"], args["save_summary_steps"])
+        try:
+            step, logs = train(loop, start, target, cadence, checkpointer, summaries, self.global_batch_size,
+                               learning_rate=lambda: current_learning_rate(optimizers[0]),
+                               evaluate=evaluate)
+            if hasattr(loop, "finish"):
+                step = loop.finish()
+            checkpointer.save(step)
+            if evaluate is not None:
+                evaluate(step)
+        finally:
+            checkpointer.close()
+            summaries.close()
+        return {**{k: float(v) for k, v in logs.items() if v.size == 1}, "global_step": step}
+
+    def _interleaved_evaluation(self, train_summaries):
+        eval_spec, _, _ = self._build(ModeKeys.EVAL)
+        steps.check_spec(eval_spec, ModeKeys.EVAL)
+        keys = list(steps.log_values(eval_spec))
+        evaluator = Evaluator(self.strategy, self._dataset_fn(ModeKeys.EVAL), self.template)
+        eval_summaries = reporting.SummaryWriter(
+            os.path.join(self.args["log_dir"], "eval"), enabled=self._is_chief())
+
+        evaluated = set()
+
+        def evaluate(step):
+            if step in evaluated:
+                return
+            evaluated.add(step)
+            metrics, _ = evaluator.evaluate(keys)
+            self.logger.info(reporting.validation_line(step, metrics))
+            eval_summaries.scalars(step, metrics)
+
+        return evaluate
+
+    def _restore_for_inference(self, mode):
+        spec, element_spec, _ = self._build(mode)
+        steps.check_spec(spec, mode)
+        global_step = self._global_step()
+        checkpointer = checkpoints.Checkpointer(self.args["log_dir"], global_step, self.template.variables)
+        checkpointer.restore(self.args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"),
+                             warm_start_step=True)
+        return spec, element_spec, int(global_step.numpy())
+
+    def _evaluate(self):
+        spec, _, step = self._restore_for_inference(ModeKeys.EVAL)
+        keys = list(steps.log_values(spec))
+        evaluator = Evaluator(self.strategy, self._dataset_fn(ModeKeys.EVAL), self.template,
+                              batches_per_call=self.args["steps_per_loop"])
+        metrics, samples = evaluator.evaluate(keys, max_batches=self.args["max_number_of_steps"])
+        self.logger.info(reporting.validation_line(step, metrics))
+        if self._is_chief() and self.args["log_dir"] and os.path.isdir(self.args["log_dir"]):
+            summaries = reporting.SummaryWriter(os.path.join(self.args["log_dir"], "eval"), enabled=True)
+            summaries.scalars(step, metrics)
+            summaries.close()
+        return {**metrics, "global_step": step, "num_samples": samples}
+
+    def _predict(self):
+        self._restore_for_inference(ModeKeys.PREDICT)
+        outputs, _ = predict(self.strategy, self._dataset_fn(ModeKeys.PREDICT), self.template,
+                             self.args["output_fn"], self.args["output_every_n_steps"],
+                             max_batches=self.args["max_number_of_steps"])
+        return outputs
+
+    def _export(self):
+        _, element_spec, _ = self._restore_for_inference(ModeKeys.EXPORT)
+        target_dir = self.args["log_dir"] or self.args["checkpoint_path"]
+        path = export.export_saved_model(self.template, element_spec, target_dir)
+        self.logger.info("Exported SavedModel to %s", path)
+        return path

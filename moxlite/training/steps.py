@@ -1,0 +1,101 @@
+"""The per-replica bodies of a training, evaluation and prediction step.
+
+Each runs inside ``strategy.run`` (replica context) in a traced function, for
+every strategy moxlite supports. Gradients are of ``loss / replicas`` so that
+the optimizer's cross-replica sum makes them the gradient of the mean loss over
+the global batch: two replicas with batch B step exactly as one with 2B.
+"""
+
+import tensorflow as tf
+
+from moxlite import errors
+from moxlite.contract import ModeKeys
+from moxlite.training.inputs import as_model_inputs, batch_size_of
+
+
+def as_scalar(value):
+    """A log_info value as a float32 scalar (non-scalars are averaged)."""
+    value = tf.cast(value, tf.float32)
+    return tf.reduce_mean(value) if value.shape.rank != 0 else value
+
+
+def log_values(spec):
+    return {name: as_scalar(value) for name, value in (spec.log_info or {}).items()}
+
+
+def check_spec(spec, mode, num_optimizers=None):
+    """Fail early, with the fix, when model_fn's ModelSpec lacks what ``mode`` needs."""
+    if mode == ModeKeys.TRAIN:
+        if not spec.losses:
+            raise errors.ModelFnError(
+                "model_fn returned ModelSpec(loss=None) in TRAIN mode; return the training loss: "
+                "ModelSpec(loss=loss, log_info={'loss': loss})")
+        if len(spec.losses) > 1:
+            if spec.var_scopes is None or len(spec.var_scopes) != len(spec.losses):
+                raise errors.ModelFnError(
+                    f"model_fn returned {len(spec.losses)} losses but var_scopes="
+                    f"{errors.describe(spec.var_scopes)}; give one list of variable-name scopes per loss")
+            if num_optimizers not in (None, 1, len(spec.losses)):
+                raise errors.ArgumentError(
+                    f"optimizer_fn is a list of {num_optimizers} factories for {len(spec.losses)} losses; "
+                    f"give one factory per loss (or a single factory used for each)")
+    elif mode == ModeKeys.EVAL and not spec.log_info:
+        raise errors.ModelFnError(
+            "model_fn returned ModelSpec(log_info=None) in EVAL mode; return the metrics to average, "
+            "e.g. ModelSpec(log_info={'loss': loss, 'accuracy': accuracy})")
+    elif mode == ModeKeys.PREDICT and not spec.output_info:
+        raise errors.ModelFnError(
+            "model_fn returned ModelSpec(output_info=None) in PREDICT mode; return the tensors to "
+            "hand to output_fn, e.g. ModelSpec(output_info={'classes': classes})")
+    for name, value in (spec.log_info or {}).items():
+        if not (tf.is_tensor(value) or isinstance(value, (int, float))):
+            raise errors.ModelFnError(
+                f"log_info[{name!r}] is {errors.describe(value)}; log_info values must be scalar tensors")
+
+
+class TrainStep:
+    """One optimizer step per loss, on the variables that loss trains."""
+
+    def __init__(self, template, optimizers, variable_lists, num_replicas):
+        self.template = template
+        self.optimizers = optimizers
+        self.variable_lists = variable_lists
+        self.num_replicas = num_replicas
+
+    def __call__(self, inputs):
+        with tf.GradientTape(persistent=len(self.optimizers) > 1) as tape:
+            spec = self.template(as_model_inputs(inputs), ModeKeys.TRAIN)
+            scaled = [tf.cast(loss, tf.float32) / self.num_replicas for loss in spec.losses]
+        for loss, optimizer, variables in zip(scaled, self.optimizers, self.variable_lists):
+            gradients = tape.gradient(loss, variables)
+            optimizer.apply_gradients(
+                [(g, v) for g, v in zip(gradients, variables) if g is not None])
+        del tape
+        return log_values(spec)
+
+
+class EvalStep:
+    """Sample-weighted sums of log_info over one batch, so means are exact over the set."""
+
+    def __init__(self, template):
+        self.template = template
+
+    def __call__(self, inputs):
+        count = tf.cast(batch_size_of(inputs), tf.float32)
+        spec = self.template(as_model_inputs(inputs), ModeKeys.EVAL)
+        sums = {}
+        for name, value in log_values(spec).items():
+            # An empty batch (a replica left without data at the end) adds nothing, not NaN.
+            sums[name] = tf.where(count > 0, value * count, 0.0)
+        return sums, count
+
+
+class PredictStep:
+    """model_fn's output_info for one batch."""
+
+    def __init__(self, template):
+        self.template = template
+
+    def __call__(self, inputs):
+        spec = self.template(as_model_inputs(inputs), ModeKeys.PREDICT)
+        return {name: tf.convert_to_tensor(value) for name, value in spec.output_info.items()}

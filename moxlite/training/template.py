@@ -1,0 +1,153 @@
+"""Calling ``model_fn`` many times while creating its variables once.
+
+``model_fn`` is called once to build (eagerly, in the strategy's scope) and
+then again in every traced step, on every replica, and once per mode. MoXing
+users write it in three styles: closing over a Keras model built elsewhere,
+constructing Keras layers inside the body, or calling
+``tf.compat.v1.get_variable`` inside the body. The last two would create new
+variables on every call. A variable creator scope hands every later call the
+variables of the first call, in creation order, so all three styles share one
+set of variables. A later call that asks for a variable the first call did not
+create (or one of another shape) is a model_fn bug and fails loudly.
+"""
+
+import contextlib
+import inspect
+
+import keras
+import tensorflow as tf
+
+from moxlite import errors
+from moxlite.contract import ModelSpec
+from moxlite.training.calling import call_with_accepted_kwargs
+
+
+def _shape_of(kwargs):
+    shape = kwargs.get("shape")
+    if shape is not None:
+        return tf.TensorShape(shape)
+    initial_value = kwargs.get("initial_value")
+    if callable(initial_value):
+        return None
+    try:
+        return tf.TensorShape(getattr(initial_value, "shape", None))
+    except (TypeError, ValueError):
+        return None
+
+
+class ModelTemplate:
+    """``model_fn`` with variables created on the first call and reused after."""
+
+    def __init__(self, model_fn):
+        self._model_fn = model_fn
+        self._variables = []
+        self._external_variables = []
+        self._built = False
+
+    @property
+    def variables(self):
+        """Every variable model_fn uses: those it created, in creation order, then those of
+        objects it closes over (style 1, a Keras model built before ``run``)."""
+        return self._variables + self._external_variables
+
+    @property
+    def external_variables(self):
+        """Variables model_fn uses but did not create."""
+        return list(self._external_variables)
+
+    def build(self, inputs, mode, **kwargs):
+        """First call: create the variables and find the ones model_fn uses but did not create.
+
+        Trainable variables read while computing the outputs are found by a gradient tape;
+        non-trainable state of a Keras model closed over (BatchNorm statistics) is found through
+        the Keras layers that model_fn references by name.
+        """
+        with tf.GradientTape() as tape:
+            spec = self(inputs, mode, **kwargs)
+        known = set()
+        for variable in self._variables:
+            known.update(_identities(variable))
+        external = []
+        for variable in list(tape.watched_variables()) + _referenced_keras_variables(self._model_fn):
+            if id(variable) not in known:
+                known.update(_identities(variable))
+                external.append(variable)
+        self._external_variables = external
+        return spec
+
+    @property
+    def trainable_variables(self):
+        return [v for v in self._variables if v.trainable]
+
+    @property
+    def built(self):
+        return self._built
+
+    def __call__(self, inputs, mode, **kwargs):
+        """Run model_fn(inputs, mode) and check that it returned a ModelSpec."""
+        with self._reuse_scope():
+            spec = call_with_accepted_kwargs(self._model_fn, inputs, mode, **kwargs)
+        self._built = True
+        if not isinstance(spec, ModelSpec):
+            raise errors.ModelFnError(
+                f"model_fn returned {errors.describe(spec)}; it must return "
+                f"moxlite.ModelSpec(loss=..., log_info=...)")
+        return spec
+
+    @contextlib.contextmanager
+    def _reuse_scope(self):
+        cursor = [0]
+
+        def creator(next_creator, **kwargs):
+            if not self._built:
+                variable = next_creator(**kwargs)
+                self._variables.append(variable)
+                return variable
+            return self._reuse(cursor, kwargs)
+
+        with tf.variable_creator_scope(creator):
+            yield
+
+    def _reuse(self, cursor, kwargs):
+        index = cursor[0]
+        name = kwargs.get("name") or "<unnamed>"
+        if index >= len(self._variables):
+            raise errors.ModelFnError(
+                f"model_fn created variable {name!r} on a later call that its first call did not "
+                f"create ({len(self._variables)} variables then); model_fn must create the same "
+                f"variables, in the same order, on every call and in every mode")
+        variable = self._variables[index]
+        shape = _shape_of(kwargs)
+        if shape is not None and shape.rank is not None and not shape.is_compatible_with(variable.shape):
+            raise errors.ModelFnError(
+                f"model_fn asked for variable {name!r} of shape {shape} on a later call where its "
+                f"first call created {variable.name!r} of shape {variable.shape}; model_fn must "
+                f"create the same variables, in the same order, on every call")
+        cursor[0] = index + 1
+        return variable
+
+
+def _identities(variable):
+    """ids of a variable and, for a distributed variable, of its per-replica components
+    (a gradient tape may record either)."""
+    return {id(variable)} | {id(component) for component in getattr(variable, "values", ())}
+
+
+def _referenced_keras_variables(function):
+    """tf.Variables of the Keras layers and models that ``function`` names in its closure or globals."""
+    try:
+        names = inspect.getclosurevars(function)
+    except (TypeError, ValueError):
+        return []
+    found = []
+    for value in list(names.nonlocals.values()) + list(names.globals.values()):
+        if isinstance(value, keras.layers.Layer):
+            found.extend(_backing_variable(v) for v in value.variables)
+    return found
+
+
+def _backing_variable(variable):
+    """The tf.Variable behind a Keras 3 variable (or the variable itself)."""
+    # Keras 3 keeps the backend variable in ``_value``; it has no public accessor that does
+    # not autocast to a tensor.
+    return getattr(variable, "_value", variable) if isinstance(variable, keras.Variable) else variable

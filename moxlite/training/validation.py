@@ -1,0 +1,100 @@
+"""Checks of ``run``'s arguments, done before any work and before touching ``log_dir``."""
+
+from moxlite import errors, flags
+from moxlite.contract import ExportKeys, ModeKeys
+
+
+def looks_like_optimizer(value):
+    """An optimizer instance (Keras 3, a moxlite wrapper, or a TF1 optimizer)."""
+    return hasattr(value, "apply_gradients") and not isinstance(value, type)
+
+
+def _check_optimizer_fn(optimizer_fn):
+    factories = optimizer_fn if isinstance(optimizer_fn, (list, tuple)) else [optimizer_fn]
+    for factory in factories:
+        if looks_like_optimizer(factory):
+            raise errors.OptimizerError(
+                f"optimizer_fn is an optimizer instance ({type(factory).__name__}), not a function that "
+                f"returns one; wrap it: optimizer_fn=lambda: opt (or use moxlite.get_optimizer_fn(...))")
+        if not callable(factory):
+            raise errors.OptimizerError(
+                f"optimizer_fn={errors.describe(factory)} is not callable; pass a zero-argument function "
+                f"that returns an optimizer, e.g. moxlite.get_optimizer_fn('momentum', 0.1, momentum=0.9)")
+    return list(factories)
+
+
+def _positive_int(name, value, allow_none=True, allow_zero=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value == 0 and not allow_zero):
+        accepted = "a non-negative integer" if allow_zero else "a positive integer"
+        raise errors.ArgumentError(f"{name}={errors.describe(value)} is not valid; pass {accepted}")
+    return value
+
+
+def validate_run_arguments(args):
+    """Raise a moxlite error naming the argument, the value and the fix; return the cleaned args.
+
+    ``args`` is a dict of run()'s arguments; the result fills defaults from MoXing's flags.
+    """
+    mode = args["run_mode"]
+    if mode not in ModeKeys.ALL:
+        raise errors.ArgumentError(
+            f"run_mode={errors.describe(mode)} is not valid; use one of moxlite.ModeKeys: "
+            f"{', '.join(ModeKeys.ALL)}")
+    if not callable(args["input_fn"]):
+        raise errors.ArgumentError(
+            f"input_fn={errors.describe(args['input_fn'])} is not callable; pass a function "
+            f"input_fn(mode) that returns a tf.data.Dataset")
+    if not callable(args["model_fn"]):
+        raise errors.ArgumentError(
+            f"model_fn={errors.describe(args['model_fn'])} is not callable; pass a function "
+            f"model_fn(inputs, mode) that returns a moxlite.ModelSpec")
+    if mode == ModeKeys.TRAIN:
+        if args["optimizer_fn"] is None:
+            raise errors.OptimizerError(
+                "optimizer_fn is required in TRAIN mode; pass e.g. "
+                "optimizer_fn=moxlite.get_optimizer_fn('momentum', learning_rate=0.1, momentum=0.9)")
+        args["optimizer_fn"] = _check_optimizer_fn(args["optimizer_fn"])
+    if args["output_fn"] is not None and not callable(args["output_fn"]):
+        raise errors.ArgumentError(
+            f"output_fn={errors.describe(args['output_fn'])} is not callable; pass output_fn(outputs) "
+            f"taking a list of dicts of numpy arrays")
+    if args["inter_mode"] not in (None, ModeKeys.EVAL):
+        raise errors.ArgumentError(
+            f"inter_mode={errors.describe(args['inter_mode'])} is not supported; use None or "
+            f"moxlite.ModeKeys.EVAL (evaluate during TRAIN)")
+    if args["inter_mode"] is not None and mode != ModeKeys.TRAIN:
+        raise errors.ArgumentError(
+            f"inter_mode={args['inter_mode']!r} needs run_mode=TRAIN (got {mode!r}); drop inter_mode")
+    if args["batch_size"] is None:
+        args["batch_size"] = flags.get_flag("batch_size")
+    if args["batch_size"] is None:
+        raise errors.ArgumentError(
+            "batch_size is required (per replica, also with auto_batch=False: throughput is computed "
+            "from it); pass batch_size=... or --batch_size")
+    _positive_int("batch_size", args["batch_size"], allow_none=False)
+    if args["log_dir"] is None:
+        args["log_dir"] = flags.get_flag("log_dir")
+    if mode == ModeKeys.TRAIN and not args["log_dir"]:
+        raise errors.ArgumentError(
+            "log_dir is required in TRAIN mode (checkpoints and summaries go there); pass log_dir=... "
+            "or --log_dir")
+    _positive_int("max_number_of_steps", args["max_number_of_steps"], allow_none=False, allow_zero=True)
+    for name in ("log_every_n_steps", "output_every_n_steps", "save_summary_steps"):
+        _positive_int(name, args[name], allow_none=False, allow_zero=True)
+    for name in ("save_model_secs", "save_model_steps"):
+        _positive_int(name, args[name])
+    if args["steps_per_loop"] is None:
+        args["steps_per_loop"] = flags.get_flag("steps_per_loop")
+    _positive_int("steps_per_loop", args["steps_per_loop"], allow_none=False)
+    if args["keep_checkpoint_max"] is None:
+        args["keep_checkpoint_max"] = flags.get_flag("keep_checkpoint_max")
+    _positive_int("keep_checkpoint_max", args["keep_checkpoint_max"], allow_none=False)
+    if args["export_model"] not in (False, None, ExportKeys.TF_SERVING):
+        raise errors.ArgumentError(
+            f"export_model={errors.describe(args['export_model'])} is not valid; use False or "
+            f"moxlite.ExportKeys.TF_SERVING")
+    if not isinstance(args["auto_batch"], bool):
+        raise errors.ArgumentError(f"auto_batch={errors.describe(args['auto_batch'])} must be True or False")
+    return args
