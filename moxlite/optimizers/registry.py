@@ -38,7 +38,7 @@ def get_optimizer_wrapper_fn(name, opt, **kwargs):
     """
     cls = wrapper_class(name)
     cls.validate_parameters(kwargs)
-    if not callable(opt):
+    if not (wrapper_lib.is_keras_optimizer(opt) or callable(opt)):
         raise TypeError(
             f"{name}: expected a Keras 3 optimizer or a zero-argument factory of one to wrap, "
             f"got {type(opt).__name__}: {errors.describe(opt)}")
@@ -51,6 +51,15 @@ def get_optimizer_wrapper_fn(name, opt, **kwargs):
     return wrapper_fn
 
 
+def _short(value):
+    """Floats to 6 significant digits (float32 learning rates read back as 0.10000000149...)."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, dict) and "class_name" in value:
+        return value["class_name"]
+    return repr(value)
+
+
 def describe_stack(optimizer):
     """The stack, outermost first, one line each: wrappers with their parameters, then the Keras optimizer."""
     lines = []
@@ -61,6 +70,6 @@ def describe_stack(optimizer):
             config = layer.get_config()
             shown = {key: config[key] for key in ("learning_rate", "momentum", "nesterov", "beta_1", "beta_2",
                                                   "epsilon", "rho", "weight_decay") if config.get(key) is not None}
-            arguments = ", ".join(f"{key}={value!r}" for key, value in shown.items())
+            arguments = ", ".join(f"{key}={_short(value)}" for key, value in shown.items())
             lines.append(f"{type(layer).__name__}({arguments})")
     return lines
