@@ -1,0 +1,257 @@
+"""Built-in data sets: each gives an ``input_fn(mode)`` in MoXing's form and the facts a run needs.
+
+``input_fn(mode)`` returns a ``tf.data.Dataset`` of single ``(image, label)``
+samples (``run(auto_batch=True)`` batches them): images float32 of shape
+``[height, width, channels]``, labels int32 scalars. In TRAIN the training
+split is shuffled and repeated ``epochs`` times (forever when None, so that
+``max_number_of_steps`` decides); every other mode reads the held-out split
+once, in order.
+
+- ``mnist``: the 5,000 real digits bundled with moxlite (moxlite.data.mnist).
+- ``synthetic``: generated images of any shape and class count.
+- ``tfrecord``: tf.train.Example files (ImageNet layout by default).
+- ``image_folder``: one sub-folder of images per class.
+"""
+
+import dataclasses
+import glob
+import os
+from typing import Callable, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from moxlite import errors
+from moxlite.contract import ModeKeys
+from moxlite.data import mnist as mnist_data
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+
+
+class DataOptionError(errors.ArgumentError):
+    """A data-set option is wrong; ``option`` names it so a recipe can point at its line."""
+
+    def __init__(self, option, message):
+        super().__init__(f"{option}: {message}")
+        self.option = option
+        self.detail = message
+
+
+@dataclasses.dataclass
+class DataSet:
+    """A data set ready for ``run``.
+
+    input_fn: ``input_fn(mode)`` -> Dataset of single (image, label) samples.
+    image_shape: shape of one image, [height, width, channels].
+    num_classes: labels are in [0, num_classes).
+    num_samples: training samples in one epoch (None when unknown).
+    num_eval_samples: held-out samples (None when unknown).
+    """
+
+    input_fn: Callable
+    image_shape: Tuple[int, ...]
+    num_classes: int
+    num_samples: Optional[int]
+    num_eval_samples: Optional[int]
+
+
+def _make_input_fn(train, held_out, epochs, shuffle_buffer, seed):
+    """input_fn(mode) over two Dataset factories: ``train`` for TRAIN, ``held_out`` otherwise."""
+
+    def input_fn(mode):
+        if mode == ModeKeys.TRAIN:
+            dataset = train()
+            if shuffle_buffer:
+                dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+            return dataset.repeat(epochs)
+        return held_out()
+
+    return input_fn
+
+
+# ----------------------------------------------------------------- bundled MNIST
+
+def mnist(validation_fraction=0.2, split_seed=0, epochs=None, shuffle_buffer=10000, seed=0):
+    """The bundled MNIST digits: images [28, 28, 1] in [0, 1], 10 classes.
+
+    The split is ``moxlite.data.mnist.split(validation_fraction, split_seed)``:
+    4,000 training and 1,000 held-out digits by default.
+    """
+    (train_images, train_labels), (val_images, val_labels) = mnist_data.split(validation_fraction, split_seed)
+    train_images, val_images = train_images[..., None], val_images[..., None]
+
+    def train():
+        return tf.data.Dataset.from_tensor_slices((train_images, train_labels))
+
+    def held_out():
+        return tf.data.Dataset.from_tensor_slices((val_images, val_labels))
+
+    return DataSet(_make_input_fn(train, held_out, epochs, shuffle_buffer, seed),
+                   image_shape=(28, 28, 1), num_classes=mnist_data.NUM_CLASSES,
+                   num_samples=len(train_labels), num_eval_samples=len(val_labels))
+
+
+# ----------------------------------------------------------------- synthetic
+
+def synthetic(image_shape=(28, 28, 1), num_classes=10, num_samples=1024, eval_samples=256, signal=1.0,
+              seed=0, epochs=None, shuffle_buffer=10000):
+    """Generated images and labels of any shape and class count.
+
+    Sample ``i`` (training samples are 0..num_samples-1, held-out ones follow)
+    has label ``uniform{0..num_classes-1}`` and image
+    ``signal * prototype[label] + noise_i``, with the prototype and the noise
+    standard normal, all drawn by stateless generators from ``seed`` and the
+    index: the data are the same on every call and cost no memory, whatever
+    the image size.
+    """
+    shape = tuple(int(s) for s in image_shape)
+    if not shape or min(shape) < 1:
+        raise DataOptionError("image_shape", f"{list(image_shape)} must be positive sizes, e.g. [32, 32, 3]")
+    for name, value in (("num_classes", num_classes), ("num_samples", num_samples), ("eval_samples", eval_samples)):
+        if value < 1:
+            raise DataOptionError(name, f"{value} must be a positive integer")
+
+    def sample(index):
+        label = tf.random.stateless_uniform([], seed=[seed, index], minval=0, maxval=num_classes, dtype=tf.int32)
+        noise = tf.random.stateless_normal(shape, seed=[seed + 1, index])
+        prototype = tf.random.stateless_normal(shape, seed=[seed + 2, tf.cast(label, tf.int64)])
+        return signal * prototype + noise, label
+
+    def indices(start, count):
+        return tf.data.Dataset.range(start, start + count).map(sample, num_parallel_calls=tf.data.AUTOTUNE,
+                                                               deterministic=True)
+
+    return DataSet(_make_input_fn(lambda: indices(0, num_samples), lambda: indices(num_samples, eval_samples),
+                                  epochs, shuffle_buffer, seed),
+                   image_shape=shape, num_classes=num_classes, num_samples=num_samples, num_eval_samples=eval_samples)
+
+
+# ----------------------------------------------------------------- TFRecord files
+
+def _decode_image(data, image_shape, image_format):
+    """Encoded (JPEG/PNG) or raw uint8 bytes -> float32 [height, width, channels] in [0, 1]."""
+    height, width, channels = image_shape
+    if image_format == "raw":
+        image = tf.reshape(tf.io.decode_raw(data, tf.uint8), image_shape)
+    else:
+        image = tf.io.decode_image(data, channels=channels, expand_animations=False)
+        image.set_shape([None, None, channels])
+        image = tf.image.resize(image, [height, width], method="bilinear")
+        image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
+    return tf.cast(image, tf.float32) / 255.0
+
+
+def _expand(patterns, option):
+    files = sorted({path for pattern in patterns for path in glob.glob(pattern)})
+    if not files:
+        shown = ", ".join(patterns) if patterns else "nothing"
+        raise DataOptionError(option, f"{shown} match no file; give glob patterns of TFRecord files")
+    return files
+
+
+def tfrecord(train_files, eval_files, image_shape=(224, 224, 3), num_classes=1000, num_samples=None,
+             image_key="image/encoded", label_key="image/class/label", image_format="encoded", label_offset=0,
+             epochs=None, shuffle_buffer=10000, seed=0):
+    """tf.train.Example records with an image and an integer label.
+
+    ``image_format='encoded'`` decodes JPEG/PNG bytes and resizes them to
+    ``image_shape``; ``'raw'`` reads uint8 bytes of exactly ``image_shape``.
+    ``label_offset`` is added to each label (ImageNet files count from 1).
+    """
+    train_paths = _expand(train_files, "train_files")
+    eval_paths = _expand(eval_files, "eval_files")
+    shape = tuple(int(s) for s in image_shape)
+    features = {image_key: tf.io.FixedLenFeature([], tf.string), label_key: tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(record):
+        example = tf.io.parse_single_example(record, features)
+        image = _decode_image(example[image_key], shape, image_format)
+        return image, tf.cast(example[label_key] + label_offset, tf.int32)
+
+    def read(paths):
+        return tf.data.TFRecordDataset(paths).map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    return DataSet(_make_input_fn(lambda: read(train_paths), lambda: read(eval_paths), epochs, shuffle_buffer, seed),
+                   image_shape=shape, num_classes=num_classes, num_samples=num_samples, num_eval_samples=None)
+
+
+def write_tfrecords(path, images, labels, image_format="encoded", image_key="image/encoded",
+                    label_key="image/class/label"):
+    """Write uint8 images [N, H, W, C] and integer labels to one TFRecord file (PNG or raw bytes)."""
+    images = np.asarray(images, dtype=np.uint8)
+    with tf.io.TFRecordWriter(path) as writer:
+        for image, label in zip(images, labels):
+            data = tf.io.encode_png(image).numpy() if image_format == "encoded" else image.tobytes()
+            example = tf.train.Example(features=tf.train.Features(feature={
+                image_key: tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+                label_key: tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+            }))
+            writer.write(example.SerializeToString())
+
+
+# ----------------------------------------------------------------- image folder
+
+def _list_images(directory, class_names, option):
+    paths, labels = [], []
+    for label, name in enumerate(class_names):
+        folder = os.path.join(directory, name)
+        if not os.path.isdir(folder):
+            continue
+        for file_name in sorted(os.listdir(folder)):
+            if file_name.lower().endswith(IMAGE_EXTENSIONS):
+                paths.append(os.path.join(folder, file_name))
+                labels.append(label)
+    if not paths:
+        raise DataOptionError(option, f"{directory!r} holds no {'/'.join(IMAGE_EXTENSIONS)} image in its class folders")
+    return paths, labels
+
+
+def class_folders(directory, option="train_dir"):
+    """The sorted class sub-folder names of ``directory``."""
+    if not directory or not os.path.isdir(directory):
+        raise DataOptionError(option, f"{directory!r} is not a directory; give a folder with one sub-folder per class")
+    names = sorted(n for n in os.listdir(directory) if os.path.isdir(os.path.join(directory, n)))
+    if not names:
+        raise DataOptionError(option, f"{directory!r} has no class sub-folders")
+    return names
+
+
+def image_folder(train_dir, eval_dir, image_shape=(224, 224, 3), epochs=None, shuffle_buffer=10000, seed=0):
+    """Images in ``<dir>/<class name>/<file>``; classes are numbered in sorted folder order.
+
+    The held-out folder must use class names of the training folder.
+    """
+    class_names = class_folders(train_dir, "train_dir")
+    unknown = sorted(set(class_folders(eval_dir, "eval_dir")) - set(class_names))
+    if unknown:
+        raise DataOptionError("eval_dir", f"class folders {unknown} are not in train_dir {train_dir!r}")
+    train_paths, train_labels = _list_images(train_dir, class_names, "train_dir")
+    eval_paths, eval_labels = _list_images(eval_dir, class_names, "eval_dir")
+    shape = tuple(int(s) for s in image_shape)
+
+    def load(path, label):
+        return _decode_image(tf.io.read_file(path), shape, "encoded"), label
+
+    def read(paths, labels):
+        def make():
+            dataset = tf.data.Dataset.from_tensor_slices((paths, np.asarray(labels, np.int32)))
+            return dataset.map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return make
+
+    return DataSet(_make_input_fn(read(train_paths, train_labels), read(eval_paths, eval_labels),
+                                  epochs, shuffle_buffer, seed),
+                   image_shape=shape, num_classes=len(class_names),
+                   num_samples=len(train_paths), num_eval_samples=len(eval_paths))
+
+
+BUILDERS = {"mnist": mnist, "synthetic": synthetic, "tfrecord": tfrecord, "image_folder": image_folder}
+
+
+def build(name, options: dict, epochs=None, shuffle_buffer=10000, seed=0) -> DataSet:
+    """The built-in data set ``name`` with ``options`` (the keyword arguments of its builder)."""
+    if name not in BUILDERS:
+        raise errors.ArgumentError(f"data set {name!r} is not built in; choose one of {', '.join(BUILDERS)}")
+    common = {"epochs": epochs, "shuffle_buffer": shuffle_buffer}
+    if "seed" not in options:  # synthetic's own seed also seeds its shuffle
+        common["seed"] = seed
+    return BUILDERS[name](**options, **common)

@@ -1,0 +1,49 @@
+"""A Keras classification network as a MoXing ``model_fn(inputs, mode)``.
+
+The network is built on the first call (inside ``run``'s strategy scope) and
+reused by every later call, so TRAIN, EVAL, inter-mode and EXPORT calls of
+one run share the same variables.
+"""
+
+import tensorflow as tf
+
+from moxlite.contract import ExportSpec, ModeKeys, ModelSpec
+
+
+def classifier_model_fn(build_network, weight_decay=0.0):
+    """model_fn for ``build_network()`` -> keras.Model mapping images to logits.
+
+    loss = mean softmax cross-entropy + weight_decay * sum of squared kernel
+    entries (L2, as keras.regularizers.L2 computes it);
+    log_info = {loss, accuracy}; output_info = {logits, probabilities,
+    classes[, labels]}; export_spec maps 'images' to probabilities and
+    classes.
+    """
+    network = None
+
+    def model_fn(inputs, mode):
+        nonlocal network
+        if network is None:
+            network = build_network()
+        inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        images = inputs[0]
+        logits = tf.cast(network(images, training=mode == ModeKeys.TRAIN), tf.float32)
+        probabilities = tf.nn.softmax(logits)
+        classes = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        output_info = {"logits": logits, "probabilities": probabilities, "classes": classes}
+        export_spec = ExportSpec(inputs_dict={"images": images},
+                                 outputs_dict={"probabilities": probabilities, "classes": classes})
+        if len(inputs) < 2:
+            return ModelSpec(output_info=output_info, export_spec=export_spec)
+        labels = tf.cast(inputs[1], tf.int32)
+        output_info["labels"] = labels
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        if weight_decay:
+            kernels = [w for w in network.trainable_weights if "kernel" in w.path]
+            loss += weight_decay * tf.add_n([tf.reduce_sum(tf.square(tf.cast(w.value, tf.float32))) for w in kernels])
+        accuracy = tf.reduce_mean(tf.cast(tf.equal(classes, labels), tf.float32))
+        return ModelSpec(loss=loss, log_info={"loss": loss, "accuracy": accuracy},
+                         output_info=output_info, export_spec=export_spec)
+
+    model_fn.network = lambda: network
+    return model_fn

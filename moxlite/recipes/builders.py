@@ -1,0 +1,381 @@
+"""Turn a checked recipe into the flags and the arguments of ``moxlite.run``.
+
+Data flows one way: recipe -> Plan (flags + run arguments + facts) -> run.
+Building a Plan resolves every built-in name and every module:function
+reference, checks the optimizer stack and the data-set options, and writes
+nothing, so a recipe that fails here leaves ``log_dir`` untouched.
+"""
+
+import dataclasses
+import inspect
+import math
+from typing import Any, Callable, Dict, List, Optional
+
+from moxlite import errors
+from moxlite.contract import ExportKeys, ModeKeys
+from moxlite.recipes import references, schema
+from moxlite.recipes.loader import LoadedRecipe, did_you_mean
+
+RUN_MODES = {"train": ModeKeys.TRAIN, "eval": ModeKeys.EVAL, "predict": ModeKeys.PREDICT, "export": ModeKeys.EXPORT}
+
+
+@dataclasses.dataclass
+class BatchFacts:
+    """How samples are spread over replicas and steps (MoXing's definitions).
+
+    global_batch = per_replica_batch x devices_per_worker x num_workers;
+    update_batch = global_batch x the num_batches of every batch_gradients
+    wrapper (samples behind one applied update); steps_per_epoch =
+    ceil(num_samples / global_batch).
+    """
+
+    per_replica_batch: int
+    devices_per_worker: int
+    num_workers: int
+    global_batch: int
+    accumulation: int
+    update_batch: int
+    num_samples: Optional[int]
+    steps_per_epoch: Optional[int]
+    strategy: str
+
+
+@dataclasses.dataclass
+class Plan:
+    """Everything needed to run a recipe, built without side effects."""
+
+    loaded: LoadedRecipe
+    flags: Dict[str, Any]
+    run_arguments: Dict[str, Any]
+    make_model_fn: Callable[[], Callable]
+    eval_arguments: Optional[Dict[str, Any]]
+    facts: BatchFacts
+    optimizer_fn: Optional[Callable]
+    seed: Optional[int]
+
+    def arguments(self, eval_after_train=False):
+        """Keyword arguments of one ``moxlite.run`` call, with a fresh model_fn."""
+        arguments = dict(self.eval_arguments if eval_after_train else self.run_arguments)
+        arguments["model_fn"] = self.make_model_fn()
+        return arguments
+
+
+def build_plan(loaded: LoadedRecipe) -> Plan:
+    """The Plan of a checked recipe, or a located RecipeError."""
+    recipe = loaded.recipe
+    flags = flags_of(recipe)
+    input_fn, data_facts = _build_input(loaded)
+    make_model_fn = _build_model(loaded, data_facts)
+    training = recipe.run.mode == "train"
+    optimizer_fn = _build_optimizer_fn(loaded) if training else None
+    facts = batch_facts(recipe, data_facts.get("num_samples"))
+    output_fn = _resolve(loaded, ("run", "output_fn"), recipe.run.output_fn) if recipe.run.output_fn else None
+    run = recipe.run
+    common = dict(
+        input_fn=input_fn, batch_size=run.batch_size, auto_batch=True, log_dir=run.log_dir,
+        log_every_n_steps=run.log_every_n_steps, save_summary_steps=run.save_summary_steps,
+        steps_per_loop=run.steps_per_loop, keep_checkpoint_max=run.keep_checkpoint_max,
+    )
+    mode = RUN_MODES[run.mode]
+    if mode == ModeKeys.PREDICT and output_fn is None:
+        output_fn = PredictionTally()
+    run_arguments = dict(
+        common, output_fn=output_fn, optimizer_fn=optimizer_fn, run_mode=mode,
+        inter_mode=ModeKeys.EVAL if run.inter_mode == "eval" else None,
+        max_number_of_steps=run.steps if training else run.eval_steps,
+        checkpoint_path=run.checkpoint_path, output_every_n_steps=run.output_every_n_steps,
+        save_model_secs=run.save_model_secs, save_model_steps=run.save_model_steps,
+        export_model=ExportKeys.TF_SERVING if run.export_model or mode == ModeKeys.EXPORT else False,
+    )
+    eval_arguments = None
+    if training and run.evaluate:
+        eval_arguments = dict(common, run_mode=ModeKeys.EVAL, max_number_of_steps=run.eval_steps)
+    return Plan(loaded=loaded, flags=flags, run_arguments=run_arguments, make_model_fn=make_model_fn,
+                eval_arguments=eval_arguments, facts=facts, optimizer_fn=optimizer_fn, seed=run.seed)
+
+
+# ----------------------------------------------------------------- flags
+
+def flags_of(recipe: schema.Recipe) -> Dict[str, Any]:
+    """The MoXing flags a recipe sets (every one, so earlier runs in the process do not leak)."""
+    dist, precision = recipe.distribute, recipe.precision
+    return {
+        "num_gpus": dist.num_gpus,
+        "sync_replicas": dist.sync_replicas and dist.strategy != "parameter_server",
+        "job_name": dist.job_name,
+        "task_index": dist.task_index,
+        "ps_hosts": ",".join(dist.ps_hosts),
+        "worker_hosts": ",".join(dist.worker_hosts),
+        "chief_hosts": dist.chief_hosts,
+        "tpu": dist.tpu,
+        "log_first_clone": dist.log_first_clone,
+        "use_fp16": precision.use_fp16,
+        "loss_scale": _loss_scale_text(precision.loss_scale),
+        "gradient_clip": precision.gradient_clip,
+        "gradient_clip_type": precision.gradient_clip_type,
+        "checkpoint_exclude_patterns": ",".join(recipe.run.checkpoint_exclude_patterns),
+        "trainable_exclude_patterns": ",".join(recipe.run.trainable_exclude_patterns),
+    }
+
+
+def _loss_scale_text(value):
+    if isinstance(value, float):
+        return "0" if value == 0 else f"{value:g}"
+    return value
+
+
+# ----------------------------------------------------------------- input
+
+def _resolve(loaded, path, reference):
+    try:
+        return references.resolve(reference)
+    except references.UnresolvedReference as error:
+        raise loaded.error(path, str(error)) from None
+
+
+def _build_input(loaded):
+    """input_fn(mode) and what is known about the data: image_shape, num_classes, num_samples."""
+    section = loaded.recipe.input
+    if schema.is_reference(section.name):
+        function = _resolve(loaded, ("input", "name"), section.name)
+        _check_kwargs(loaded, ("input", "kwargs"), function, section.kwargs)
+        if section.kwargs:
+            kwargs = dict(section.kwargs)
+
+            def input_fn(mode):
+                return function(mode, **kwargs)
+        else:
+            input_fn = function
+        return input_fn, {"num_samples": section.num_samples}
+    from moxlite.data import datasets  # imports TensorFlow: only once the recipe is checked
+
+    options = dataclasses.asdict(getattr(section, section.name))
+    seed = loaded.recipe.run.seed or 0
+    try:
+        data = datasets.build(section.name, options, epochs=section.epochs,
+                              shuffle_buffer=section.shuffle_buffer, seed=seed)
+    except datasets.DataOptionError as error:
+        raise loaded.error(("input", section.name, error.option), error.detail) from None
+    num_samples = section.num_samples if section.num_samples is not None else data.num_samples
+    return data.input_fn, {"num_samples": num_samples, "image_shape": data.image_shape,
+                           "num_classes": data.num_classes}
+
+
+def _check_kwargs(loaded, path, function, kwargs):
+    rejected = references.rejected_kwargs(function, list(kwargs))
+    if rejected:
+        name = getattr(function, "__name__", "the function")
+        raise loaded.error(path + (rejected[0],), f"{name}() takes no keyword argument {rejected[0]!r}; "
+                                                  f"accepted: {_parameter_names(function)}")
+
+
+def _parameter_names(function):
+    try:
+        return ", ".join(inspect.signature(function).parameters) or "none"
+    except (TypeError, ValueError):
+        return "unknown"
+
+
+# ----------------------------------------------------------------- model
+
+def _build_model(loaded, data_facts):
+    """A factory of fresh model_fn's (one per run call, so each builds its network in its own scope)."""
+    section = loaded.recipe.model
+    if schema.is_reference(section.name):
+        function = _resolve(loaded, ("model", "name"), section.name)
+        _check_kwargs(loaded, ("model", "kwargs"), function, section.kwargs)
+        if not section.kwargs:
+            return lambda: function
+        kwargs = dict(section.kwargs)
+
+        def make_user_model_fn():
+            def model_fn(inputs, mode):
+                return function(inputs, mode, **kwargs)
+            return model_fn
+        return make_user_model_fn
+    num_classes = section.num_classes or data_facts.get("num_classes")
+    if num_classes is None:
+        raise loaded.error(("model", "num_classes"), f"required for the built-in model {section.name!r} "
+                                                     f"with your own input_fn (the data set's class count)")
+    image_shape = data_facts.get("image_shape")
+    if section.name == "resnet50" and image_shape is not None and min(image_shape[:2]) < 32:
+        raise loaded.error(("model", "name"), f"resnet50 needs images of at least 32x32, the data set gives "
+                                              f"{list(image_shape)}; use small_resnet, lenet or mlp")
+    if section.name in ("lenet", "small_resnet", "resnet50") and image_shape is not None and len(image_shape) != 3:
+        raise loaded.error(("model", "name"), f"{section.name} needs [height, width, channels] images, the data "
+                                              f"set gives {list(image_shape)}")
+    options = dataclasses.asdict(getattr(section, section.name))
+    from moxlite import models
+
+    return lambda: models.build_model_fn(section.name, num_classes, weight_decay=section.weight_decay, **options)
+
+
+# ----------------------------------------------------------------- optimizer
+
+def _build_optimizer_fn(loaded):
+    """optimizer_fn(): the base optimizer, then each wrapper around the previous one (innermost first).
+
+    Every name and parameter is checked here, before anything is written.
+    """
+    from moxlite import optimizers
+    from moxlite.optimizers import factory, schedules
+
+    section = loaded.recipe.optimizer
+    if schema.is_reference(section.name):
+        base_fn = _resolve(loaded, ("optimizer", "name"), section.name)
+        if section.kwargs:
+            raise loaded.error(("optimizer", "kwargs"), "only used with a built-in optimizer name; "
+                                                        "your optimizer_fn takes no arguments")
+    else:
+        if section.name not in optimizers.OPTIMIZER_NAMES:
+            raise loaded.error(("optimizer", "name"), f"{section.name!r} is not an optimizer"
+                                                      f"{did_you_mean(section.name, list(optimizers.OPTIMIZER_NAMES))}; "
+                                                      f"accepted: {', '.join(optimizers.OPTIMIZER_NAMES)} "
+                                                      f"or a 'package.module:function' reference")
+        learning_rate = _learning_rate(loaded)
+        try:
+            schedules.check_learning_rate(learning_rate)
+        except errors.UserInputError as error:
+            raise loaded.error(("optimizer", "learning_rate"), str(error)) from None
+        accepted = factory.accepted_arguments(section.name)
+        for key in section.kwargs:
+            if key not in accepted:
+                raise loaded.error(("optimizer", "kwargs", key), f"{section.name} takes no argument {key!r}"
+                                                                 f"{did_you_mean(key, accepted)}; accepted: {', '.join(accepted)}")
+        try:
+            base_fn = optimizers.get_optimizer_fn(section.name, learning_rate, **section.kwargs)
+        except errors.UserInputError as error:
+            raise loaded.error(("optimizer",), str(error)) from None
+    optimizer_fn = base_fn
+    for index, wrapper in enumerate(section.wrappers):
+        path = ("optimizer", "wrappers", index)
+        if wrapper.name not in optimizers.WRAPPER_NAMES:
+            raise loaded.error(path + ("name",), f"{wrapper.name!r} is not a wrapper"
+                                                 f"{did_you_mean(wrapper.name, list(optimizers.WRAPPER_NAMES))}; "
+                                                 f"accepted: {', '.join(optimizers.WRAPPER_NAMES)}")
+        accepted = optimizers.wrapper_parameters(wrapper.name)
+        for key in wrapper.params:
+            if key not in accepted:
+                raise loaded.error(path + (key,), f"wrapper {wrapper.name!r} takes no parameter {key!r}"
+                                                  f"{did_you_mean(key, list(accepted))}; accepted: {', '.join(accepted)}")
+        try:
+            # Each factory wraps the previous one: the stack is built innermost first when called.
+            optimizer_fn = optimizers.get_optimizer_wrapper_fn(wrapper.name, optimizer_fn, **wrapper.params)
+        except errors.UserInputError as error:
+            named = [key for key in wrapper.params if f" {key}=" in str(error)]
+            raise loaded.error(path + tuple(named[:1]), str(error)) from None
+    return optimizer_fn
+
+
+def _learning_rate(loaded):
+    """A float, MoXing's epoch string, or a Keras schedule built from a schedule block."""
+    value = loaded.recipe.optimizer.learning_rate
+    if not isinstance(value, schema.ScheduleBlock):
+        return value
+    import keras
+
+    path = ("optimizer", "learning_rate")
+    schedule_class = getattr(keras.optimizers.schedules, schema.SCHEDULES[value.schedule])
+    parameters = inspect.signature(schedule_class.__init__).parameters
+    accepted = [n for n in parameters if n not in ("self", "name")]
+    for key in value.params:
+        if key not in accepted:
+            raise loaded.error(path + (key,), f"schedule {value.schedule!r} takes no argument {key!r}"
+                                              f"{did_you_mean(key, accepted)}; accepted: {', '.join(accepted)}")
+    for name in accepted:
+        if parameters[name].default is inspect.Parameter.empty and name not in value.params:
+            raise loaded.error(path + (name,), f"missing: schedule {value.schedule!r} needs {', '.join(n for n in accepted if parameters[n].default is inspect.Parameter.empty)}")
+    try:
+        return schedule_class(**value.params)
+    except (TypeError, ValueError) as error:
+        raise loaded.error(path, f"schedule {value.schedule!r}: {error}") from None
+
+
+def optimizer_stack_lines(loaded):
+    """The optimizer stack, outermost first, with every parameter (defaults filled in)."""
+    from moxlite import optimizers
+
+    section = loaded.recipe.optimizer
+    lines = []
+    for wrapper in reversed(section.wrappers):
+        params = {name: default for name, (default, _) in optimizers.wrapper_parameters(wrapper.name).items()}
+        params.update(wrapper.params)
+        lines.append(f"{wrapper.name}({_format_params(params)})")
+    learning_rate = section.learning_rate
+    if isinstance(learning_rate, schema.ScheduleBlock):
+        learning_rate = f"{learning_rate.schedule}({_format_params(learning_rate.params)})"
+    lines.append(f"{section.name}({_format_params(dict(learning_rate=learning_rate, **section.kwargs))})")
+    return lines
+
+
+def _format_params(params):
+    return ", ".join(f"{key}={value!r}" for key, value in params.items())
+
+
+# ----------------------------------------------------------------- batches and strategy
+
+def batch_facts(recipe, num_samples):
+    """Replicas, global and per-update batch and steps per epoch, from the recipe's flags."""
+    dist = recipe.distribute
+    num_workers = max(1, len(dist.worker_hosts))
+    devices = dist.num_gpus
+    global_batch = recipe.run.batch_size * devices * num_workers
+    accumulation = 1
+    for wrapper in recipe.optimizer.wrappers:
+        if wrapper.name == "batch_gradients":
+            accumulation *= int(wrapper.params.get("num_batches", _default_num_batches()))
+    steps = math.ceil(num_samples / global_batch) if num_samples else None
+    return BatchFacts(per_replica_batch=recipe.run.batch_size, devices_per_worker=devices, num_workers=num_workers,
+                      global_batch=global_batch, accumulation=accumulation, update_batch=global_batch * accumulation,
+                      num_samples=num_samples, steps_per_epoch=steps, strategy=describe_strategy(recipe))
+
+
+def _default_num_batches():
+    from moxlite import optimizers
+
+    return optimizers.wrapper_parameters("batch_gradients")["num_batches"][0]
+
+
+def describe_strategy(recipe):
+    """One line: which tf.distribute strategy the flags select, and its replicas."""
+    dist = recipe.distribute
+    workers = max(1, len(dist.worker_hosts))
+    if dist.tpu or dist.strategy == "tpu":
+        return f"TPUStrategy on {dist.tpu!r}"
+    if dist.ps_hosts or dist.strategy == "parameter_server" or not dist.sync_replicas:
+        mode = "synchronous" if dist.sync_replicas and dist.strategy != "parameter_server" else "asynchronous"
+        return (f"ParameterServerStrategy ({mode}): {workers} worker(s) x {dist.num_gpus} device(s), "
+                f"{len(dist.ps_hosts)} parameter server(s); {workers * dist.num_gpus} replicas")
+    if workers > 1 or dist.strategy == "multi_worker":
+        return (f"MultiWorkerMirroredStrategy: {workers} worker(s) x {dist.num_gpus} device(s) = "
+                f"{workers * dist.num_gpus} replicas in sync")
+    if dist.num_gpus > 1:
+        return f"MirroredStrategy: {dist.num_gpus} local devices = {dist.num_gpus} replicas in sync"
+    return "default strategy: 1 device, 1 replica"
+
+
+# ----------------------------------------------------------------- predict output
+
+class PredictionTally:
+    """The default output_fn of predict: counts predictions and, with labels, correct ones."""
+
+    def __init__(self):
+        self.count = 0
+        self.correct = 0
+        self.labelled = 0
+
+    def __call__(self, outputs: List[dict]):
+        for output in outputs:
+            classes = output.get("classes")
+            if classes is None:
+                continue
+            self.count += len(classes)
+            if "labels" in output:
+                self.labelled += len(classes)
+                self.correct += int((classes == output["labels"]).sum())
+
+    def summary(self):
+        text = f"predicted {self.count} samples"
+        if self.labelled:
+            text += f"; accuracy against the labels: {self.correct / self.labelled:.4f}"
+        return text

@@ -1,0 +1,121 @@
+"""Carry out a Plan: the dry-run report, the resolved recipe in log_dir, the run itself.
+
+Kept apart from the CLI's argument parsing so that tests and scripts can run
+a recipe in-process (``execute(build_plan(load([...])))``).
+"""
+
+import os
+
+from moxlite import errors
+from moxlite.contract import ModeKeys
+from moxlite.recipes import builders
+
+
+def probe_optimizer(plan):
+    """Build the optimizer stack once, so a bad value fails now rather than inside the run.
+
+    Returns the stack description (outermost first) or None when the run
+    trains nothing. Keras optimizers create no variables until they are
+    built, so the probe leaves no state behind.
+    """
+    if plan.optimizer_fn is None:
+        return None
+    from moxlite import context, optimizers
+
+    import tensorflow as tf
+
+    facts = plan.facts
+    run_context = context.RunContext(
+        global_step=tf.Variable(0, dtype=tf.int64, trainable=False),
+        global_batch_size=facts.global_batch, num_samples=facts.num_samples,
+        num_replicas=facts.devices_per_worker * (facts.num_workers if plan.flags["sync_replicas"] else 1),
+        num_workers=facts.num_workers, sync_replicas=plan.flags["sync_replicas"])
+    try:
+        with context.activate(run_context):
+            optimizer = plan.optimizer_fn()
+    except errors.UserInputError as error:
+        raise plan.loaded.error(("optimizer",), str(error)) from None
+    # Wrappers as the optimizers package describes them (every parameter, defaults
+    # included); the base optimizer as the recipe wrote it, since a resolved
+    # learning-rate schedule prints as a nested config.
+    wrappers = optimizers.describe_stack(optimizer)[:-1]
+    base = builders.optimizer_stack_lines(plan.loaded)[-1]
+    return wrappers + [f"{base} -> keras.optimizers.{type(optimizers.wrapper.innermost(optimizer)).__name__}"]
+
+
+def dry_run_report(plan):
+    """What ``--dry-run`` prints: resolved recipe, optimizer stack, strategy, batches, steps per epoch."""
+    facts = plan.facts
+    lines = [f"# Resolved recipe ({', '.join(plan.loaded.sources)})", plan.loaded.resolved_yaml().rstrip(), ""]
+    stack = probe_optimizer(plan)
+    if stack:
+        lines.append("Optimizer stack (outermost to innermost):")
+        lines += [f"  {index + 1}. {line}" for index, line in enumerate(stack)]
+    else:
+        lines.append(f"Optimizer: none (run.mode is {plan.loaded.recipe.run.mode})")
+    replicas = facts.devices_per_worker * facts.num_workers
+    lines.append(f"Strategy: {facts.strategy}")
+    lines.append(f"Replicas: {replicas} ({facts.num_workers} worker(s) x {facts.devices_per_worker} device(s))")
+    batch = (f"Batch: per replica {facts.per_replica_batch}, global {facts.global_batch} "
+             f"({facts.per_replica_batch} x {replicas} replicas)")
+    if facts.accumulation > 1:
+        batch += (f", per update {facts.update_batch} (global x {facts.accumulation} "
+                  f"micro-batches accumulated by batch_gradients)")
+    lines.append(batch)
+    if facts.steps_per_epoch is not None:
+        lines.append(f"Steps per epoch: {facts.steps_per_epoch} "
+                     f"(ceil({facts.num_samples} samples / global batch {facts.global_batch}))")
+    else:
+        lines.append("Steps per epoch: unknown (set the data set's num_samples or input.num_samples)")
+    lines.append("Dry run: the recipe is valid; nothing was trained and nothing was written.")
+    return "\n".join(lines)
+
+
+def write_resolved_recipe(plan, file_name="recipe.yaml"):
+    """Write the fully resolved recipe to ``log_dir/file_name`` (the run's own reproducible copy)."""
+    log_dir = plan.loaded.recipe.run.log_dir
+    os.makedirs(log_dir, exist_ok=True)
+    path = os.path.join(log_dir, file_name)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(f"# Resolved by moxlite-run from: {', '.join(plan.loaded.sources)}\n")
+        handle.write(plan.loaded.resolved_yaml())
+    return path
+
+
+def _is_chief(flags):
+    return flags["job_name"] in ("", "worker", "chief") and (flags["job_name"] == "chief" or flags["task_index"] == 0)
+
+
+def execute(plan, print_fn=print):
+    """Set the flags and the seed, run, then (train mode) evaluate; returns the final metrics dict or None."""
+    import keras
+
+    import moxlite
+
+    for name, value in plan.flags.items():
+        moxlite.set_flag(name, value)
+    if plan.seed is not None:
+        keras.utils.set_random_seed(plan.seed)
+    arguments = plan.arguments()
+    result = moxlite.run(**arguments)
+    mode = arguments["run_mode"]
+    if mode == ModeKeys.PREDICT and isinstance(arguments["output_fn"], builders.PredictionTally):
+        print_fn(f"[RESULT] {arguments['output_fn'].summary()}")
+        return None
+    if mode == ModeKeys.EVAL:
+        print_fn(result_line(result, "evaluation"))
+        return result
+    if plan.eval_arguments is not None and _is_chief(plan.flags):
+        metrics = moxlite.run(**plan.arguments(eval_after_train=True))
+        print_fn(result_line(metrics, "evaluation on the held-out split after training"))
+        return metrics
+    return result if isinstance(result, dict) else None
+
+
+def result_line(metrics, what):
+    """``[RESULT] accuracy: 0.9630  loss: 0.1212  (evaluation ...)``, accuracy first."""
+    if not isinstance(metrics, dict) or not metrics:
+        return f"[RESULT] {what}: no metrics"
+    keys = sorted(metrics, key=lambda k: (k != "accuracy", k))
+    values = "  ".join(f"{key}: {float(metrics[key]):.4f}" for key in keys)
+    return f"[RESULT] {values}  ({what})"

@@ -1,0 +1,497 @@
+"""Read recipe files, merge them, apply ``--set`` overrides and check them against the schema.
+
+The order is TF Model Garden's: files are merged in the order given (a later
+file overrides an earlier one key by key; lists are replaced whole), then each
+``--set dotted.key=value`` applies, its value parsed as a YAML scalar or list.
+
+YAML is read with the safe loader only. Each key remembers the file and line
+it came from (from the YAML node marks), so that every mistake is reported on
+one line as ``file:line: dotted.key: what is wrong; what is accepted``.
+"""
+
+import dataclasses
+import difflib
+import typing
+from typing import Any, Dict, List, Optional, Union
+
+import yaml
+
+from moxlite import errors
+from moxlite.recipes import schema
+
+
+@dataclasses.dataclass(frozen=True)
+class Origin:
+    """Where a value was set: a file and line, or a --set override."""
+
+    source: str
+    line: Optional[int] = None
+
+    def __str__(self):
+        return f"{self.source}:{self.line}" if self.line is not None else self.source
+
+
+class Locations:
+    """Maps key paths (tuples of keys and list indices) to the Origin that set them."""
+
+    def __init__(self, default_source="<recipe>"):
+        self._origins: Dict[tuple, Origin] = {}
+        self.default_source = default_source
+
+    def record(self, path, origin):
+        self._origins[tuple(path)] = origin
+
+    def forget_below(self, path):
+        """Drop the origins under ``path`` (its value was replaced whole)."""
+        path = tuple(path)
+        for key in [k for k in self._origins if k[: len(path)] == path and len(k) > len(path)]:
+            del self._origins[key]
+
+    def origin(self, path):
+        """The origin of ``path``, or of its nearest recorded parent."""
+        path = tuple(path)
+        while path:
+            if path in self._origins:
+                return self._origins[path]
+            path = path[:-1]
+        return self._origins.get((), Origin(self.default_source))
+
+    def error(self, path, message):
+        """A RecipeError located at ``path``: 'file:line: dotted.key: message'."""
+        return errors.RecipeError(f"{self.origin(path)}: {dotted(path)}: {message}")
+
+
+def dotted(path):
+    """('optimizer', 'wrappers', 0, 'ratio') -> 'optimizer.wrappers[0].ratio'."""
+    text = ""
+    for key in path:
+        text += f"[{key}]" if isinstance(key, int) else (f".{key}" if text else str(key))
+    return text or "<recipe>"
+
+
+@dataclasses.dataclass
+class LoadedRecipe:
+    """A checked recipe: the typed dataclasses, and where each value came from."""
+
+    recipe: schema.Recipe
+    locations: Locations
+    sources: List[str]
+
+    def error(self, path, message):
+        return self.locations.error(path, message)
+
+    def resolved(self):
+        """The full recipe (defaults filled in) as plain data, for recipe.yaml and --dry-run."""
+        return to_plain(self.recipe)
+
+    def resolved_yaml(self):
+        return yaml.safe_dump(self.resolved(), sort_keys=False, default_flow_style=None, width=100)
+
+
+# ----------------------------------------------------------------- YAML with line numbers
+
+def read_yaml_file(path, locations):
+    """The mapping in ``path`` as plain data; records each key's line in ``locations``."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as error:
+        raise errors.RecipeError(f"{path}: cannot read the recipe: {error.strerror}") from None
+    return parse_yaml_text(text, path, locations)
+
+
+def parse_yaml_text(text, source, locations):
+    """Parse YAML ``text`` (named ``source`` in messages) with the safe loader."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return {}
+        locations.record((), Origin(source, node.start_mark.line + 1))
+        if not isinstance(node, yaml.MappingNode):
+            raise errors.RecipeError(
+                f"{source}:{node.start_mark.line + 1}: a recipe must be a mapping of sections "
+                f"(run, input, model, ...), not a {_node_kind(node)}")
+        return _to_data(node, (), loader, source, locations)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = "; ".join(str(part) for part in (error.context, error.problem) if part)
+        raise errors.RecipeError(f"{source}{line}: YAML syntax error: {problem}") from None
+    except yaml.YAMLError as error:
+        raise errors.RecipeError(f"{source}: YAML syntax error: {' '.join(str(error).split())}") from None
+    finally:
+        loader.dispose()
+
+
+def _node_kind(node):
+    return {yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}.get(type(node), "scalar")
+
+
+def _to_data(node, path, loader, source, locations):
+    locations.record(path, Origin(source, node.start_mark.line + 1))
+    if isinstance(node, yaml.MappingNode):
+        loader.flatten_mapping(node)  # resolves '<<' merge keys
+        result = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, str):
+                raise errors.RecipeError(
+                    f"{source}:{key_node.start_mark.line + 1}: {dotted(path)}: key {key!r} must be a string")
+            if key in result:
+                raise errors.RecipeError(
+                    f"{source}:{key_node.start_mark.line + 1}: {dotted(path + (key,))}: duplicate key "
+                    f"(first given on line {locations.origin(path + (key,)).line}); keep one")
+            locations.record(path + (key,), Origin(source, key_node.start_mark.line + 1))
+            result[key] = _to_data(value_node, path + (key,), loader, source, locations)
+            locations.record(path + (key,), Origin(source, key_node.start_mark.line + 1))
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        return [_to_data(item, path + (index,), loader, source, locations) for index, item in enumerate(node.value)]
+    return loader.construct_object(node, deep=True)
+
+
+# ----------------------------------------------------------------- merging and overrides
+
+def merge_into(base, update, path, locations, update_locations):
+    """Merge mapping ``update`` into ``base`` in place: dicts key by key, anything else replaced."""
+    for key, value in update.items():
+        key_path = path + (key,)
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            locations.record(key_path, update_locations.origin(key_path))
+            merge_into(base[key], value, key_path, locations, update_locations)
+        else:
+            base[key] = value
+            locations.forget_below(key_path)
+            _copy_origins(key_path, value, locations, update_locations.origin)
+
+
+def _copy_origins(path, value, locations, origin_of):
+    """Record ``origin_of(p)`` for ``path`` and every path below it in ``value``."""
+    locations.record(path, origin_of(path))
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _copy_origins(path + (key,), item, locations, origin_of)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _copy_origins(path + (index,), item, locations, origin_of)
+
+
+def apply_override(data, text, locations):
+    """Apply one ``dotted.key=value`` override to ``data`` in place."""
+    origin = Origin(f"--set {text}")
+    if "=" not in text:
+        raise errors.RecipeError(f"{origin}: expected dotted.key=value, e.g. --set run.steps=100")
+    key_text, value_text = text.split("=", 1)
+    keys = [k.strip() for k in key_text.strip().split(".")]
+    if not key_text.strip() or any(not k for k in keys):
+        raise errors.RecipeError(f"{origin}: {key_text!r} is not a dotted key such as run.steps")
+    try:
+        value = yaml.safe_load(value_text) if value_text.strip() else ""
+    except yaml.MarkedYAMLError as error:
+        raise errors.RecipeError(f"{origin}: the value is not valid YAML: {error.problem}") from None
+    except yaml.YAMLError as error:
+        raise errors.RecipeError(f"{origin}: the value is not valid YAML: {' '.join(str(error).split())}") from None
+    path = tuple(int(k) if k.isdigit() else k for k in keys)
+    container = data
+    for depth, key in enumerate(path[:-1]):
+        here = path[: depth + 1]
+        if isinstance(container, list):
+            if not isinstance(key, int) or key >= len(container):
+                raise errors.RecipeError(f"{origin}: {dotted(path[:depth])} is a list of {len(container)}; "
+                                         f"index it with 0..{len(container) - 1}")
+            container = container[key]
+            continue
+        if not isinstance(container, dict):
+            raise errors.RecipeError(f"{origin}: {dotted(path[:depth])} is not a mapping, so it has no key {key!r}")
+        if key not in container or container[key] is None:
+            container[key] = {}
+            locations.record(here, origin)
+        container = container[key]
+    last = path[-1]
+    if isinstance(container, list):
+        if not isinstance(last, int) or last >= len(container):
+            raise errors.RecipeError(f"{origin}: {dotted(path[:-1])} is a list of {len(container)}; "
+                                     f"index it with 0..{len(container) - 1}")
+    elif not isinstance(container, dict):
+        raise errors.RecipeError(f"{origin}: {dotted(path[:-1])} is not a mapping, so it has no key {last!r}")
+    container[last] = value
+    locations.forget_below(path)
+    _copy_origins(path, value, locations, lambda _path: origin)
+
+
+def mode_override(mode):
+    """The ``--set`` text equivalent of ``--mode``."""
+    return f"run.mode={mode}"
+
+
+# ----------------------------------------------------------------- building the dataclasses
+
+def load(paths, overrides=(), data=None):
+    """Read, merge, override and check: a LoadedRecipe, or a RecipeError on the first mistake.
+
+    ``paths``: recipe files, merged in order; ``overrides``: 'dotted.key=value'
+    strings; ``data``: an optional mapping merged before the files (for tests
+    and programmatic use).
+    """
+    locations = Locations(paths[0] if paths else "<recipe>")
+    merged = {}
+    if data is not None:
+        own = Locations("<data>")
+        merge_into(merged, _deep_copy(data), (), locations, own)
+    for path in paths:
+        file_locations = Locations(path)
+        content = read_yaml_file(path, file_locations)
+        merge_into(merged, content, (), locations, file_locations)
+    if not paths and data is None:
+        raise errors.RecipeError("no recipe given: pass one or more recipe files, e.g. moxlite-run recipes/mnist_mlp.yaml")
+    for text in overrides:
+        apply_override(merged, text, locations)
+    recipe = build(schema.Recipe, merged, (), locations)
+    loaded = LoadedRecipe(recipe=recipe, locations=locations, sources=list(paths) + [f"--set {o}" for o in overrides])
+    check(loaded)
+    return loaded
+
+
+def _deep_copy(value):
+    if isinstance(value, dict):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    return value
+
+
+def build(cls, mapping, path, locations):
+    """Build dataclass ``cls`` from ``mapping`` strictly: unknown keys, wrong types and missing keys are errors."""
+    if mapping is None:
+        mapping = {}
+    if not isinstance(mapping, dict):
+        raise locations.error(path, f"expected a mapping of {_accepted(cls)}, got {_kind(mapping)} {errors.describe(mapping)}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    rest_field = next((f for f in fields.values() if f.metadata.get("rest")), None)
+    hints = typing.get_type_hints(cls)
+    values, rest = {}, {}
+    for key, value in mapping.items():
+        key_path = path + (key,)
+        if key not in fields or fields[key].metadata.get("rest"):
+            if rest_field is not None:
+                rest[key] = value
+                continue
+            raise locations.error(key_path, f"unknown key{did_you_mean(key, _declared(cls))}; accepted: {_accepted(cls)}")
+        values[key] = convert(value, hints[key], key_path, locations, fields[key])
+    for name, field in fields.items():
+        if name in values or field.metadata.get("rest"):
+            continue
+        if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise locations.error(path + (name,), f"missing required key ({field.metadata['help']})")
+    if rest_field is not None:
+        values[rest_field.name] = rest
+    return cls(**values)
+
+
+def convert(value, annotation, path, locations, field=None):
+    """``value`` checked against ``annotation`` (and the field's choices); ints widen to floats."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Union:
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        for option in options:
+            if _matches(value, option):
+                return convert(value, option, path, locations, field)
+        raise locations.error(path, f"expected {schema.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
+    if dataclasses.is_dataclass(annotation):
+        return build(annotation, value, path, locations)
+    if origin is list:
+        if not isinstance(value, list):
+            raise locations.error(path, f"expected {schema.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
+        return [convert(item, args[0], path + (index,), locations) for index, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise locations.error(path, f"expected a mapping, got {_kind(value)} {errors.describe(value)}")
+        return dict(value)
+    if annotation is Any:
+        return value
+    if not _matches(value, annotation):
+        raise locations.error(path, f"expected {schema.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
+    if annotation is float:
+        value = float(value)
+    choices = field.metadata.get("choices") if field is not None else None
+    if choices and value not in choices and not (field.name == "name" and schema.is_reference(value)):
+        extra = " or a 'package.module:function' reference" if field.name == "name" else ""
+        raise locations.error(path, f"{value!r} is not one of {', '.join(repr(c) for c in choices)}{extra}"
+                                    f"{did_you_mean(str(value), [str(c) for c in choices])}")
+    return value
+
+
+def _matches(value, annotation):
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    if dataclasses.is_dataclass(annotation) or typing.get_origin(annotation) is dict:
+        return isinstance(value, dict)
+    if typing.get_origin(annotation) is list:
+        return isinstance(value, list)
+    return True
+
+
+def _kind(value):
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "mapping"}.get(
+        type(value), type(value).__name__)
+
+
+def _declared(cls):
+    return [f.name for f in dataclasses.fields(cls) if not f.metadata.get("rest")]
+
+
+def _accepted(cls):
+    return ", ".join(_declared(cls))
+
+
+def did_you_mean(word, candidates):
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+# ----------------------------------------------------------------- checks across fields
+
+def check(loaded):
+    """Checks that need more than one field (no TensorFlow, no imports of user code)."""
+    recipe, error = loaded.recipe, loaded.error
+    run = recipe.run
+    positive = {"batch_size": run.batch_size, "log_every_n_steps": run.log_every_n_steps,
+                "steps_per_loop": run.steps_per_loop, "keep_checkpoint_max": run.keep_checkpoint_max,
+                "save_summary_steps": run.save_summary_steps}
+    for name, value in positive.items():
+        if value < 1:
+            raise error(("run", name), f"{value} must be a positive integer")
+    for name in ("steps", "eval_steps", "output_every_n_steps"):
+        if getattr(run, name) < 0:
+            raise error(("run", name), f"{getattr(run, name)} must be 0 or more")
+    for name in ("save_model_secs", "save_model_steps"):
+        if getattr(run, name) is not None and getattr(run, name) < 1:
+            raise error(("run", name), f"{getattr(run, name)} must be a positive integer or null")
+    if not run.log_dir.strip():
+        raise error(("run", "log_dir"), "must name a directory")
+    for name in ("output_fn",):
+        if getattr(run, name) is not None and not schema.is_reference(getattr(run, name)):
+            raise error(("run", name), f"{getattr(run, name)!r} must be a 'package.module:function' reference")
+    if run.mode == "train" and recipe.input.epochs is None and run.steps == 0:
+        raise error(("run", "steps"), "0 with input.epochs: null would train forever; set run.steps or input.epochs")
+    if recipe.input.epochs is not None and recipe.input.epochs < 1:
+        raise error(("input", "epochs"), f"{recipe.input.epochs} must be a positive integer or null")
+    if run.mode == "train" and recipe.optimizer.name is None:
+        raise error(("optimizer", "name"), "missing: training needs an optimizer (e.g. momentum, sgd, adam)")
+    if run.mode in ("predict",) and run.output_every_n_steps == 0:
+        pass  # the default output collects every step
+    for section, names in (("input", ("kwargs",)), ("model", ("kwargs",))):
+        block = getattr(recipe, section)
+        if block.kwargs and not schema.is_reference(block.name):
+            raise error((section, "kwargs"), f"only used with a 'package.module:function' {section}.name; "
+                                             f"options of the built-in {block.name!r} go in {section}.{block.name}")
+    _check_data_options(loaded)
+    _check_model_options(loaded)
+    _check_distribute(loaded)
+    _check_precision(loaded)
+
+
+def _check_data_options(loaded):
+    recipe, error = loaded.recipe, loaded.error
+    synthetic = recipe.input.synthetic
+    if len(synthetic.image_shape) not in (1, 2, 3) or min(synthetic.image_shape) < 1:
+        raise error(("input", "synthetic", "image_shape"), f"{synthetic.image_shape} must be 1 to 3 positive sizes, e.g. [32, 32, 3]")
+    for name in ("num_classes", "num_samples", "eval_samples"):
+        if getattr(synthetic, name) < 1:
+            raise error(("input", "synthetic", name), f"{getattr(synthetic, name)} must be a positive integer")
+    if not 0.0 < recipe.input.mnist.validation_fraction < 1.0:
+        raise error(("input", "mnist", "validation_fraction"), f"{recipe.input.mnist.validation_fraction} must be between 0 and 1")
+    for block in ("tfrecord", "image_folder"):
+        shape = getattr(recipe.input, block).image_shape
+        if len(shape) != 3 or min(shape) < 1 or shape[2] not in (1, 3):
+            raise error(("input", block, "image_shape"), f"{shape} must be [height, width, channels] with 1 or 3 channels")
+    if recipe.input.shuffle_buffer < 0:
+        raise error(("input", "shuffle_buffer"), f"{recipe.input.shuffle_buffer} must be 0 or more")
+
+
+def _check_model_options(loaded):
+    recipe, error = loaded.recipe, loaded.error
+    model = recipe.model
+    depth = model.small_resnet.depth
+    if depth < 8 or (depth - 2) % 6:
+        raise error(("model", "small_resnet", "depth"), f"{depth} must be 6n + 2 with n >= 1 (20, 32, 44, 56, 110)")
+    if model.num_classes is not None and model.num_classes < 2:
+        raise error(("model", "num_classes"), f"{model.num_classes} must be at least 2")
+    for name, value in (("mlp", model.mlp.dropout), ("lenet", model.lenet.dropout)):
+        if not 0.0 <= value < 1.0:
+            raise error(("model", name, "dropout"), f"{value} must be in [0, 1)")
+    if model.weight_decay < 0:
+        raise error(("model", "weight_decay"), f"{model.weight_decay} must be 0 or more")
+
+
+def _check_distribute(loaded):
+    recipe, error = loaded.recipe, loaded.error
+    dist = recipe.distribute
+    if dist.num_gpus < 1:
+        raise error(("distribute", "num_gpus"), f"{dist.num_gpus} must be a positive integer")
+    for name in ("ps_hosts", "worker_hosts"):
+        for index, host in enumerate(getattr(dist, name)):
+            if host.count(":") != 1 or not host.rsplit(":", 1)[1].isdigit():
+                raise error(("distribute", name, index), f"{host!r} must be host:port, e.g. localhost:2222")
+    if dist.strategy == "parameter_server":
+        if dist.sync_replicas:
+            raise error(("distribute", "sync_replicas"), "true contradicts strategy 'parameter_server' (asynchronous); set it to false")
+        if not dist.ps_hosts:
+            raise error(("distribute", "ps_hosts"), "strategy 'parameter_server' needs at least one parameter server host:port")
+    if dist.strategy == "multi_worker" and not dist.worker_hosts:
+        raise error(("distribute", "worker_hosts"), "strategy 'multi_worker' needs the host:port of every worker")
+    if dist.strategy == "tpu" and not dist.tpu:
+        raise error(("distribute", "tpu"), "strategy 'tpu' needs a TPU name or grpc:// address")
+    if dist.strategy == "mirrored" and (dist.ps_hosts or dist.worker_hosts or dist.tpu):
+        raise error(("distribute", "strategy"), "'mirrored' is one worker's devices; remove ps_hosts/worker_hosts/tpu or pick another strategy")
+    if not dist.sync_replicas and dist.strategy in ("mirrored", "multi_worker", "tpu"):
+        raise error(("distribute", "sync_replicas"), f"false (asynchronous) contradicts strategy {dist.strategy!r}; use 'parameter_server' or 'auto'")
+    if dist.job_name and not dist.worker_hosts:
+        raise error(("distribute", "worker_hosts"), f"job_name {dist.job_name!r} needs worker_hosts (the cluster)")
+    if dist.task_index < 0:
+        raise error(("distribute", "task_index"), f"{dist.task_index} must be 0 or more")
+
+
+def _check_precision(loaded):
+    recipe, error = loaded.recipe, loaded.error
+    precision = recipe.precision
+    scale = precision.loss_scale
+    if isinstance(scale, str) and scale != "dynamic":
+        try:
+            float(scale)
+        except ValueError:
+            raise error(("precision", "loss_scale"), f"{scale!r} must be 0 (off), a number or 'dynamic'") from None
+    if isinstance(scale, float) and scale < 0:
+        raise error(("precision", "loss_scale"), f"{scale} must be 0 (off), a positive number or 'dynamic'")
+    if precision.gradient_clip < 0:
+        raise error(("precision", "gradient_clip"), f"{precision.gradient_clip} must be 0 (off) or positive")
+
+
+def to_plain(value):
+    """Dataclasses to plain dicts/lists, with the 'rest' params folded back into their mapping."""
+    if dataclasses.is_dataclass(value):
+        result = {}
+        for field in dataclasses.fields(value):
+            item = getattr(value, field.name)
+            if field.metadata.get("rest"):
+                result.update({k: to_plain(v) for k, v in item.items()})
+            else:
+                result[field.name] = to_plain(item)
+        return result
+    if isinstance(value, dict):
+        return {k: to_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_plain(v) for v in value]
+    return value

@@ -1,0 +1,369 @@
+"""The recipe schema: every key a recipe may hold, its type, default and meaning.
+
+This module is the one place where the recipe format is documented.
+``moxlite-run --help-recipe`` prints it from the dataclasses below, so the
+description a user reads is the one the loader enforces.
+
+A recipe has six sections that map one-to-one onto ``moxlite.run``'s
+arguments and MoXing's flags:
+
+- ``run``: run mode, steps, batch, log_dir and the checkpoint/summary cadence
+  (arguments of ``run``);
+- ``input``: a built-in data set and its options, or a ``module:function``
+  reference to the user's ``input_fn(mode)``;
+- ``model``: a built-in model and its options, or a reference to ``model_fn``;
+- ``optimizer``: name, learning rate (number, MoXing string or schedule block),
+  optimizer kwargs and the ordered ``wrappers`` list (innermost first);
+- ``distribute``: the strategy and the cluster flags;
+- ``precision``: the fp16, loss-scale and gradient-clipping flags.
+
+Built-in choices are one-of blocks, as in TF Model Garden: ``input.name``
+picks a data set and the block of the same name (``input.synthetic``) holds
+its options; blocks of the data sets not picked are checked but unused, so
+``--set input.name=synthetic`` switches a recipe to synthetic data without
+removing its other block.
+
+Nothing here imports TensorFlow: validation and ``--help-recipe`` stay fast.
+"""
+
+import dataclasses
+from typing import Any, Dict, List, Optional, Union
+
+# The names recipes may use for built-ins. The implementations live in
+# moxlite.data.datasets and moxlite.models; the names are listed here so that
+# a recipe is checked without importing TensorFlow.
+DATASET_NAMES = ("mnist", "synthetic", "tfrecord", "image_folder")
+MODEL_NAMES = ("mlp", "lenet", "resnet50", "small_resnet")
+RUN_MODES = ("train", "eval", "predict", "export")
+STRATEGIES = ("auto", "mirrored", "multi_worker", "parameter_server", "tpu")
+
+# Schedule name -> keras.optimizers.schedules class name. The accepted
+# parameters are read from the class signature when a recipe is checked.
+SCHEDULES = {
+    "piecewise_constant": "PiecewiseConstantDecay",
+    "cosine": "CosineDecay",
+    "cosine_restarts": "CosineDecayRestarts",
+    "exponential": "ExponentialDecay",
+    "polynomial": "PolynomialDecay",
+    "inverse_time": "InverseTimeDecay",
+}
+
+REQUIRED = dataclasses.MISSING
+
+
+def setting(default, help_text, choices=None):
+    """A recipe field: its default, a one-line description and allowed values.
+
+    ``default=REQUIRED`` makes the key mandatory. Lists and dicts are copied
+    per instance.
+    """
+    metadata = {"help": help_text, "choices": choices}
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
+    if dataclasses.is_dataclass(default):
+        return dataclasses.field(default_factory=type(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def params_field(help_text):
+    """A field that collects every key of its mapping not declared as a field.
+
+    Used where the accepted keys depend on another key's value (a wrapper's
+    parameters depend on its name); they are checked once the name is known.
+    """
+    return dataclasses.field(default_factory=dict, metadata={"help": help_text, "choices": None, "rest": True})
+
+
+# ----------------------------------------------------------------- run
+
+@dataclasses.dataclass(kw_only=True)
+class RunSection:
+    """How to run: the arguments of moxlite.run."""
+
+    mode: str = setting("train", "Run mode (run_mode); --mode overrides it.", RUN_MODES)
+    steps: int = setting(0, "max_number_of_steps: steps of this worker; 0 lets the data decide.")
+    batch_size: int = setting(32, "Per-replica batch size; global batch = batch_size x replicas.")
+    log_dir: str = setting(REQUIRED, "Directory for checkpoints, summaries, exports and the resolved recipe.yaml.")
+    checkpoint_path: Optional[str] = setting(None, "Checkpoint to start from when log_dir has none.")
+    log_every_n_steps: int = setting(10, "Print a log line every this many steps.")
+    save_summary_steps: int = setting(100, "Write summaries every this many steps.")
+    save_model_secs: Optional[int] = setting(None, "Save a checkpoint every this many seconds (wins over save_model_steps).")
+    save_model_steps: Optional[int] = setting(None, "Save a checkpoint every this many steps.")
+    keep_checkpoint_max: int = setting(5, "Checkpoints kept in log_dir.")
+    steps_per_loop: int = setting(1, "Training steps run inside one traced call.")
+    export_model: bool = setting(False, "Export a SavedModel for serving (ExportKeys.TF_SERVING) after the run.")
+    inter_mode: Optional[str] = setting(None, "A second mode run interleaved with the main one (e.g. eval during train).", ("eval",))
+    output_every_n_steps: int = setting(0, "Call output_fn every this many steps (predict).")
+    output_fn: Optional[str] = setting(None, "'package.module:function' called with the outputs; default prints a prediction count.")
+    evaluate: bool = setting(True, "After train, evaluate on the held-out split and print the accuracy.")
+    eval_steps: int = setting(0, "Steps of the evaluation; 0 evaluates the whole held-out split.")
+    seed: Optional[int] = setting(0, "Seed for Python, NumPy and TensorFlow (keras.utils.set_random_seed); null leaves them unseeded.")
+    checkpoint_exclude_patterns: List[str] = setting([], "Variable-name patterns not restored from checkpoint_path.")
+    trainable_exclude_patterns: List[str] = setting([], "Variable-name patterns left out of training.")
+
+
+# ----------------------------------------------------------------- input
+
+@dataclasses.dataclass(kw_only=True)
+class MnistOptions:
+    """The 5,000 MNIST digits bundled with moxlite (moxlite.data.mnist.split)."""
+
+    validation_fraction: float = setting(0.2, "Share of the digits held out for evaluation.")
+    split_seed: int = setting(0, "Seed of the fixed train/validation shuffle.")
+
+
+@dataclasses.dataclass(kw_only=True)
+class SyntheticOptions:
+    """Generated images and labels of any shape and class count.
+
+    Each class has a fixed random prototype; a sample is its class prototype
+    times ``signal`` plus unit Gaussian noise, so models can learn it
+    (``signal: 0`` gives pure noise for benchmarks).
+    """
+
+    image_shape: List[int] = setting([28, 28, 1], "Shape of one image, [height, width, channels].")
+    num_classes: int = setting(10, "Number of classes.")
+    num_samples: int = setting(1024, "Training samples in one epoch.")
+    eval_samples: int = setting(256, "Held-out samples for evaluation.")
+    signal: float = setting(1.0, "Scale of the class prototype added to the noise; 0 for pure noise.")
+    seed: int = setting(0, "Seed of the prototypes and the noise.")
+
+
+@dataclasses.dataclass(kw_only=True)
+class TFRecordOptions:
+    """TFRecord files of tf.train.Example records (the ImageNet layout by default)."""
+
+    train_files: List[str] = setting([], "Glob patterns of the training files.")
+    eval_files: List[str] = setting([], "Glob patterns of the evaluation files.")
+    image_shape: List[int] = setting([224, 224, 3], "Images are decoded, resized to [height, width] and given this many channels.")
+    num_classes: int = setting(1000, "Number of classes.")
+    num_samples: Optional[int] = setting(None, "Training samples in one epoch, for steps per epoch and epoch-based learning rates (null: unknown).")
+    image_key: str = setting("image/encoded", "Feature holding the encoded image.")
+    label_key: str = setting("image/class/label", "Feature holding the integer label.")
+    image_format: str = setting("encoded", "'encoded' (JPEG/PNG bytes) or 'raw' (uint8 bytes of image_shape).", ("encoded", "raw"))
+    label_offset: int = setting(0, "Added to every label (-1 for ImageNet files whose labels start at 1).")
+
+
+@dataclasses.dataclass(kw_only=True)
+class ImageFolderOptions:
+    """A folder with one sub-folder of images per class (class index = sorted folder order)."""
+
+    train_dir: str = setting("", "Folder of training images, one sub-folder per class.")
+    eval_dir: str = setting("", "Folder of evaluation images with the same class sub-folders.")
+    image_shape: List[int] = setting([224, 224, 3], "Images are decoded, resized to [height, width] and given this many channels.")
+
+
+@dataclasses.dataclass(kw_only=True)
+class InputSection:
+    """Where samples come from: input_fn(mode) yields (image, label) samples."""
+
+    name: str = setting(REQUIRED, "A built-in data set, or 'package.module:function' naming your input_fn(mode).", DATASET_NAMES)
+    kwargs: Dict[str, Any] = setting({}, "Keyword arguments for your input_fn (only with a module:function name).")
+    num_samples: Optional[int] = setting(None, "Training samples per epoch for your input_fn (built-ins know theirs).")
+    epochs: Optional[int] = setting(None, "Passes over the training set; null repeats until run.steps.")
+    shuffle_buffer: int = setting(10000, "Samples in the shuffle buffer of the training set; 0 disables shuffling.")
+    mnist: MnistOptions = setting(MnistOptions(), MnistOptions.__doc__.splitlines()[0])
+    synthetic: SyntheticOptions = setting(SyntheticOptions(), SyntheticOptions.__doc__.splitlines()[0])
+    tfrecord: TFRecordOptions = setting(TFRecordOptions(), TFRecordOptions.__doc__.splitlines()[0])
+    image_folder: ImageFolderOptions = setting(ImageFolderOptions(), ImageFolderOptions.__doc__.splitlines()[0])
+
+
+# ----------------------------------------------------------------- model
+
+@dataclasses.dataclass(kw_only=True)
+class MlpOptions:
+    """A multi-layer perceptron on the flattened image."""
+
+    hidden_units: List[int] = setting([128], "Units of each hidden layer.")
+    activation: str = setting("relu", "Activation of the hidden layers (a Keras activation name).")
+    dropout: float = setting(0.0, "Dropout rate after each hidden layer.")
+
+
+@dataclasses.dataclass(kw_only=True)
+class LenetOptions:
+    """A LeNet-style CNN: conv-pool blocks, then a dense layer."""
+
+    filters: List[int] = setting([32, 64], "Filters of each 5x5 convolution (each followed by 2x2 max-pooling).")
+    kernel_size: int = setting(5, "Side of the convolution kernels.")
+    dense_units: int = setting(256, "Units of the dense layer before the classifier.")
+    dropout: float = setting(0.0, "Dropout rate before the classifier.")
+
+
+@dataclasses.dataclass(kw_only=True)
+class Resnet50Options:
+    """ResNet-50 from keras.applications, randomly initialised (weights=None)."""
+
+    pooling: str = setting("avg", "Pooling before the classifier.", ("avg", "max"))
+
+
+@dataclasses.dataclass(kw_only=True)
+class SmallResnetOptions:
+    """A CIFAR-style ResNet for small (e.g. 32x32) images: depth = 6n + 2 (He et al. 2016)."""
+
+    depth: int = setting(20, "Layers; 6n + 2 (20, 32, 44, 56, 110).")
+    base_width: int = setting(16, "Filters of the first stage (doubled at each of the three stages).")
+
+
+@dataclasses.dataclass(kw_only=True)
+class ModelSection:
+    """The model: model_fn(inputs, mode) returning a ModelSpec."""
+
+    name: str = setting(REQUIRED, "A built-in model, or 'package.module:function' naming your model_fn(inputs, mode).", MODEL_NAMES)
+    kwargs: Dict[str, Any] = setting({}, "Keyword arguments for your model_fn (only with a module:function name).")
+    num_classes: Optional[int] = setting(None, "Classes of a built-in model; null takes the data set's.")
+    weight_decay: float = setting(0.0, "L2 penalty on the kernels of a built-in model, added to the loss.")
+    mlp: MlpOptions = setting(MlpOptions(), MlpOptions.__doc__.splitlines()[0])
+    lenet: LenetOptions = setting(LenetOptions(), LenetOptions.__doc__.splitlines()[0])
+    resnet50: Resnet50Options = setting(Resnet50Options(), Resnet50Options.__doc__.splitlines()[0])
+    small_resnet: SmallResnetOptions = setting(SmallResnetOptions(), SmallResnetOptions.__doc__.splitlines()[0])
+
+
+# ----------------------------------------------------------------- optimizer
+
+@dataclasses.dataclass(kw_only=True)
+class ScheduleBlock:
+    """A Keras learning-rate schedule; its parameters are the class's arguments."""
+
+    schedule: str = setting(REQUIRED, "Schedule kind (keras.optimizers.schedules).", tuple(SCHEDULES))
+    params: Dict[str, Any] = params_field("The schedule's arguments, e.g. initial_learning_rate, decay_steps.")
+
+
+@dataclasses.dataclass(kw_only=True)
+class WrapperBlock:
+    """One optimizer wrapper; its other keys are the wrapper's parameters."""
+
+    name: str = setting(REQUIRED, "Wrapper name (moxlite.optimizers.WRAPPER_NAMES), e.g. lars, batch_gradients.")
+    params: Dict[str, Any] = params_field("The wrapper's parameters, e.g. ratio, num_batches.")
+
+
+@dataclasses.dataclass(kw_only=True)
+class OptimizerSection:
+    """The optimizer: get_optimizer_fn(name, learning_rate, **kwargs) wrapped innermost first."""
+
+    name: Optional[str] = setting(None, "Optimizer name (momentum, sgd, adam, ...) or 'package.module:function' naming your optimizer_fn; required to train.")
+    learning_rate: Union[float, str, ScheduleBlock] = setting(0.01, "A number, MoXing's 'epoch:lr' string ('5:0.1->0.4,10:0.4') or a schedule block.")
+    kwargs: Dict[str, Any] = setting({}, "Keyword arguments of the optimizer (momentum: 0.9, ...).")
+    wrappers: List[WrapperBlock] = setting([], "Wrappers applied in order, innermost first (e.g. lars, then batch_gradients).")
+
+
+# ----------------------------------------------------------------- distribute and precision
+
+@dataclasses.dataclass(kw_only=True)
+class DistributeSection:
+    """Replicas and cluster: MoXing's distribution flags."""
+
+    strategy: str = setting("auto", "auto derives the strategy from the flags below, as MoXing did.", STRATEGIES)
+    num_gpus: int = setting(1, "Local devices (replicas) per worker; >1 on CPU splits it into logical devices.")
+    sync_replicas: bool = setting(True, "Synchronous data parallelism (true) or asynchronous parameter-server training (false).")
+    job_name: str = setting("", "This task's job: 'worker', 'ps' or 'chief' ('' for one process).", ("", "worker", "ps", "chief"))
+    task_index: int = setting(0, "This task's index within its job; worker 0 is the chief.")
+    ps_hosts: List[str] = setting([], "host:port of each parameter server.")
+    worker_hosts: List[str] = setting([], "host:port of each worker.")
+    chief_hosts: str = setting("", "host:port of the coordinator in asynchronous mode ('' picks a free port).")
+    tpu: str = setting("", "TPU name or grpc:// address; selects TPUStrategy.")
+    log_first_clone: bool = setting(True, "Log the first replica's log_info (true) or the mean over replicas (false).")
+
+
+@dataclasses.dataclass(kw_only=True)
+class PrecisionSection:
+    """Numeric precision and gradient clipping flags."""
+
+    use_fp16: bool = setting(False, "Compute in float16 with float32 variables (Keras mixed_float16).")
+    loss_scale: Union[float, str] = setting(0, "0 (off), a fixed number, or 'dynamic'.")
+    gradient_clip: float = setting(0.0, "Clip threshold; 0 disables clipping.")
+    gradient_clip_type: str = setting("global_norm", "How gradients are clipped.", ("global_norm", "norm"))
+
+
+@dataclasses.dataclass(kw_only=True)
+class Recipe:
+    """A whole recipe."""
+
+    description: str = setting("", "What this recipe reproduces (free text).")
+    run: RunSection = setting(REQUIRED, RunSection.__doc__)
+    input: InputSection = setting(REQUIRED, InputSection.__doc__)
+    model: ModelSection = setting(REQUIRED, ModelSection.__doc__)
+    optimizer: OptimizerSection = setting(OptimizerSection(), OptimizerSection.__doc__)
+    distribute: DistributeSection = setting(DistributeSection(), DistributeSection.__doc__)
+    precision: PrecisionSection = setting(PrecisionSection(), PrecisionSection.__doc__)
+
+
+def is_reference(name):
+    """True when ``name`` is a 'package.module:function' reference rather than a built-in."""
+    return isinstance(name, str) and ":" in name
+
+
+def describe_schema():
+    """The schema as text: one line per key with its type, default and meaning."""
+    lines = [
+        "A recipe is a YAML mapping with these keys. Built-in blocks (input.mnist, model.mlp, ...)",
+        "hold the options of the built-in of the same name. Several files merge in order, later",
+        "ones overriding earlier ones; then each --set dotted.key=value applies (values are YAML).",
+        "",
+    ]
+    _describe_class(Recipe, "", lines)
+    return "\n".join(lines)
+
+
+def type_name(annotation):
+    """A short readable name of a field type, e.g. 'list of int' or 'number or string'."""
+    origin = getattr(annotation, "__origin__", None)
+    args = getattr(annotation, "__args__", ())
+    if origin is Union:
+        parts = [type_name(a) for a in args if a is not type(None)]
+        text = " or ".join(parts)
+        return text + " or null" if type(None) in args else text
+    if origin in (list, List):
+        return f"list of {type_name(args[0])}"
+    if origin in (dict, Dict):
+        return "mapping"
+    if dataclasses.is_dataclass(annotation):
+        return "mapping"
+    return {int: "integer", float: "number", str: "string", bool: "boolean", Any: "any"}.get(annotation, str(annotation))
+
+
+def _describe_class(cls, prefix, lines):
+    for field in dataclasses.fields(cls):
+        key = prefix + field.name
+        help_text = field.metadata.get("help", "")
+        if field.metadata.get("rest"):
+            lines.append(f"  {prefix}<other keys>: {help_text}")
+            continue
+        if dataclasses.is_dataclass(field.type):
+            lines.append(f"{key}:  {help_text.strip().splitlines()[0]}")
+            _describe_class(field.type, key + ".", lines)
+            continue
+        if field.default is not dataclasses.MISSING:
+            default = "default " + _yaml_text(field.default)
+        elif field.default_factory is not dataclasses.MISSING:
+            default = "default " + _yaml_text(field.default_factory())
+        else:
+            default = "required"
+        choices = field.metadata.get("choices")
+        allowed = f" One of: {', '.join(repr(c) for c in choices)}." if choices else ""
+        if field.type is List[WrapperBlock]:
+            lines.append(f"  {key} ({type_name(field.type).replace('WrapperBlock', 'wrapper')}, {default}): {help_text}")
+            lines.append(f"    each wrapper: name (required): {WrapperBlock.__dataclass_fields__['name'].metadata['help']}")
+            lines.append("                  <other keys>: the wrapper's parameters, e.g. ratio, num_batches.")
+            continue
+        lines.append(f"  {key} ({_short_type(field.type)}, {default}): {help_text}{allowed}")
+
+
+def _yaml_text(value):
+    """A default as it would be written in YAML: null, true, 0.2, [28, 28, 1], 'train'."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_yaml_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_yaml_text(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def _short_type(annotation):
+    if annotation == Union[float, str, ScheduleBlock]:
+        return "number, string or schedule block {schedule: <kind>, <its arguments>}"
+    return type_name(annotation)
