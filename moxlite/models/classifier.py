@@ -11,7 +11,10 @@ from moxlite.contract import ExportSpec, ModeKeys, ModelSpec
 
 
 def classifier_model_fn(build_network, weight_decay=0.0):
-    """model_fn for ``build_network()`` -> keras.Model mapping images to logits.
+    """model_fn for ``build_network(image_shape)`` -> keras.Model mapping images to logits.
+
+    The network is built from the shape of the first images (batch dimension
+    dropped), so one model_fn serves any image size.
 
     loss = mean softmax cross-entropy + weight_decay * sum of squared kernel
     entries (L2, as keras.regularizers.L2 computes it);
@@ -23,10 +26,10 @@ def classifier_model_fn(build_network, weight_decay=0.0):
 
     def model_fn(inputs, mode):
         nonlocal network
-        if network is None:
-            network = build_network()
         inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
         images = inputs[0]
+        if network is None:
+            network = build_network(tuple(images.shape[1:]))
         logits = tf.cast(network(images, training=mode == ModeKeys.TRAIN), tf.float32)
         probabilities = tf.nn.softmax(logits)
         classes = tf.argmax(logits, axis=-1, output_type=tf.int32)

@@ -65,6 +65,8 @@ def build_plan(loaded: LoadedRecipe) -> Plan:
     recipe = loaded.recipe
     flags = flags_of(recipe)
     input_fn, data_facts = _build_input(loaded)
+    # The training input repeats, so run() cannot count an epoch; the flag tells it.
+    flags["num_samples"] = data_facts.get("num_samples") or 0
     make_model_fn = _build_model(loaded, data_facts)
     training = recipe.run.mode == "train"
     optimizer_fn = _build_optimizer_fn(loaded) if training else None
