@@ -9,6 +9,10 @@ does not know are left for the script's own parser.
 import sys
 
 from absl import flags as absl_flags
+# absl.logging defines --log_dir unconditionally when TensorFlow imports it;
+# importing it first lets _define_all() skip the name instead of failing with
+# DuplicateFlagError when moxlite is imported before TensorFlow.
+from absl import logging as _absl_logging  # noqa: F401
 
 from moxlite import errors
 
