@@ -128,8 +128,15 @@ def _node_kind(node):
     return {yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}.get(type(node), "scalar")
 
 
+_PLAIN_TAGS = {yaml.MappingNode: "tag:yaml.org,2002:map", yaml.SequenceNode: "tag:yaml.org,2002:seq"}
+
+
 def _to_data(node, path, loader, source, locations):
     locations.record(path, Origin(source, node.start_mark.line + 1))
+    if type(node) in _PLAIN_TAGS and node.tag != _PLAIN_TAGS[type(node)]:
+        # Collections are walked here, not by the constructor, so tags must be refused here.
+        raise errors.RecipeError(f"{source}:{node.start_mark.line + 1}: {dotted(path)}: YAML tag {node.tag!r} "
+                                 f"is not allowed; recipes hold plain mappings, lists and scalars")
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)  # resolves '<<' merge keys
         result = {}

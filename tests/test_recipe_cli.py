@@ -1,0 +1,65 @@
+"""moxlite-run's --dry-run, --mode and --help-recipe: what they print and that they write nothing."""
+
+import math
+import re
+
+import yaml
+
+from moxlite.recipes import cli
+
+LARS_32K = "recipes/resnet50_imagenet_lars_32k.yaml"
+
+
+def dry_run(capsys, *arguments):
+    code = cli.main([*arguments, "--dry-run"])
+    captured = capsys.readouterr()
+    return code, captured.out
+
+
+def test_dry_run_of_the_32k_recipe_shows_stack_strategy_and_batches(capsys, tmp_path):
+    log_dir = tmp_path / "never"
+    code, out = dry_run(capsys, LARS_32K, "--set", "input.name=synthetic", "--set", f"run.log_dir={log_dir}")
+    assert code == 0
+    recipe = yaml.safe_load(open(LARS_32K))
+    per_replica, devices = recipe["run"]["batch_size"], recipe["distribute"]["num_gpus"]
+    num_batches = recipe["optimizer"]["wrappers"][1]["num_batches"]
+    samples = recipe["input"]["synthetic"]["num_samples"]
+    stack = re.findall(r"^  \d\. (\w+)\(", out, flags=re.MULTILINE)
+    assert stack == ["batch_gradients", "lars", "momentum"]  # outermost to innermost
+    assert f"num_batches={num_batches}" in out and "ratio=0.001" in out and "weight_decay=0.0001" in out
+    assert f"MirroredStrategy: {devices} local devices" in out
+    assert (f"Batch: per replica {per_replica}, global {per_replica * devices} "
+            f"({per_replica} x {devices} replicas), per update {per_replica * devices * num_batches}") in out
+    assert per_replica * devices * num_batches == 32768
+    assert f"Steps per epoch: {math.ceil(samples / (per_replica * devices))} " in out
+    assert not log_dir.exists()
+
+
+def test_dry_run_prints_the_resolved_recipe_with_overrides_applied(capsys, tmp_path):
+    code, out = dry_run(capsys, "recipes/mnist_mlp.yaml", "--set", "run.steps=17", "--set",
+                        f"run.log_dir={tmp_path / 'never'}", "--mode", "eval")
+    assert code == 0
+    resolved = yaml.safe_load(out.split("\nOptimizer")[0])
+    assert resolved["run"]["steps"] == 17 and resolved["run"]["mode"] == "eval"
+    assert resolved["model"]["mlp"]["hidden_units"] == [128]
+    assert "Optimizer: none (run.mode is eval)" in out
+    assert "Steps per epoch: 63 (ceil(4000 samples / global batch 64))" in out
+    assert not (tmp_path / "never").exists()
+
+
+def test_dry_run_counts_replicas_of_a_parameter_server_cluster(capsys, tmp_path):
+    code, out = dry_run(capsys, "recipes/mnist_mlp.yaml", "--set", f"run.log_dir={tmp_path / 'never'}",
+                        "--set", "distribute={strategy: parameter_server, sync_replicas: false, num_gpus: 2, "
+                                 "ps_hosts: ['localhost:2222'], worker_hosts: ['localhost:2223', 'localhost:2224'], "
+                                 "job_name: worker, task_index: 1}")
+    assert code == 0
+    assert "ParameterServerStrategy (asynchronous): 2 worker(s) x 2 device(s), 1 parameter server(s)" in out
+    assert "Batch: per replica 64, global 256 (64 x 4 replicas)" in out
+
+
+def test_help_recipe_lists_the_sections_and_exits_0(capsys):
+    assert cli.main(["--help-recipe"]) == 0
+    out = capsys.readouterr().out
+    for section in ("run:", "input:", "model:", "optimizer:", "distribute:", "precision:"):
+        assert f"\n{section}" in out
+    assert "optimizer.wrappers (list of mapping, default []): Wrappers applied in order, innermost first" in out
