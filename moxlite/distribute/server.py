@@ -1,0 +1,103 @@
+"""Serve a ps or worker task: no user code runs in these processes.
+
+In asynchronous (parameter-server) training the coordinator sends every
+function to the workers and keeps variables on the ps tasks; those processes
+only run a ``tf.distribute.Server`` until they are killed. In synchronous
+training a ps task has nothing to do and returns at once.
+
+Run directly (the worker-0 process starts its own server this way)::
+
+    python -m moxlite.distribute.server --job_name=worker --task_index=0 \
+        --worker_hosts=... --ps_hosts=... --chief_hosts=... --nosync_replicas
+"""
+
+import ctypes
+import logging
+import signal
+import subprocess
+import sys
+
+from moxlite.distribute import cluster
+
+logger = logging.getLogger("moxlite.distribute")
+
+_PR_SET_PDEATHSIG = 1
+
+
+def serve_forever(view):
+    """Run this task's server until the process is killed."""
+    if view.kind != "parameter_server":
+        logger.warning("%s:%d has nothing to serve in %s training; exiting",
+                       view.task_type, view.task_index, view.kind)
+        print(f"moxlite: {view.task_type}:{view.task_index} is not needed in {view.kind} training; exiting",
+              flush=True)
+        return
+    from moxlite.distribute import devices
+    import tensorflow as tf
+
+    if view.task_type == "worker":
+        devices.configure_local_devices(view.num_gpus)
+    cluster.check_port_free(view)
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec(view.training_jobs()), job_name=view.task_type,
+        task_index=view.task_index, protocol="grpc", start=True)
+    print(f"moxlite: serving {view.task_type}:{view.task_index} at {view.address()}", flush=True)
+    server.join()
+
+
+def worker0_command(view):
+    """The command that serves worker 0 for a coordinator started as worker 0."""
+    return [
+        sys.executable, "-m", "moxlite.distribute.server",
+        "--job_name=worker", "--task_index=0",
+        "--worker_hosts=" + ",".join(view.jobs["worker"]),
+        "--ps_hosts=" + ",".join(view.jobs["ps"]),
+        "--chief_hosts=" + view.jobs["chief"][0],
+        "--nosync_replicas", f"--num_gpus={view.num_gpus}",
+    ]
+
+
+def _die_with_parent():
+    # Linux: the child gets SIGKILL when the coordinator dies, so no server outlives its run.
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def spawn_worker0_server(view):
+    """Start worker 0's server as a child of this (coordinator) process."""
+    import atexit
+    import os
+
+    environ = dict(os.environ)
+    environ.pop("TF_CONFIG", None)
+    child = subprocess.Popen(worker0_command(view), env=environ, preexec_fn=_die_with_parent)
+
+    def stop():
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+    atexit.register(stop)
+    return child
+
+
+def main():
+    """Entry point: resolve the cluster from the flags and serve."""
+    from moxlite import errors
+
+    logging.basicConfig(level=logging.INFO)
+    try:
+        view = cluster.resolve()
+    except errors.MoxliteError as error:
+        print(f"moxlite.distribute.server: {error}", file=sys.stderr)
+        return error.exit_code
+    if not view.serves_only:
+        print(f"moxlite.distribute.server: {view.task_type}:{view.task_index} is a {view.role}, "
+              "which runs the training script, not a server", file=sys.stderr)
+        return 2
+    serve_forever(view)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
