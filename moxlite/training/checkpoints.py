@@ -129,10 +129,9 @@ class Checkpointer:
     def _read(self, checkpoint, prefix, partial):
         try:
             status = checkpoint.read(prefix)
-            if partial:
-                status.expect_partial()
-            else:
+            if not partial:
                 status.assert_existing_objects_matched()
+            status.expect_partial()  # bookkeeping such as save_counter is not ours to restore
         except (AssertionError, ValueError, tf.errors.OpError) as error:
             raise errors.CheckpointError(
                 f"checkpoint {prefix!r} does not fit this model_fn: {str(error).splitlines()[0]}; "

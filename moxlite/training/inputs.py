@@ -15,9 +15,13 @@ from moxlite.contract import ModeKeys
 from moxlite.training.calling import call_with_accepted_kwargs
 
 
-def call_input_fn(input_fn, mode):
-    """Call input_fn(mode) and return a tf.data.Dataset of its elements."""
-    produced = call_with_accepted_kwargs(input_fn, mode)
+def call_input_fn(input_fn, mode, batch_size=None):
+    """Call input_fn(mode) and return a tf.data.Dataset of its elements.
+
+    An input_fn that declares ``batch_size`` (or ``**kwargs``) receives the per-replica batch
+    size, which it needs with ``auto_batch=False``.
+    """
+    produced = call_with_accepted_kwargs(input_fn, mode, batch_size=batch_size)
     if isinstance(produced, tf.data.Dataset):
         return produced
     if produced is None:
@@ -60,7 +64,7 @@ def make_dataset_fn(input_fn, mode, batch_size, auto_batch, skip_steps=0):
     """
 
     def dataset_fn(input_context=None):
-        dataset = call_input_fn(input_fn, mode)
+        dataset = call_input_fn(input_fn, mode, batch_size)
         if input_context is not None and input_context.num_input_pipelines > 1:
             dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
         if auto_batch:

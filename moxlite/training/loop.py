@@ -24,13 +24,13 @@ class SyncTrainLoop:
     """Synchronous steps: every replica steps together, one global step per step."""
 
     def __init__(self, strategy, dataset_fn, train_step, global_step, log_keys, log_first_clone=True,
-                 summary_writer=None, save_summary_steps=0):
+                 summaries=None, save_summary_steps=0):
         self.strategy = strategy
         self.global_step = global_step
         self._train_step = train_step
         self._log_keys = list(log_keys)
         self._log_first_clone = log_first_clone
-        self._summary_writer = summary_writer
+        self._summaries = summaries
         self._save_summary_steps = save_summary_steps
         dataset = strategy.distribute_datasets_from_function(dataset_fn)
         self.iterator = iter(dataset)
@@ -56,11 +56,12 @@ class SyncTrainLoop:
         land in the summary writer on every ``save_summary_steps``-th global step.
         """
         num_steps = tf.constant(num_steps, tf.int64)
-        if self._summary_writer is None or not self._save_summary_steps:
+        writer = self._summaries.writer if self._summaries is not None else None
+        if writer is None or not self._save_summary_steps:
             done, logs = self._loop(self.iterator, num_steps)
         else:
             every = self._save_summary_steps
-            with self._summary_writer.as_default(step=self.global_step), \
+            with writer.as_default(step=self.global_step), \
                     tf.summary.record_if(lambda: tf.equal(self.global_step % every, 0)):
                 done, logs = self._loop(self.iterator, num_steps)
         return int(done), logs

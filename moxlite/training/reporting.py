@@ -15,11 +15,23 @@ import tensorflow as tf
 LOGGER_NAME = "moxlite"
 
 
+class _StdoutHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stdout`` is at the time of the record (redirections included)."""
+
+    @property
+    def stream(self):
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
 def get_logger():
     """moxlite's logger; prints ``INFO:moxlite:...`` lines to stdout unless the app configured it."""
     logger = logging.getLogger(LOGGER_NAME)
     if not logger.handlers:
-        handler = logging.StreamHandler(sys.stdout)
+        handler = _StdoutHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
@@ -91,14 +103,18 @@ class SummaryWriter:
     """Scalar summaries in ``log_dir`` (the chief's only); a no-op elsewhere."""
 
     def __init__(self, log_dir, enabled):
-        self._writer = tf.summary.create_file_writer(log_dir) if (enabled and log_dir) else None
+        self._log_dir = log_dir if enabled else None
+        self._writer = None
 
     @property
     def writer(self):
+        """The underlying writer, created on first use (so a run that trains nothing writes nothing)."""
+        if self._writer is None and self._log_dir:
+            self._writer = tf.summary.create_file_writer(self._log_dir)
         return self._writer
 
     def scalars(self, step, values, prefix=""):
-        if self._writer is None:
+        if self.writer is None:
             return
         with self._writer.as_default(step=int(step)):
             for name, value in values.items():

@@ -54,7 +54,15 @@ def run(input_fn=None, output_fn=None, model_fn=None, optimizer_fn=None, run_mod
     if setup.serves_only:
         setup.serve_forever()
         return None
-    return _Run(args, setup).execute()
+    current = _Run(args, setup)
+    try:
+        return current.execute()
+    except errors.MoxliteError:
+        raise
+    except Exception as error:  # a moxlite error raised inside a traced function comes back wrapped
+        if current.template.last_error is not None:
+            raise current.template.last_error from None
+        raise error
 
 
 class _Run:
@@ -77,7 +85,7 @@ class _Run:
 
     def _probe(self, mode):
         """input_fn's per-replica batch spec and, where known, the number of samples per epoch."""
-        raw = call_input_fn(self.args["input_fn"], mode)
+        raw = call_input_fn(self.args["input_fn"], mode, self.batch_size)
         batched = raw.batch(self.batch_size) if self.args["auto_batch"] else raw
         cardinality = int(raw.cardinality())
         num_samples = None
@@ -205,7 +213,7 @@ class _Run:
                                       run_context.global_step, log_keys)
             return SyncTrainLoop(self.strategy, dataset_fn, train_step, run_context.global_step, log_keys,
                                  log_first_clone=flags.get_flag("log_first_clone"),
-                                 summary_writer=summaries.writer,
+                                 summaries=summaries,
                                  save_summary_steps=args["save_summary_steps"])
 
         if self._iterator_is_checkpointable():

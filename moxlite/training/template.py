@@ -43,6 +43,9 @@ class ModelTemplate:
         self._variables = []
         self._external_variables = []
         self._built = False
+        # The last moxlite error raised inside a traced call: AutoGraph re-raises it wrapped in
+        # its own StagingError, and run() unwraps it so the user sees our one-line message.
+        self.last_error = None
 
     @property
     def variables(self):
@@ -109,6 +112,13 @@ class ModelTemplate:
             yield
 
     def _reuse(self, cursor, kwargs):
+        try:
+            return self._reused_variable(cursor, kwargs)
+        except errors.MoxliteError as error:
+            self.last_error = error
+            raise
+
+    def _reused_variable(self, cursor, kwargs):
         index = cursor[0]
         name = kwargs.get("name") or "<unnamed>"
         if index >= len(self._variables):

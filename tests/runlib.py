@@ -1,0 +1,124 @@
+"""Shared pieces for tests that drive ``moxlite.run`` on the bundled MNIST sample.
+
+The reference model is softmax regression, whose SGD/momentum steps a few lines
+of numpy reproduce exactly; small MLPs check what numpy cannot easily follow
+against another moxlite run (one device vs two, interrupted vs not).
+"""
+
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import moxlite as mox
+
+NUM_FEATURES = 784
+NUM_CLASSES = 10
+
+
+def mnist_rows(count, offset=0):
+    """``count`` MNIST rows as float32 [count, 784] in [0, 1] and int32 labels, shuffled once."""
+    from moxlite.data import mnist
+
+    (images, labels), _ = mnist.split(validation_fraction=0.2, seed=0)
+    rows = images.reshape(-1, NUM_FEATURES)[offset:offset + count]
+    return rows, labels[offset:offset + count]
+
+
+def input_fn_for(images, labels, repeat=True, shuffle_seed=None):
+    """An input_fn over the given arrays (single samples: auto_batch)."""
+
+    def input_fn(mode):
+        dataset = tf.data.Dataset.from_tensor_slices((images, labels))
+        if shuffle_seed is not None:
+            dataset = dataset.shuffle(len(labels), seed=shuffle_seed, reshuffle_each_iteration=True)
+        return dataset.repeat() if repeat and mode == mox.ModeKeys.TRAIN else dataset
+
+    return input_fn
+
+
+def accuracy_of(logits, labels):
+    predicted = tf.argmax(logits, axis=1, output_type=tf.int32)
+    return tf.reduce_mean(tf.cast(tf.equal(predicted, tf.cast(labels, tf.int32)), tf.float32))
+
+
+def cross_entropy(logits, labels):
+    return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
+
+
+def spec_for(images, labels, logits):
+    loss = cross_entropy(logits, labels)
+    return mox.ModelSpec(
+        loss=loss,
+        log_info={"loss": loss, "accuracy": accuracy_of(logits, labels)},
+        output_info={"logits": logits},
+        export_spec=mox.ExportSpec(inputs_dict={"images": images}, outputs_dict={"logits": logits}))
+
+
+def softmax_model_fn(inputs, mode):
+    """Style 2: Keras layers built inside model_fn (zeros: a numpy-reproducible start)."""
+    images, labels = inputs
+    logits = keras.layers.Dense(NUM_CLASSES, kernel_initializer="zeros", bias_initializer="zeros")(images)
+    return spec_for(images, labels, logits)
+
+
+def mlp_model_fn(inputs, mode):
+    """A small MLP with seeded initialisers, so separate runs start from the same weights."""
+    images, labels = inputs
+    hidden = keras.layers.Dense(32, activation="relu",
+                                kernel_initializer=keras.initializers.GlorotUniform(seed=1))(images)
+    logits = keras.layers.Dense(NUM_CLASSES, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(hidden)
+    return spec_for(images, labels, logits)
+
+
+def checkpoint_variables(log_dir):
+    """model_fn's variables from the newest checkpoint in ``log_dir``, in creation order."""
+    reader = tf.train.load_checkpoint(log_dir)
+    keys = sorted(k for k in reader.get_variable_to_shape_map()
+                  if k.startswith("model/") and k.endswith("/.ATTRIBUTES/VARIABLE_VALUE"))
+    return [reader.get_tensor(k) for k in keys]
+
+
+def checkpoint_step(log_dir):
+    return int(tf.train.load_checkpoint(log_dir).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
+def softmax_probabilities(logits):
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=1, keepdims=True)
+
+
+def numpy_softmax_regression(images, labels, batch_size, num_steps, learning_rate, momentum=0.0):
+    """Weights after ``num_steps`` of (momentum) SGD on mean cross-entropy, batches in order.
+
+    Keras's SGD with momentum: v = momentum * v - lr * g; w += v.
+    """
+    kernel = np.zeros((NUM_FEATURES, NUM_CLASSES), np.float64)
+    bias = np.zeros(NUM_CLASSES, np.float64)
+    velocity_k, velocity_b = np.zeros_like(kernel), np.zeros_like(bias)
+    count = len(labels)
+    for step in range(num_steps):
+        index = np.arange(step * batch_size, (step + 1) * batch_size) % count
+        x, y = images[index].astype(np.float64), labels[index]
+        probabilities = softmax_probabilities(x @ kernel + bias)
+        probabilities[np.arange(batch_size), y] -= 1.0
+        grad_k = x.T @ probabilities / batch_size
+        grad_b = probabilities.mean(axis=0)
+        velocity_k = momentum * velocity_k - learning_rate * grad_k
+        velocity_b = momentum * velocity_b - learning_rate * grad_b
+        kernel += velocity_k
+        bias += velocity_b
+    return kernel, bias
+
+
+def directory_state(path):
+    """File names, sizes and modification times below ``path`` (to prove nothing was written)."""
+    state = {}
+    for root, _, files in os.walk(path):
+        for name in files:
+            full = os.path.join(root, name)
+            info = os.stat(full)
+            state[os.path.relpath(full, path)] = (info.st_size, info.st_mtime_ns)
+    return state
