@@ -21,8 +21,10 @@ tf.config.set_logical_device_configuration(
 
 @pytest.fixture
 def two_device_strategy():
-    """A MirroredStrategy over the two logical CPU devices."""
-    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    """The MirroredStrategy over the two logical CPU devices (the one moxlite.run uses too)."""
+    from moxlite.distribute.strategy import mirrored_strategy
+
+    return mirrored_strategy(["/cpu:0", "/cpu:1"])
 
 
 @pytest.fixture(autouse=True)

@@ -57,6 +57,23 @@ def make_partitioner(view, variable_partitioner="min_size"):
     return variable_partitioner
 
 
+_MIRRORED_STRATEGIES = {}
+
+
+def mirrored_strategy(device_names):
+    """The process's one MirroredStrategy over ``device_names``.
+
+    Every MirroredStrategy numbers its collective ops from the same starting keys, so a second
+    instance over the same devices in one process (a script or test suite calling run() twice)
+    reuses the first one's collective instances and fails with a shape mismatch. Reusing one
+    strategy per device set avoids that (measured: the second run failed before this cache).
+    """
+    key = tuple(device_names)
+    if key not in _MIRRORED_STRATEGIES:
+        _MIRRORED_STRATEGIES[key] = tf.distribute.MirroredStrategy(list(key))
+    return _MIRRORED_STRATEGIES[key]
+
+
 def build(view, timeout_seconds, variable_partitioner="min_size"):
     """(strategy, coordinator) for a process that runs training code."""
     kind = view.kind
@@ -64,7 +81,7 @@ def build(view, timeout_seconds, variable_partitioner="min_size"):
         devices.configure_local_devices(1)
         return tf.distribute.get_strategy(), None
     if kind == "mirrored":
-        return tf.distribute.MirroredStrategy(devices.configure_local_devices(view.num_gpus)), None
+        return mirrored_strategy(devices.configure_local_devices(view.num_gpus)), None
     if kind == "tpu":
         return build_tpu(view.tpu), None
     if kind == "multi_worker_mirrored":
