@@ -146,6 +146,10 @@ class _Run:
 
     def _train(self):
         args = self.args
+        if self.setup.coordinator is not None and args["inter_mode"] is not None:
+            raise errors.ArgumentError(
+                "inter_mode=EVAL is not supported in asynchronous (parameter-server) training; drop "
+                "inter_mode and run EVAL on the checkpoints in log_dir from a separate process")
         spec, self._train_element_spec, num_samples = self._build(ModeKeys.TRAIN)
         factories = args["optimizer_fn"]
         steps.check_spec(spec, ModeKeys.TRAIN, num_optimizers=len(factories))
