@@ -64,7 +64,10 @@ class TrainStep:
 
     def __call__(self, inputs):
         with tf.GradientTape(persistent=len(self.optimizers) > 1) as tape:
-            spec = self.template(as_model_inputs(inputs), ModeKeys.TRAIN)
+            # At the top-level name scope, so that summaries written by model_fn keep the tags
+            # the user gave them instead of the loop's "while/cond/" prefixes.
+            with tf.compat.v1.name_scope(None):
+                spec = self.template(as_model_inputs(inputs), ModeKeys.TRAIN)
             scaled = [tf.cast(loss, tf.float32) / self.num_replicas for loss in spec.losses]
         for loss, optimizer, variables in zip(scaled, self.optimizers, self.variable_lists):
             gradients = tape.gradient(loss, variables)

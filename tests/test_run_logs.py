@@ -1,0 +1,103 @@
+"""MoXing's console lines and TensorBoard summaries, with values checked against numpy."""
+
+import glob
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import moxlite as mox
+from moxlite import flags
+from tests import runlib
+
+BATCH = 20
+LINE = re.compile(r"^INFO:moxlite:step: (\d+)\(global step: (\d+)\)\tsample/sec: ([\d.]+)\tloss: ([\d.]+)\t"
+                  r"accuracy: ([\d.]+)$")
+
+
+def read_scalars(log_dir):
+    """{tag: {step: value}} from every event file directly in ``log_dir``."""
+    scalars = {}
+    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+    return scalars
+
+
+def test_console_lines_follow_moxing_and_report_the_step_loss(tmp_path, capsys):
+    images, labels = runlib.mnist_rows(400)
+    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.softmax_model_fn,
+            optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=0.5), run_mode=mox.ModeKeys.TRAIN,
+            batch_size=BATCH, log_dir=str(tmp_path), max_number_of_steps=12, log_every_n_steps=4)
+    lines = [LINE.match(l) for l in capsys.readouterr().out.splitlines() if "sample/sec" in l]
+    assert all(lines) and [int(m.group(1)) for m in lines] == [4, 8, 12]
+    for match in lines:
+        step = int(match.group(1))
+        assert int(match.group(2)) == step and float(match.group(3)) > 0
+        # The loss logged at step k is that of batch k under the weights after k - 1 steps.
+        kernel, bias = runlib.numpy_softmax_regression(images, labels, BATCH, step - 1, 0.5)
+        batch = slice((step - 1) * BATCH, step * BATCH)
+        logits = images[batch] @ kernel + bias
+        probabilities = runlib.softmax_probabilities(logits)
+        loss = -np.mean(np.log(probabilities[np.arange(BATCH), labels[batch]]))
+        accuracy = np.mean(logits.argmax(axis=1) == labels[batch])
+        assert float(match.group(4)) == pytest.approx(loss, abs=6e-4)
+        assert float(match.group(5)) == pytest.approx(accuracy, abs=6e-4)
+
+
+def test_summaries_hold_log_info_learning_rate_throughput_and_user_summaries(tmp_path):
+    images, labels = runlib.mnist_rows(400)
+
+    def model_fn(inputs, mode):
+        spec = runlib.softmax_model_fn(inputs, mode)
+        tf.summary.scalar("user/loss_times_two", 2.0 * spec.loss)
+        return spec
+
+    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
+            optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=0.5), run_mode=mox.ModeKeys.TRAIN,
+            batch_size=BATCH, log_dir=str(tmp_path), max_number_of_steps=9, save_summary_steps=3)
+    scalars = read_scalars(str(tmp_path))
+    assert sorted(scalars["loss"]) == [3, 6, 9]
+    assert sorted(scalars["accuracy"]) == [3, 6, 9]
+    assert scalars["learning_rate"] == {3: 0.5, 6: 0.5, 9: 0.5}
+    assert all(v > 0 for v in scalars["sample_per_sec"].values())
+    # User summaries are recorded on steps whose global step (before the update) is a multiple.
+    assert sorted(scalars["user/loss_times_two"]) == [0, 3, 6]
+    kernel, bias = runlib.numpy_softmax_regression(images, labels, BATCH, 3, 0.5)
+    probabilities = runlib.softmax_probabilities(images[3 * BATCH:4 * BATCH] @ kernel + bias)
+    loss = -np.mean(np.log(probabilities[np.arange(BATCH), labels[3 * BATCH:4 * BATCH]]))
+    assert scalars["user/loss_times_two"][3] == pytest.approx(2 * loss, rel=1e-4)
+
+
+def test_flags_are_read_set_and_checked():
+    assert mox.get_flag("num_gpus") == 1
+    mox.set_flag("num_gpus", 2)
+    mox.set_flag("sync_replicas", "false")
+    assert mox.get_flag("num_gpus") == 2 and mox.get_flag("sync_replicas") is False
+    with pytest.raises(mox.errors.ArgumentError, match="set_flag: num_gpus='two' is not a valid integer"):
+        mox.set_flag("num_gpus", "two")
+    with pytest.raises(mox.errors.ArgumentError, match="unknown flag 'num_gpu'; known flags: .*num_gpus"):
+        mox.get_flag("num_gpu")
+
+
+def test_flags_come_from_the_command_line_and_leave_other_arguments_alone(monkeypatch):
+    flags.FLAGS.unparse_flags()
+    monkeypatch.setattr("sys.argv", ["train.py", "--num_gpus=2", "--my_own_flag=3", "--nosync_replicas"])
+    assert mox.get_flag("num_gpus") == 2
+    assert mox.get_flag("sync_replicas") is False
+
+
+def test_batch_size_and_log_dir_flags_fill_missing_run_arguments(tmp_path):
+    images, labels = runlib.mnist_rows(100)
+    mox.set_flag("batch_size", BATCH)
+    mox.set_flag("log_dir", str(tmp_path))
+    result = mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.softmax_model_fn,
+                     optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=0.5),
+                     run_mode=mox.ModeKeys.TRAIN, max_number_of_steps=2)
+    kernel, _ = runlib.checkpoint_variables(str(tmp_path))
+    expected, _ = runlib.numpy_softmax_regression(images, labels, BATCH, 2, 0.5)
+    np.testing.assert_allclose(kernel, expected, atol=2e-5)
+    assert result["global_step"] == 2
