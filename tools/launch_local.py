@@ -162,7 +162,7 @@ def supervise(tasks, chief, sync, timeout, out=sys.stdout):
             out.write(f"[launch_local] timeout after {timeout:g} s; stopping every task\n")
             return 124
         time.sleep(0.2)
-    if sync:
+    if sync and code == 0:
         # Let the other workers finish their last step and exit on their own.
         peers_deadline = time.monotonic() + PEER_EXIT_SECONDS
         while time.monotonic() < min(peers_deadline, deadline):

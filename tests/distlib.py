@@ -1,0 +1,92 @@
+"""Start local clusters from tests: tools/launch_local.py in its own process group.
+
+Every launch is bounded (the launcher's --timeout plus a hard wait limit
+here) and ``Launch.kill()`` removes the whole process group, so a failing
+test leaves no TensorFlow server behind.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAUNCHER = os.path.join(ROOT, "tools", "launch_local.py")
+SCRIPTS = os.path.join(ROOT, "tests", "dist_scripts")
+
+
+def script(name):
+    """Path of a helper script under tests/dist_scripts."""
+    return os.path.join(SCRIPTS, name)
+
+
+class Launch:
+    """A running ``launch_local.py``; its output is collected in ``lines``."""
+
+    def __init__(self, launcher_args, command, timeout, extra_env=None):
+        environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+        environ["PYTHONPATH"] = ROOT + os.pathsep + environ.get("PYTHONPATH", "")
+        environ.pop("TF_CONFIG", None)
+        environ.update(extra_env or {})
+        self.timeout = timeout
+        self.process = subprocess.Popen(
+            [sys.executable, LAUNCHER, *launcher_args, f"--timeout={timeout}", "--", *command],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environ, cwd=ROOT,
+            start_new_session=True, text=True)
+        self.lines = []
+
+    def read_until(self, predicate, seconds):
+        """Read lines until ``predicate(line)`` holds; return that line (None at EOF/limit)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                return None
+            self.lines.append(line.rstrip("\n"))
+            if predicate(line):
+                return line
+        return None
+
+    def wait(self):
+        """Read to the end; return the launcher's exit code (bounded by its timeout + 60 s)."""
+        deadline = time.monotonic() + self.timeout + 60
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line.rstrip("\n"))
+        try:
+            return self.process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError("launch_local did not finish:\n" + self.output())
+
+    def kill(self):
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+    def output(self):
+        return "\n".join(self.lines)
+
+    def results(self):
+        """task name -> the JSON a helper script printed as ``RESULT {...}``."""
+        found = {}
+        for line in self.lines:
+            if "] RESULT " in line:
+                task, payload = line.split("] RESULT ", 1)
+                found[task.lstrip("[")] = json.loads(payload)
+        return found
+
+
+def alive(pid):
+    """True while ``pid`` runs (a zombie waiting to be reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
