@@ -27,7 +27,7 @@ def test_dry_run_of_the_32k_recipe_shows_stack_strategy_and_batches(capsys, tmp_
     stack = re.findall(r"^  \d\. (\w+)\(", out, flags=re.MULTILINE)
     assert stack == ["batch_gradients", "lars", "momentum"]  # outermost to innermost
     assert f"num_batches={num_batches}" in out and "ratio=0.001" in out and "weight_decay=0.0001" in out
-    assert f"MirroredStrategy: {devices} local devices" in out
+    assert f"MirroredStrategy: 1 worker(s) x {devices} device(s), {devices} replica(s) in sync per step" in out
     assert (f"Batch: per replica {per_replica}, global {per_replica * devices} "
             f"({per_replica} x {devices} replicas), per update {per_replica * devices * num_batches}") in out
     assert per_replica * devices * num_batches == 32768
@@ -53,7 +53,8 @@ def test_dry_run_counts_replicas_of_a_parameter_server_cluster(capsys, tmp_path)
                                  "ps_hosts: ['localhost:2222'], worker_hosts: ['localhost:2223', 'localhost:2224'], "
                                  "job_name: worker, task_index: 1}")
     assert code == 0
-    assert "ParameterServerStrategy (asynchronous): 2 worker(s) x 2 device(s), 1 parameter server(s)" in out
+    assert ("ParameterServerStrategy (asynchronous): 2 worker(s) x 2 device(s), 2 replica(s) in sync per step, "
+            "1 parameter server(s); this process: worker (task 1)") in out
     assert "Batch: per replica 64, global 256 (64 x 4 replicas)" in out
 
 

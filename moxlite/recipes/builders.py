@@ -70,7 +70,7 @@ def build_plan(loaded: LoadedRecipe) -> Plan:
     make_model_fn = _build_model(loaded, data_facts)
     training = recipe.run.mode == "train"
     optimizer_fn = _build_optimizer_fn(loaded) if training else None
-    facts = batch_facts(recipe, data_facts.get("num_samples"))
+    facts = batch_facts(loaded, flags, data_facts.get("num_samples"))
     output_fn = _resolve(loaded, ("run", "output_fn"), recipe.run.output_fn) if recipe.run.output_fn else None
     run = recipe.run
     common = dict(
@@ -316,44 +316,64 @@ def _format_params(params):
 
 # ----------------------------------------------------------------- batches and strategy
 
-def batch_facts(recipe, num_samples):
+def cluster_view(loaded, flags):
+    """The ClusterView the recipe's flags (and TF_CONFIG) describe, via moxlite.distribute.resolve."""
+    from moxlite import distribute
+    from moxlite.flags import FLAG_TABLE
+
+    def get_flag(name):
+        return flags[name] if name in flags else FLAG_TABLE[name][1]
+
+    try:
+        view = distribute.resolve(get_flag=get_flag)
+    except errors.UserInputError as error:
+        raise loaded.error(("distribute",), str(error)) from None
+    wanted = loaded.recipe.distribute.strategy
+    if wanted != "auto" and view.kind not in STRATEGY_KINDS[wanted]:
+        raise loaded.error(("distribute", "strategy"), f"{wanted!r}, but the flags describe a {view.kind} run; "
+                                                       f"fix the hosts/tpu flags or use strategy: auto")
+    return view
+
+
+# recipe strategy -> the ClusterView kinds it allows
+STRATEGY_KINDS = {"mirrored": ("mirrored", "default"), "multi_worker": ("multi_worker_mirrored",),
+                  "parameter_server": ("parameter_server",), "tpu": ("tpu",)}
+
+_KIND_NAMES = {"default": "default strategy (one device)", "mirrored": "MirroredStrategy",
+               "multi_worker_mirrored": "MultiWorkerMirroredStrategy",
+               "parameter_server": "ParameterServerStrategy (asynchronous)", "tpu": "TPUStrategy"}
+
+
+def batch_facts(loaded, flags, num_samples):
     """Replicas, global and per-update batch and steps per epoch, from the recipe's flags."""
-    dist = recipe.distribute
-    num_workers = max(1, len(dist.worker_hosts))
-    devices = dist.num_gpus
-    global_batch = recipe.run.batch_size * devices * num_workers
+    recipe = loaded.recipe
+    view = cluster_view(loaded, flags)
+    devices = recipe.distribute.num_gpus
+    global_batch = recipe.run.batch_size * devices * view.num_workers
     accumulation = 1
     for wrapper in recipe.optimizer.wrappers:
         if wrapper.name == "batch_gradients":
             accumulation *= int(wrapper.params.get("num_batches", _default_num_batches()))
     steps = math.ceil(num_samples / global_batch) if num_samples else None
-    return BatchFacts(per_replica_batch=recipe.run.batch_size, devices_per_worker=devices, num_workers=num_workers,
-                      global_batch=global_batch, accumulation=accumulation, update_batch=global_batch * accumulation,
-                      num_samples=num_samples, steps_per_epoch=steps, strategy=describe_strategy(recipe))
+    in_sync = devices * view.num_workers if view.sync_replicas else devices
+    strategy = f"{_KIND_NAMES.get(view.kind, view.kind)}: {view.num_workers} worker(s) x {devices} device(s)"
+    strategy += f", {in_sync} replica(s) in sync per step"
+    if view.jobs.get("ps"):
+        strategy += f", {len(view.jobs['ps'])} parameter server(s)"
+    if view.tpu:
+        strategy += f", TPU {view.tpu!r}"
+    if view.jobs:
+        strategy += f"; this process: {view.role} (task {view.task_index})"
+    return BatchFacts(per_replica_batch=recipe.run.batch_size, devices_per_worker=devices,
+                      num_workers=view.num_workers, global_batch=global_batch, accumulation=accumulation,
+                      update_batch=global_batch * accumulation, num_samples=num_samples, steps_per_epoch=steps,
+                      strategy=strategy)
 
 
 def _default_num_batches():
     from moxlite import optimizers
 
     return optimizers.wrapper_parameters("batch_gradients")["num_batches"][0]
-
-
-def describe_strategy(recipe):
-    """One line: which tf.distribute strategy the flags select, and its replicas."""
-    dist = recipe.distribute
-    workers = max(1, len(dist.worker_hosts))
-    if dist.tpu or dist.strategy == "tpu":
-        return f"TPUStrategy on {dist.tpu!r}"
-    if dist.ps_hosts or dist.strategy == "parameter_server" or not dist.sync_replicas:
-        mode = "synchronous" if dist.sync_replicas and dist.strategy != "parameter_server" else "asynchronous"
-        return (f"ParameterServerStrategy ({mode}): {workers} worker(s) x {dist.num_gpus} device(s), "
-                f"{len(dist.ps_hosts)} parameter server(s); {workers * dist.num_gpus} replicas")
-    if workers > 1 or dist.strategy == "multi_worker":
-        return (f"MultiWorkerMirroredStrategy: {workers} worker(s) x {dist.num_gpus} device(s) = "
-                f"{workers * dist.num_gpus} replicas in sync")
-    if dist.num_gpus > 1:
-        return f"MirroredStrategy: {dist.num_gpus} local devices = {dist.num_gpus} replicas in sync"
-    return "default strategy: 1 device, 1 replica"
 
 
 # ----------------------------------------------------------------- predict output

@@ -72,6 +72,7 @@ def _main(arguments):
     if arguments.dry_run:
         print(execution.dry_run_report(plan))
         return 0
+    execution.prepare_devices(plan)
     execution.probe_optimizer(plan)
     execution.write_resolved_recipe(plan, RECIPE_FILE_NAME)
     execution.execute(plan)

@@ -11,6 +11,16 @@ from moxlite.contract import ModeKeys
 from moxlite.recipes import builders
 
 
+def prepare_devices(plan):
+    """Split the CPU into num_gpus logical devices now, before the optimizer probe starts TensorFlow."""
+    from moxlite.distribute import devices
+
+    try:
+        devices.configure_local_devices(plan.flags["num_gpus"])
+    except errors.UserInputError as error:
+        raise plan.loaded.error(("distribute", "num_gpus"), str(error)) from None
+
+
 def probe_optimizer(plan):
     """Build the optimizer stack once, so a bad value fails now rather than inside the run.
 
@@ -113,9 +123,12 @@ def execute(plan, print_fn=print):
 
 
 def result_line(metrics, what):
-    """``[RESULT] accuracy: 0.9630  loss: 0.1212  (evaluation ...)``, accuracy first."""
+    """``[RESULT] accuracy: 0.9630  loss: 0.1212  (evaluation ..., 1000 samples, step 600)``, accuracy first."""
     if not isinstance(metrics, dict) or not metrics:
         return f"[RESULT] {what}: no metrics"
-    keys = sorted(metrics, key=lambda k: (k != "accuracy", k))
+    counts = {key: metrics[key] for key in ("num_samples", "global_step") if key in metrics}
+    keys = sorted((k for k in metrics if k not in counts), key=lambda k: (k != "accuracy", k))
     values = "  ".join(f"{key}: {float(metrics[key]):.4f}" for key in keys)
-    return f"[RESULT] {values}  ({what})"
+    detail = "".join(f", {int(counts[key])} samples" if key == "num_samples" else f", step {int(counts[key])}"
+                     for key in counts)
+    return f"[RESULT] {values}  ({what}{detail})"

@@ -1,0 +1,174 @@
+"""Recipes run end to end: numbers checked against numpy, against an equivalent Python call, and across modes.
+
+Runs are shortened with --set and driven in-process through cli.main (one
+subprocess test covers the installed console script).
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import moxlite
+from moxlite.data import datasets, mnist
+from moxlite.models import build_model_fn
+from moxlite.recipes import cli, loader
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICK_START = os.path.join(REPO, "recipes", "mnist_mlp.yaml")
+RESULT = re.compile(r"^\[RESULT\] accuracy: (\d\.\d+)", re.MULTILINE)
+
+
+def run_recipe(capsys, recipe, log_dir, *overrides, mode=None):
+    arguments = [recipe, "--set", f"run.log_dir={log_dir}"]
+    for override in overrides:
+        arguments += ["--set", override]
+    if mode:
+        arguments += ["--mode", mode]
+    code = cli.main(arguments)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def checkpoint_model_weights(log_dir):
+    """The model variables of the latest checkpoint, in creation order."""
+    reader = tf.train.load_checkpoint(str(log_dir))
+    names = sorted(name for name, _ in tf.train.list_variables(str(log_dir)) if name.startswith("model/"))
+    return [reader.get_tensor(name) for name in names]
+
+
+def numpy_mlp_accuracy(weights, images, labels):
+    """Accuracy of a one-hidden-layer ReLU MLP given as [W0, b0, W1, b1]."""
+    hidden = np.maximum(images.reshape(len(images), -1) @ weights[0] + weights[1], 0.0)
+    logits = hidden @ weights[2] + weights[3]
+    return float(np.mean(logits.argmax(axis=1) == labels))
+
+
+def test_quick_start_recipe_reports_the_accuracy_of_its_checkpoint(capsys, tmp_path):
+    log_dir = tmp_path / "quick"
+    code, out, _ = run_recipe(capsys, QUICK_START, log_dir, "run.steps=100", "model.mlp.hidden_units=[32]")
+    assert code == 0
+    printed = float(RESULT.search(out).group(1))
+    _, (val_images, val_labels) = mnist.split(0.2, 0)
+    expected = numpy_mlp_accuracy(checkpoint_model_weights(log_dir), val_images, val_labels)
+    assert printed == pytest.approx(expected, abs=5e-5)
+    assert expected > 0.5  # far above chance (0.1): it trained
+    saved = loader.load([str(log_dir / "recipe.yaml")]).recipe
+    assert saved == loader.load([QUICK_START], [f"run.log_dir={log_dir}", "run.steps=100",
+                                                "model.mlp.hidden_units=[32]"]).recipe
+
+
+def test_eval_and_predict_modes_reuse_the_trained_checkpoint(capsys, tmp_path):
+    log_dir = tmp_path / "modes"
+    shorten = ("run.steps=30", "model.mlp.hidden_units=[16]")
+    code, out, _ = run_recipe(capsys, QUICK_START, log_dir, *shorten)
+    after_training = float(RESULT.search(out).group(1))
+    code_eval, out_eval, _ = run_recipe(capsys, QUICK_START, log_dir, *shorten, mode="eval")
+    code_predict, out_predict, _ = run_recipe(capsys, QUICK_START, log_dir, *shorten, mode="predict")
+    assert (code, code_eval, code_predict) == (0, 0, 0)
+    assert float(RESULT.search(out_eval).group(1)) == after_training
+    predicted = re.search(r"\[RESULT\] predicted (\d+) samples; accuracy against the labels: (\d\.\d+)", out_predict)
+    assert int(predicted.group(1)) == 1000
+    assert float(predicted.group(2)) == pytest.approx(after_training, abs=5e-5)
+
+
+def test_recipe_run_and_equivalent_python_run_give_the_same_weights(capsys, tmp_path):
+    recipe_dir, python_dir = tmp_path / "recipe", tmp_path / "python"
+    code, _, _ = run_recipe(
+        capsys, QUICK_START, recipe_dir, "run.steps=12", "run.evaluate=false", "run.seed=5",
+        "model.mlp.hidden_units=[24]", "distribute.num_gpus=2", "run.batch_size=16",
+        "optimizer.wrappers=[{name: lars, ratio: 0.01}, {name: batch_gradients, num_batches: 3}]")
+    assert code == 0
+
+    keras.backend.clear_session()
+    moxlite.set_flag("num_gpus", 2)
+    keras.utils.set_random_seed(5)
+    optimizer_fn = moxlite.get_optimizer_fn("momentum", 0.05, momentum=0.9)
+    optimizer_fn = moxlite.get_optimizer_wrapper_fn("lars", optimizer_fn, ratio=0.01)
+    optimizer_fn = moxlite.get_optimizer_wrapper_fn("batch_gradients", optimizer_fn, num_batches=3)
+    moxlite.run(input_fn=datasets.mnist(seed=5).input_fn, model_fn=build_model_fn("mlp", 10, hidden_units=[24]),
+                optimizer_fn=optimizer_fn, run_mode=moxlite.ModeKeys.TRAIN, batch_size=16,
+                log_dir=str(python_dir), max_number_of_steps=12)
+
+    from_recipe, from_python = checkpoint_model_weights(recipe_dir), checkpoint_model_weights(python_dir)
+    assert [w.shape for w in from_recipe] == [(784, 24), (24,), (24, 10), (10,)]
+    initial = np.std(from_recipe[0])
+    for recipe_weight, python_weight in zip(from_recipe, from_python):
+        np.testing.assert_allclose(recipe_weight, python_weight, rtol=1e-6, atol=1e-7)
+    assert initial > 0
+
+
+def test_user_functions_are_called_by_reference_with_their_kwargs(capsys, tmp_path, monkeypatch):
+    (tmp_path / "user_recipe_fns.py").write_text(
+        "import moxlite\n"
+        "from moxlite.data import datasets\n"
+        "from moxlite.models import build_model_fn\n"
+        "CALLS = []\n"
+        "def input_fn(mode, fraction):\n"
+        "    CALLS.append(('input', mode, fraction))\n"
+        "    return datasets.mnist(validation_fraction=fraction).input_fn(mode)\n"
+        "def model_fn(inputs, mode, width):\n"
+        "    CALLS.append(('model', mode, width))\n"
+        "    global _MODEL\n"
+        "    if mode == moxlite.ModeKeys.TRAIN or '_MODEL' not in globals():\n"
+        "        _MODEL = build_model_fn('mlp', 10, hidden_units=[width])\n"
+        "    return _MODEL(inputs, mode)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    log_dir = tmp_path / "user"
+    code, out, _ = run_recipe(capsys, QUICK_START, log_dir, "run.steps=10", "input.name=user_recipe_fns:input_fn",
+                              "input.kwargs={fraction: 0.5}", "model.name=user_recipe_fns:model_fn",
+                              "model.kwargs={width: 12}")
+    assert code == 0
+    import user_recipe_fns
+
+    assert ("input", "TRAIN", 0.5) in user_recipe_fns.CALLS and ("input", "EVAL", 0.5) in user_recipe_fns.CALLS
+    assert ("model", "TRAIN", 12) in user_recipe_fns.CALLS
+    assert checkpoint_model_weights(log_dir)[0].shape == (784, 12)
+    assert "samples" in RESULT.search(out).string.splitlines()[-1]
+
+
+@pytest.mark.parametrize("recipe, overrides", [
+    ("mnist_cnn.yaml", ["run.steps=8", "model.lenet.filters=[4]", "model.lenet.dense_units=16", "run.eval_steps=2"]),
+    ("benchmark.yaml", ["run.steps=3", "model.small_resnet.depth=8", "input.synthetic.image_shape=[16, 16, 3]"]),
+    # The 32k recipe's data, optimizer stack and two replicas, with a small network in place of
+    # ResNet-50 (whose CPU graph build alone takes minutes; its network is checked in test_models).
+    ("resnet50_imagenet_lars_32k.yaml", ["input.name=synthetic", "input.synthetic.image_shape=[16, 16, 3]",
+                                         "input.synthetic.num_classes=10", "model.name=small_resnet",
+                                         "model.small_resnet.depth=8", "distribute.num_gpus=2", "run.batch_size=2",
+                                         "run.steps=4", "optimizer.wrappers.1.num_batches=2", "run.evaluate=false"]),
+])
+def test_bundled_recipe_runs_shortened_to_its_last_step(capsys, tmp_path, recipe, overrides):
+    log_dir = tmp_path / "bundled"
+    code, out, _ = run_recipe(capsys, os.path.join(REPO, "recipes", recipe), log_dir, *overrides)
+    assert code == 0
+    steps = int(next(o.split("=")[1] for o in overrides if o.startswith("run.steps=")))
+    assert tf.train.load_checkpoint(str(log_dir)).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == steps
+    assert (log_dir / "recipe.yaml").exists()
+
+
+def test_user_error_raised_inside_run_prints_one_line_and_exits_2(capsys, tmp_path):
+    code, out, err = run_recipe(capsys, QUICK_START, tmp_path / "empty", mode="eval")
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("moxlite-run: error: ") and "checkpoint" in lines[-1].lower()
+    assert "Traceback" not in err
+
+
+def test_console_script_runs_the_quick_start(tmp_path):
+    log_dir = tmp_path / "console"
+    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    script = os.path.join(os.path.dirname(sys.executable), "moxlite-run")
+    command = [script if os.path.exists(script) else "moxlite-run", QUICK_START, "--set", f"run.log_dir={log_dir}",
+               "--set", "run.steps=20", "--set", "model.mlp.hidden_units=[8]", "--set", "run.log_every_n_steps=10"]
+    finished = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=300, cwd=REPO)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    last = finished.stdout.strip().splitlines()[-1]
+    _, (val_images, val_labels) = mnist.split(0.2, 0)
+    expected = numpy_mlp_accuracy(checkpoint_model_weights(log_dir), val_images, val_labels)
+    assert float(RESULT.search(last).group(1)) == pytest.approx(expected, abs=5e-5)
+    assert "step: 20(global step: 20)" in finished.stderr + finished.stdout
