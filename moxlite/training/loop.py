@@ -7,6 +7,8 @@ MultiWorkerMirroredStrategy and TPUStrategy. The asynchronous
 so ``trainer`` drives them the same way.
 """
 
+import contextlib
+
 import tensorflow as tf
 
 
@@ -35,6 +37,7 @@ class SyncTrainLoop:
         dataset = strategy.distribute_datasets_from_function(dataset_fn)
         self.iterator = iter(dataset)
         self._loop = tf.function(self._steps)
+        self._step_counts = {}
 
     def _steps(self, iterator, num_steps):
         logs = {key: tf.zeros([], tf.float32) for key in self._log_keys}
@@ -52,16 +55,20 @@ class SyncTrainLoop:
     def run_steps(self, num_steps):
         """Run up to ``num_steps`` steps; return (steps done, log values of the last step).
 
-        Fewer steps than asked means the input ended. Summaries that user functions write
-        land in the summary writer on every ``save_summary_steps``-th global step.
+        Fewer steps than asked means the input ended.
         """
-        num_steps = tf.constant(num_steps, tf.int64)
-        writer = self._summaries.writer if self._summaries is not None else None
-        if writer is None or not self._save_summary_steps:
-            done, logs = self._loop(self.iterator, num_steps)
-        else:
-            every = self._save_summary_steps
-            with writer.as_default(step=self.global_step), \
-                    tf.summary.record_if(lambda: tf.equal(self.global_step % every, 0)):
-                done, logs = self._loop(self.iterator, num_steps)
+        if num_steps not in self._step_counts:
+            self._step_counts[num_steps] = tf.constant(num_steps, tf.int64)
+        done, logs = self._loop(self.iterator, self._step_counts[num_steps])
         return int(done), logs
+
+    def user_summaries(self):
+        """A context in which summaries that user functions write land in the summary writer
+        on every ``save_summary_steps``-th global step (entered once for the whole run)."""
+        stack = contextlib.ExitStack()
+        writer = self._summaries.writer if self._summaries is not None else None
+        if writer is not None and self._save_summary_steps:
+            every = self._save_summary_steps
+            stack.enter_context(writer.as_default(step=self.global_step))
+            stack.enter_context(tf.summary.record_if(lambda: tf.equal(self.global_step % every, 0)))
+        return stack

@@ -6,6 +6,7 @@ is written to ``log_dir``, so a mistake leaves earlier checkpoints and logs as
 they were.
 """
 
+import contextlib
 import os
 
 import tensorflow as tf
@@ -242,10 +243,13 @@ class _Run:
                          self.setup.num_replicas_in_sync, self.batch_size, self.global_batch_size, start)
         from moxlite.optimizers.schedules import current_learning_rate
         cadence = Cadence(args["steps_per_loop"], args["log_every_n_steps"], args["save_summary_steps"])
+        user_summaries = loop.user_summaries() if hasattr(loop, "user_summaries") else contextlib.ExitStack()
         try:
-            step, logs = train(loop, start, target, cadence, checkpointer, summaries, self.global_batch_size,
-                               learning_rate=lambda: current_learning_rate(optimizers[0]),
-                               evaluate=evaluate)
+            with user_summaries:
+                step, logs = train(loop, start, target, cadence, checkpointer, summaries,
+                                   self.global_batch_size,
+                                   learning_rate=lambda: current_learning_rate(optimizers[0]),
+                                   evaluate=evaluate)
             if hasattr(loop, "finish"):
                 step = loop.finish()
             checkpointer.save(step)
