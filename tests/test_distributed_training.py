@@ -1,0 +1,121 @@
+"""moxlite.run on real loopback clusters (tools/launch_local.py), checked against
+independent references: a single-process run with the same global batch, an
+uninterrupted run, and the numpy cross-entropy of the saved softmax weights."""
+
+import math
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import distlib, runlib
+from tests.dist_scripts import train_mnist
+
+SCRIPT = ["python", distlib.script("train_mnist.py")]
+
+
+@pytest.fixture
+def launches():
+    started = []
+
+    def launch(args, command, timeout):
+        started.append(distlib.Launch(args, command, timeout))
+        return started[-1]
+
+    yield launch
+    for one in started:
+        one.kill()
+
+
+def _single_process_weights(log_dir, steps, global_batch):
+    """The reference: one process, one device, batch = the cluster's global batch."""
+    train_mnist.train(str(log_dir), steps, global_batch)
+    return runlib.checkpoint_variables(str(log_dir))
+
+
+def _softmax_loss(checkpoint_prefix):
+    """Mean cross-entropy of a saved softmax regression on the training rows, in numpy."""
+    reader = tf.train.load_checkpoint(checkpoint_prefix)
+    kernel = reader.get_tensor("model/v0000/.ATTRIBUTES/VARIABLE_VALUE")
+    bias = reader.get_tensor("model/v0001/.ATTRIBUTES/VARIABLE_VALUE")
+    images, labels = runlib.mnist_rows(train_mnist.NUM_ROWS)
+    logits = images.astype(np.float64) @ kernel + bias
+    logits -= logits.max(axis=1, keepdims=True)
+    log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    return float(-log_probs[np.arange(len(labels)), labels].mean())
+
+
+def test_sync_two_workers_equal_a_single_process_run_with_the_same_global_batch(launches, tmp_path):
+    steps, per_replica = 20, 16
+    run = launches(["--workers=2", "--sync"],
+                   SCRIPT + [f"--log_dir={tmp_path / 'cluster'}", f"--steps={steps}", f"--batch={per_replica}"],
+                   timeout=150)
+    assert run.wait() == 0, run.output()
+    assert {task: result["global_step"] for task, result in run.results().items()} == {"worker:0": 20, "worker:1": 20}
+    assert "global batch 32" in run.output()
+    cluster_weights = runlib.checkpoint_variables(str(tmp_path / "cluster"))
+    reference = _single_process_weights(tmp_path / "single", steps, 2 * per_replica)
+    assert len(cluster_weights) == len(reference) == 4
+    for got, want in zip(cluster_weights, reference):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_sync_run_killed_and_restarted_ends_with_the_uninterrupted_weights(launches, tmp_path):
+    # 200 steps take seconds: room to stop the run after its first checkpoint.
+    steps, per_replica, log_dir = 200, 16, tmp_path / "cluster"
+    command = SCRIPT + [f"--log_dir={log_dir}", f"--steps={steps}", f"--batch={per_replica}", "--save_steps=10"]
+    first = launches(["--workers=2", "--sync", "--use-tf-config"], command, timeout=150)
+    assert first.read_until(lambda line: "Saved checkpoint for step 10" in line, 120), first.output()
+    first.process.send_signal(signal.SIGTERM)
+    assert first.wait() == 128 + signal.SIGTERM
+    stopped_at = int(tf.train.latest_checkpoint(str(log_dir)).rsplit("-", 1)[1])
+    assert 10 <= stopped_at < steps, first.output()
+
+    second = launches(["--workers=2", "--sync", "--use-tf-config"], command, timeout=150)
+    assert second.wait() == 0, second.output()
+    assert f"from step {stopped_at}" in second.output()
+    assert second.results()["worker:0"]["global_step"] == steps
+    reference = _single_process_weights(tmp_path / "single", steps, 2 * per_replica)
+    for got, want in zip(runlib.checkpoint_variables(str(log_dir)), reference):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _async_checks(run, log_dir, steps_per_worker, workers=2, killed_workers=0):
+    assert run.wait() == 0, run.output()
+    results = run.results()
+    assert list(results) == ["worker:0"], run.output()  # the coordinator; workers and ps only serve
+    # Every scheduled step is counted. A worker killed after its step reached the ps but
+    # before it answered has that step re-run elsewhere (at-least-once): at most one extra
+    # applied step per killed worker, since a worker runs one step at a time.
+    global_step = results["worker:0"]["global_step"]
+    assert steps_per_worker * workers <= global_step <= steps_per_worker * workers + killed_workers
+    saved = sorted(int(name.split("-")[1].split(".")[0]) for name in os.listdir(log_dir) if name.endswith(".index"))
+    assert saved[-1] == global_step
+    losses = [_softmax_loss(os.path.join(log_dir, f"model.ckpt-{step}")) for step in (saved[0], saved[-1])]
+    # Zero weights start at ln(10); later checkpoints must sit lower on the whole training set.
+    assert math.log(10) > losses[0] > losses[1], losses
+
+
+def test_async_two_workers_one_ps_count_every_step_and_lower_the_loss(launches, tmp_path):
+    run = launches(["--workers=2", "--ps=1", "--async"],
+                   SCRIPT + [f"--log_dir={tmp_path}", "--steps=30", "--batch=16", "--model=softmax"], timeout=150)
+    _async_checks(run, str(tmp_path), steps_per_worker=30)
+
+
+def test_async_run_survives_a_worker_killed_mid_run(launches, tmp_path):
+    run = launches(["--workers=2", "--ps=1", "--async"],
+                   SCRIPT + [f"--log_dir={tmp_path}", "--steps=150", "--batch=16", "--model=softmax",
+                             "--save_steps=50"], timeout=150)
+    pids = {}
+    while "worker:1" not in pids:
+        line = run.read_until(lambda text: "] PID " in text, 60)
+        assert line is not None, run.output()
+        pids[line.split("]")[0].lstrip("[")] = int(line.rsplit(" ", 1)[1])
+    assert run.read_until(lambda line: "global step: 10)" in line, 120), run.output()
+    os.kill(pids["worker:1"], signal.SIGKILL)
+    killed_at = time.monotonic()
+    _async_checks(run, str(tmp_path), steps_per_worker=150, killed_workers=1)
+    assert not distlib.alive(pids["worker:1"]) and time.monotonic() - killed_at < 150
