@@ -92,6 +92,8 @@ def _async_checks(run, log_dir, steps_per_worker, workers=2, killed_workers=0):
     # applied step per killed worker, since a worker runs one step at a time.
     global_step = results["worker:0"]["global_step"]
     assert steps_per_worker * workers <= global_step <= steps_per_worker * workers + killed_workers
+    # model_fn's variables once each: kernel and bias of the softmax layer.
+    assert [w.shape for w in runlib.checkpoint_variables(log_dir)] == [(784, 10), (10,)]
     saved = sorted(int(name.split("-")[1].split(".")[0]) for name in os.listdir(log_dir) if name.endswith(".index"))
     assert saved[-1] == global_step
     losses = [_softmax_loss(os.path.join(log_dir, f"model.ckpt-{step}")) for step in (saved[0], saved[-1])]

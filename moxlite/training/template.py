@@ -138,9 +138,14 @@ class ModelTemplate:
 
 
 def _identities(variable):
-    """ids of a variable and, for a distributed variable, of its per-replica components
-    (a gradient tape may record either)."""
-    return {id(variable)} | {id(component) for component in getattr(variable, "values", ())}
+    """ids of a variable and of what it wraps: the per-replica components of a mirrored
+    variable, the variable inside a parameter server's AggregatingVariable (a gradient tape
+    may record either)."""
+    wrapped = list(getattr(variable, "values", ()))
+    inner = getattr(variable, "_v", None)
+    if inner is not None:
+        wrapped.append(inner)
+    return {id(variable)} | {id(component) for component in wrapped}
 
 
 def _referenced_keras_variables(function):
