@@ -90,10 +90,12 @@ def softmax_probabilities(logits):
     return exp / exp.sum(axis=1, keepdims=True)
 
 
-def numpy_softmax_regression(images, labels, batch_size, num_steps, learning_rate, momentum=0.0):
+def numpy_softmax_regression(images, labels, batch_size, num_steps, learning_rate, momentum=0.0,
+                             clip=0.0, clip_type="global_norm"):
     """Weights after ``num_steps`` of (momentum) SGD on mean cross-entropy, batches in order.
 
-    Keras's SGD with momentum: v = momentum * v - lr * g; w += v.
+    Keras's SGD with momentum: v = momentum * v - lr * g; w += v. With ``clip``, gradients
+    are first scaled to norm ``clip`` when larger: jointly (global_norm) or each on its own.
     """
     kernel = np.zeros((NUM_FEATURES, NUM_CLASSES), np.float64)
     bias = np.zeros(NUM_CLASSES, np.float64)
@@ -106,6 +108,12 @@ def numpy_softmax_regression(images, labels, batch_size, num_steps, learning_rat
         probabilities[np.arange(batch_size), y] -= 1.0
         grad_k = x.T @ probabilities / batch_size
         grad_b = probabilities.mean(axis=0)
+        if clip and clip_type == "global_norm":
+            norm = np.sqrt(np.sum(grad_k ** 2) + np.sum(grad_b ** 2))
+            grad_k, grad_b = (grad_k * clip / norm, grad_b * clip / norm) if norm > clip else (grad_k, grad_b)
+        elif clip:
+            grad_k = grad_k * min(1.0, clip / np.linalg.norm(grad_k))
+            grad_b = grad_b * min(1.0, clip / np.linalg.norm(grad_b))
         velocity_k = momentum * velocity_k - learning_rate * grad_k
         velocity_b = momentum * velocity_b - learning_rate * grad_b
         kernel += velocity_k

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from moxlite import context, distribute, errors, flags
 from moxlite.contract import ExportKeys, ModeKeys
-from moxlite.training import checkpoints, export, reporting, steps
+from moxlite.training import checkpoints, export, precision, reporting, steps
 from moxlite.training.evaluation import Evaluator, predict
 from moxlite.training.inputs import call_input_fn, make_dataset_fn, placeholder_batch, as_model_inputs
 from moxlite.training.loop import SyncTrainLoop
@@ -78,6 +78,7 @@ class _Run:
         self.global_batch_size = self.batch_size * setup.num_replicas_in_sync
         self.template = ModelTemplate(args["model_fn"])
         self.logger = reporting.get_logger()
+        self.precision = precision.from_flags()
 
     # ---- shared pieces ---------------------------------------------------------------------
 
@@ -132,6 +133,10 @@ class _Run:
     # ---- modes -----------------------------------------------------------------------------
 
     def execute(self):
+        with precision.compute_policy(self.precision):
+            return self._execute_mode()
+
+    def _execute_mode(self):
         if self.mode == ModeKeys.TRAIN:
             result = self._train()
             if self.args["export_model"] == ExportKeys.TF_SERVING and self._is_chief():
@@ -170,10 +175,13 @@ class _Run:
                     raise errors.OptimizerError(
                         f"optimizer_fn returned {errors.describe(optimizer)}, not an optimizer; return a "
                         f"Keras optimizer, e.g. lambda: keras.optimizers.SGD(0.1)")
+                optimizer = precision.with_loss_scaling(optimizer, self.precision)
                 optimizer.build(variable_lists[index])
                 optimizers.append(optimizer)
             train_step = steps.TrainStep(self.template, optimizers, variable_lists,
-                                         self.setup.num_replicas_in_sync)
+                                         self.setup.num_replicas_in_sync,
+                                         gradient_clip=self.precision.gradient_clip,
+                                         gradient_clip_type=self.precision.gradient_clip_type)
             return self._train_loop(run_context, spec, optimizers, train_step)
 
     def _variable_lists(self, spec):

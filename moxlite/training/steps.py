@@ -53,14 +53,29 @@ def check_spec(spec, mode, num_optimizers=None):
                 f"log_info[{name!r}] is {errors.describe(value)}; log_info values must be scalar tensors")
 
 
-class TrainStep:
-    """One optimizer step per loss, on the variables that loss trains."""
+def loss_scale_of(optimizer):
+    """The factor ``optimizer.scale_loss`` multiplies a loss by (1 without loss scaling)."""
+    scale_loss = getattr(optimizer, "scale_loss", None)
+    return scale_loss(tf.constant(1.0)) if scale_loss is not None else tf.constant(1.0)
 
-    def __init__(self, template, optimizers, variable_lists, num_replicas):
+
+class TrainStep:
+    """One optimizer step per loss, on the variables that loss trains.
+
+    gradient_clip: clip threshold (0: off) applied to the gradient of the global batch:
+        ``global_norm`` clips all gradients together by their joint norm, ``norm`` each
+        variable's gradient by its own norm. The replicas' gradients are summed first, so
+        the threshold means the same on any number of replicas.
+    """
+
+    def __init__(self, template, optimizers, variable_lists, num_replicas, gradient_clip=0.0,
+                 gradient_clip_type="global_norm"):
         self.template = template
         self.optimizers = optimizers
         self.variable_lists = variable_lists
         self.num_replicas = num_replicas
+        self.gradient_clip = gradient_clip
+        self.gradient_clip_type = gradient_clip_type
 
     def __call__(self, inputs):
         with tf.GradientTape(persistent=len(self.optimizers) > 1) as tape:
@@ -68,13 +83,29 @@ class TrainStep:
             # the user gave them instead of the loop's "while/cond/" prefixes.
             with tf.compat.v1.name_scope(None):
                 spec = self.template(as_model_inputs(inputs), ModeKeys.TRAIN)
-            scaled = [tf.cast(loss, tf.float32) / self.num_replicas for loss in spec.losses]
+            losses = [tf.cast(loss, tf.float32) / self.num_replicas for loss in spec.losses]
+            # A LossScaleOptimizer multiplies here and divides the gradients in apply_gradients.
+            scaled = [optimizer.scale_loss(loss) for loss, optimizer in zip(losses, self.optimizers)]
         for loss, optimizer, variables in zip(scaled, self.optimizers, self.variable_lists):
-            gradients = tape.gradient(loss, variables)
-            optimizer.apply_gradients(
-                [(g, v) for g, v in zip(gradients, variables) if g is not None])
+            pairs = [(g, v) for g, v in zip(tape.gradient(loss, variables), variables) if g is not None]
+            if self.gradient_clip and pairs:
+                pairs = list(zip(self._clipped([g for g, _ in pairs], optimizer), [v for _, v in pairs]))
+            optimizer.apply_gradients(pairs)
         del tape
         return log_values(spec)
+
+    def _clipped(self, gradients, optimizer):
+        gradients = [tf.convert_to_tensor(g) for g in gradients]
+        if self.num_replicas > 1:
+            gradients = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, gradients)
+        # Gradients of a scaled loss are scaled too: so is the threshold.
+        threshold = self.gradient_clip * loss_scale_of(optimizer)
+        if self.gradient_clip_type == "global_norm":
+            gradients, _ = tf.clip_by_global_norm(gradients, threshold)
+        else:
+            gradients = [tf.clip_by_norm(g, threshold) for g in gradients]
+        # The optimizer sums the replicas' gradients: each hands in an equal share of the clipped sum.
+        return [g / self.num_replicas for g in gradients]
 
 
 class EvalStep:
