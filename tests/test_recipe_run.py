@@ -63,7 +63,7 @@ def test_quick_start_recipe_reports_the_accuracy_of_its_checkpoint(capsys, tmp_p
                                                 "model.mlp.hidden_units=[32]"]).recipe
 
 
-def test_eval_and_predict_modes_reuse_the_trained_checkpoint(capsys, tmp_path):
+def test_eval_predict_and_export_modes_reuse_the_trained_checkpoint(capsys, tmp_path):
     log_dir = tmp_path / "modes"
     shorten = ("run.steps=30", "model.mlp.hidden_units=[16]")
     code, out, _ = run_recipe(capsys, QUICK_START, log_dir, *shorten)
@@ -75,6 +75,20 @@ def test_eval_and_predict_modes_reuse_the_trained_checkpoint(capsys, tmp_path):
     predicted = re.search(r"\[RESULT\] predicted (\d+) samples; accuracy against the labels: (\d\.\d+)", out_predict)
     assert int(predicted.group(1)) == 1000
     assert float(predicted.group(2)) == pytest.approx(after_training, abs=5e-5)
+
+    code_export, out_export, _ = run_recipe(capsys, QUICK_START, log_dir, *shorten, mode="export")
+    assert code_export == 0
+    assert out_export.strip().splitlines()[-1] == f"[RESULT] exported SavedModel to {log_dir / 'model' / '1'}"
+    serving = tf.saved_model.load(str(log_dir / "model" / "1")).signatures["serving_default"]
+    _, (val_images, _) = mnist.split(0.2, 0)
+    images = val_images[:50, ..., None]
+    weights = checkpoint_model_weights(log_dir)
+    logits = np.maximum(images.reshape(50, -1) @ weights[0] + weights[1], 0.0) @ weights[2] + weights[3]
+    probabilities = np.exp(logits - logits.max(1, keepdims=True))
+    probabilities /= probabilities.sum(1, keepdims=True)
+    exported = serving(images=tf.constant(images))
+    np.testing.assert_allclose(exported["probabilities"].numpy(), probabilities, rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(exported["classes"].numpy(), logits.argmax(1))
 
 
 def test_recipe_run_and_equivalent_python_run_give_the_same_weights(capsys, tmp_path):

@@ -115,6 +115,9 @@ def execute(plan, print_fn=print):
     if mode == ModeKeys.EVAL:
         print_fn(result_line(result, "evaluation"))
         return result
+    if mode == ModeKeys.EXPORT:
+        print_fn(f"[RESULT] exported SavedModel to {result}")
+        return None
     if plan.eval_arguments is not None and _is_chief(plan.flags):
         metrics = moxlite.run(**plan.arguments(eval_after_train=True))
         print_fn(result_line(metrics, "evaluation on the held-out split after training"))
