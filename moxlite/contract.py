@@ -52,7 +52,9 @@ class ModelSpec:
         evaluation set; required in EVAL.
     output_info: dict of tensors handed to ``output_fn``; required in PREDICT.
     export_spec: an ExportSpec; required in EXPORT.
-    hooks: callables run by the loop, see ``moxlite.training.hooks``.
+    hooks: in TRAIN, callables ``hook(global_step, log_values)`` the loop calls with the
+        numpy log values at every log line and once at the end (TF2 has no SessionRunHook;
+        this is its plain-Python stand-in).
     """
 
     loss: Any = None

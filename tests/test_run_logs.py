@@ -101,3 +101,20 @@ def test_batch_size_and_log_dir_flags_fill_missing_run_arguments(tmp_path):
     expected, _ = runlib.numpy_softmax_regression(images, labels, BATCH, 2, 0.5)
     np.testing.assert_allclose(kernel, expected, atol=2e-5)
     assert result["global_step"] == 2
+
+
+def test_hooks_receive_the_logged_values_at_every_log_line_and_at_the_end(tmp_path, capsys):
+    images, labels = runlib.mnist_rows(200)
+    calls = []
+
+    def model_fn(inputs, mode):
+        spec = runlib.softmax_model_fn(inputs, mode)
+        spec.hooks = [lambda step, values: calls.append((step, float(values["loss"])))]
+        return spec
+
+    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
+            optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=0.5), run_mode=mox.ModeKeys.TRAIN,
+            batch_size=BATCH, log_dir=str(tmp_path), max_number_of_steps=6, log_every_n_steps=3)
+    logged = [LINE.match(l) for l in capsys.readouterr().out.splitlines() if "sample/sec" in l]
+    assert [step for step, _ in calls] == [3, 6, 6]
+    assert [round(loss, 3) for _, loss in calls[:2]] == [float(m.group(4)) for m in logged]

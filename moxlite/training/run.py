@@ -257,12 +257,15 @@ class _Run:
                 step, logs = train(loop, start, target, cadence, checkpointer, summaries,
                                    self.global_batch_size,
                                    learning_rate=lambda: current_learning_rate(optimizers[0]),
-                                   evaluate=evaluate)
+                                   evaluate=evaluate, hooks=list(spec.hooks or []))
             if hasattr(loop, "finish"):
                 step = loop.finish()
             checkpointer.save(step)
             if evaluate is not None:
                 evaluate(step)
+            final_values = {k: v for k, v in logs.items()}
+            for hook in spec.hooks or []:
+                hook(step, final_values)
         finally:
             checkpointer.close()
             summaries.close()

@@ -47,6 +47,11 @@ def check_spec(spec, mode, num_optimizers=None):
         raise errors.ModelFnError(
             "model_fn returned ModelSpec(output_info=None) in PREDICT mode; return the tensors to "
             "hand to output_fn, e.g. ModelSpec(output_info={'classes': classes})")
+    for hook in spec.hooks or []:
+        if not callable(hook):
+            raise errors.ModelFnError(
+                f"ModelSpec.hooks holds {errors.describe(hook)}; hooks must be callables "
+                f"hook(global_step, log_values)")
     for name, value in (spec.log_info or {}).items():
         if not (tf.is_tensor(value) or isinstance(value, (int, float))):
             raise errors.ModelFnError(

@@ -33,9 +33,10 @@ def _to_numpy(logs):
 
 def train(loop, start_step, target_step, cadence, checkpointer, summaries, global_batch_size,
           learning_rate: Optional[Callable] = None, evaluate: Optional[Callable] = None,
-          local_step_of: Callable = lambda step: step):
+          local_step_of: Callable = lambda step: step, hooks=()):
     """Run ``loop`` from ``start_step`` to ``target_step`` (None: until the input ends).
 
+    ``hooks`` are called as ``hook(global_step, log_values)`` at every log line.
     Returns (last global step, last log values as numpy).
     """
     logger = reporting.get_logger()
@@ -64,6 +65,8 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
             rate = throughput.tick(step)
             if at_log:
                 logger.info(reporting.train_line(local_step_of(step), step, rate, values))
+                for hook in hooks:
+                    hook(step, values)
             if at_summary:
                 extra = {"sample_per_sec": rate}
                 if learning_rate is not None:
