@@ -14,10 +14,8 @@ import argparse
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from moxlite import errors  # noqa: E402
-from moxlite.recipes import loader, schema  # noqa: E402
+from moxlite import errors
+from moxlite.recipes import loader, schema
 
 RECIPE_FILE_NAME = "recipe.yaml"
 
