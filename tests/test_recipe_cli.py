@@ -64,3 +64,22 @@ def test_help_recipe_lists_the_sections_and_exits_0(capsys):
     for section in ("run:", "input:", "model:", "optimizer:", "distribute:", "precision:"):
         assert f"\n{section}" in out
     assert "optimizer.wrappers (list of mapping, default []): Wrappers applied in order, innermost first" in out
+
+
+def test_distribute_and_precision_sections_become_moxing_flags(tmp_path):
+    import moxlite
+    from moxlite.recipes import builders, loader
+
+    loaded = loader.load(["recipes/mnist_mlp.yaml"], [
+        f"run.log_dir={tmp_path / 'never'}", "run.checkpoint_exclude_patterns=[logits, bn]",
+        "distribute={strategy: parameter_server, sync_replicas: false, num_gpus: 2, job_name: worker, "
+        "task_index: 1, ps_hosts: ['h0:2222'], worker_hosts: ['h0:2223', 'h1:2223']}",
+        "precision={use_fp16: true, loss_scale: dynamic, gradient_clip: 5, gradient_clip_type: norm}"])
+    for name, value in builders.flags_of(loaded.recipe).items():
+        moxlite.set_flag(name, value)
+    expected = {"num_gpus": 2, "sync_replicas": False, "job_name": "worker", "task_index": 1,
+                "ps_hosts": "h0:2222", "worker_hosts": "h0:2223,h1:2223", "use_fp16": True,
+                "loss_scale": "dynamic", "gradient_clip": 5.0, "gradient_clip_type": "norm",
+                "checkpoint_exclude_patterns": "logits,bn"}
+    assert {name: moxlite.get_flag(name) for name in expected} == expected
+    assert not (tmp_path / "never").exists()
