@@ -5,6 +5,7 @@ uninterrupted run, and the numpy cross-entropy of the saved softmax weights."""
 import math
 import os
 import signal
+import sys
 import time
 
 import numpy as np
@@ -121,3 +122,16 @@ def test_async_run_survives_a_worker_killed_mid_run(launches, tmp_path):
     killed_at = time.monotonic()
     _async_checks(run, str(tmp_path), steps_per_worker=150, killed_workers=1)
     assert not distlib.alive(pids["worker:1"]) and time.monotonic() - killed_at < 150
+
+
+def test_the_recipe_cli_runs_asynchronously_under_launch_local(launches, tmp_path):
+    """The README's command: launch_local appends MoXing's flags to moxlite-run."""
+    log_dir = tmp_path / "recipe"
+    run = launches(["--workers=2", "--ps=1", "--async"],
+                   [sys.executable, "-m", "moxlite", "recipes/mnist_mlp.yaml", "--set", "run.steps=15",
+                    "--set", f"run.log_dir={log_dir}", "--set", "run.log_every_n_steps=5",
+                    "--set", "distribute.sync_replicas=false"], timeout=150)
+    assert run.wait() == 0, run.output()
+    assert runlib.checkpoint_step(str(log_dir)) in (30, 31, 32)   # 15 per worker, at-least-once
+    assert "[worker:0] [RESULT] accuracy:" in run.output()
+    assert os.path.exists(log_dir / "recipe.yaml")

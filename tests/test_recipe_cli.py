@@ -83,3 +83,18 @@ def test_distribute_and_precision_sections_become_moxing_flags(tmp_path):
                 "checkpoint_exclude_patterns": "logits,bn"}
     assert {name: moxlite.get_flag(name) for name in expected} == expected
     assert not (tmp_path / "never").exists()
+
+
+def test_moxing_cluster_flags_after_the_recipe_become_distribute_overrides():
+    assert cli.cluster_flag_overrides([
+        "--job_name=worker", "--task_index=1", "--ps_hosts=", "--worker_hosts=127.0.0.1:1,127.0.0.1:2",
+        "--nosync_replicas"]) == [
+        'distribute.job_name="worker"', "distribute.task_index=1", "distribute.ps_hosts=[]",
+        'distribute.worker_hosts=["127.0.0.1:1", "127.0.0.1:2"]', "distribute.sync_replicas=false"]
+
+
+def test_an_argument_that_is_neither_an_option_nor_a_cluster_flag_exits_2(capsys, tmp_path):
+    code = cli.main(["recipes/mnist_mlp.yaml", "--set", f"run.log_dir={tmp_path / 'never'}", "--steps=5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "unrecognized argument '--steps=5'" in err and "--worker_hosts" in err
+    assert not (tmp_path / "never").exists()

@@ -91,15 +91,43 @@ def _devices_of(strategy):
         return ["(default device)" if strategy.num_replicas_in_sync == 1 else "(remote workers)"]
 
 
-def setup(timeout_seconds=None, variable_partitioner="min_size", get_flag=None, environ=None):
+_CLUSTER_FLAGS = ("job_name", "ps_hosts", "worker_hosts", "chief_hosts")
+_SETUPS = {}
+
+
+def setup(timeout_seconds=None, variable_partitioner="min_size", get_flag=None, environ=None,
+          local_only=False):
     """Resolve the cluster from the flags / TF_CONFIG and build what this process needs.
 
     timeout_seconds: how long to wait for peer tasks and collectives
         (default: MOXLITE_CLUSTER_TIMEOUT or 120 s).
     variable_partitioner: sharding of variables over several ps tasks
         ('min_size', 'fixed', None or a Partitioner; see ``strategy.make_partitioner``).
+    local_only: ignore the cluster (flags and TF_CONFIG) and use this process's own devices:
+        evaluation, prediction and export run in one process.
+
+    A process builds each cluster once: calling again with the same resolved cluster returns
+    the same set-up (MultiWorkerMirroredStrategy can only be configured once per process).
     """
+    if local_only:
+        if get_flag is None:
+            from moxlite.flags import get_flag as flag_value
+        else:
+            flag_value = get_flag
+
+        def get_flag(name):  # noqa: F811 - the local view of the same flags
+            return "" if name in _CLUSTER_FLAGS else flag_value(name)
+
+        environ = {}
     view = resolve(get_flag=get_flag, environ=environ)
+    key = (repr(view), variable_partitioner if isinstance(variable_partitioner, (str, type(None))) else id(
+        variable_partitioner))
+    if key not in _SETUPS:
+        _SETUPS[key] = _build_setup(view, timeout_seconds, variable_partitioner, environ)
+    return _SETUPS[key]
+
+
+def _build_setup(view, timeout_seconds, variable_partitioner, environ):
     if timeout_seconds is None:
         timeout_seconds = cluster_module.timeout_from_environ(environ)
     worker0_server = None

@@ -55,8 +55,41 @@ def main(argv=None):
     return code
 
 
+# MoXing's cluster flags, accepted after the recipe files so that one command line works for
+# every task of a cluster (tools/launch_local.py appends them); each becomes a
+# distribute.<name> override applied after the --set ones.
+CLUSTER_FLAGS = ("num_gpus", "sync_replicas", "job_name", "task_index", "ps_hosts", "worker_hosts",
+                 "chief_hosts", "tpu")
+
+
+def cluster_flag_overrides(extra):
+    """``distribute.<name>=<value>`` overrides for MoXing flags such as ``--ps_hosts=h:1,h:2``.
+
+    Raises RecipeError naming the argument for anything that is not one of CLUSTER_FLAGS.
+    """
+    overrides = []
+    for argument in extra:
+        name, has_value, value = argument[2:].partition("=") if argument.startswith("--") else ("", "", "")
+        if not has_value and name.startswith("no") and name[2:] == "sync_replicas":
+            name, value, has_value = "sync_replicas", "false", "="
+        if name not in CLUSTER_FLAGS:
+            raise errors.RecipeError(
+                f"command line: unrecognized argument {argument!r}; after the recipe files moxlite-run takes "
+                f"--set, --mode, --dry-run, --debug and MoXing's cluster flags "
+                f"({', '.join('--' + f for f in CLUSTER_FLAGS)})")
+        if not has_value:
+            value = "true" if name == "sync_replicas" else ""
+        if name in ("ps_hosts", "worker_hosts"):
+            hosts = [h.strip() for h in value.split(",") if h.strip()]
+            value = "[" + ", ".join(f'"{h}"' for h in hosts) + "]"
+        elif name in ("job_name", "chief_hosts", "tpu"):
+            value = f'"{value}"'
+        overrides.append(f"distribute.{name}={value}")
+    return overrides
+
+
 def _main_returning(argv):
-    arguments = _parser().parse_args(argv)
+    arguments, extra = _parser().parse_known_args(argv)
     if arguments.help_recipe:
         print(schema.describe_schema())
         return 0
@@ -66,6 +99,7 @@ def _main_returning(argv):
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
+        arguments.overrides = list(arguments.overrides) + cluster_flag_overrides(extra)
         return _main(arguments)
     except errors.UserInputError as error:
         if arguments.debug:
@@ -86,9 +120,13 @@ def _main(arguments):
     if arguments.dry_run:
         print(execution.dry_run_report(plan))
         return 0
-    execution.prepare_devices(plan)
+    setup = execution.prepare_distribution(plan)
+    if setup.serves_only:   # a ps (or asynchronous worker) task: serve the cluster, train nothing
+        setup.serve_forever()
+        return 0
     execution.probe_optimizer(plan)
-    execution.write_resolved_recipe(plan, RECIPE_FILE_NAME)
+    if setup.is_chief:
+        execution.write_resolved_recipe(plan, RECIPE_FILE_NAME)
     execution.execute(plan)
     return 0
 

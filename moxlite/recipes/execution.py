@@ -11,14 +11,28 @@ from moxlite.contract import ModeKeys
 from moxlite.recipes import builders
 
 
-def prepare_devices(plan):
-    """Split the CPU into num_gpus logical devices now, before the optimizer probe starts TensorFlow."""
-    from moxlite.distribute import devices
+def apply_flags(plan):
+    """Set the MoXing flags the recipe asks for (every one, so earlier runs do not leak)."""
+    import moxlite
 
+    for name, value in plan.flags.items():
+        moxlite.set_flag(name, value)
+
+
+def prepare_distribution(plan):
+    """Build this process's distribution set-up now, before the optimizer probe starts TensorFlow.
+
+    MultiWorkerMirroredStrategy must be configured before any TensorFlow op runs, and a
+    CPU split into logical devices before the runtime starts; ``run`` later gets the same
+    set-up back from ``moxlite.distribute.setup``.
+    """
+    from moxlite import distribute
+
+    apply_flags(plan)
     try:
-        devices.configure_local_devices(plan.flags["num_gpus"])
+        return distribute.setup(local_only=plan.loaded.recipe.run.mode.upper() != ModeKeys.TRAIN)
     except errors.UserInputError as error:
-        raise plan.loaded.error(("distribute", "num_gpus"), str(error)) from None
+        raise plan.loaded.error(("distribute",), str(error)) from None
 
 
 def probe_optimizer(plan):
@@ -102,8 +116,7 @@ def execute(plan, print_fn=print):
 
     import moxlite
 
-    for name, value in plan.flags.items():
-        moxlite.set_flag(name, value)
+    apply_flags(plan)
     if plan.seed is not None:
         keras.utils.set_random_seed(plan.seed)
     arguments = plan.arguments()

@@ -51,7 +51,8 @@ def run(input_fn=None, output_fn=None, model_fn=None, optimizer_fn=None, run_mod
             f"run_mode={mode} needs a trained model, but log_dir={args['log_dir']!r} holds no checkpoint "
             f"and checkpoint_path={args['checkpoint_path']!r}; train first or pass checkpoint_path=<dir of a "
             f"TRAIN run>")
-    setup = distribute.setup()
+    # Only training is distributed across processes; the other modes run on this process's devices.
+    setup = distribute.setup(local_only=(mode != ModeKeys.TRAIN))
     if setup.serves_only:
         setup.serve_forever()
         return None
