@@ -11,10 +11,27 @@ at-least-once: a worker killed after its step reached the parameter servers
 but before it answered has that step run again elsewhere, so a run that loses
 k workers may count up to k extra steps (measured: 301 for 300 with one worker
 killed).
+
+Micro-batch accumulation (``batch_gradients``): a running sum kept in
+variables between scheduled steps would mix micro-batches of different
+workers, since consecutive steps land on different workers in any order. So
+when the stack's outermost wrapper is ``batch_gradients(num_batches=N)``
+(possibly inside a LossScaleOptimizer), one scheduled function reads N
+micro-batches from its worker's iterator, sums their gradients in tensors and
+applies the mean once through the optimizer below ``batch_gradients`` (see
+``moxlite.optimizers.accumulation``, the interface between the two). The
+global step advances by N per scheduled function, one per micro-batch as in
+MoXing, and ``run_steps`` rounds the steps it is asked for up to whole
+updates: choose log, summary and checkpoint intervals that are multiples of N.
+The learning rate of an update is read at the global step before its N
+micro-batches are counted: the step a run at batch N*B would read.
 """
 
 import numpy as np
 import tensorflow as tf
+
+from moxlite import errors
+from moxlite.optimizers import accumulation as accumulation_lib
 
 
 class _RemoteScalar:
@@ -38,6 +55,8 @@ class AsyncTrainLoop:
         self.global_step = global_step
         self._train_step = train_step
         self._log_keys = list(log_keys)
+        self._accumulations = self._accumulations_of(train_step)
+        self.num_batches = self._accumulations[0].num_batches if self._accumulations else 1
 
         def per_worker_dataset_fn():
             return strategy.distribute_datasets_from_function(dataset_fn)
@@ -46,20 +65,50 @@ class AsyncTrainLoop:
         self._step_fn = tf.function(self._one_step)
         self._scheduled = 0
 
+    @staticmethod
+    def _accumulations_of(train_step):
+        """One ``Accumulation`` per optimizer of ``train_step``; checked to be usable here."""
+        accumulations = [accumulation_lib.accumulation_of(o) for o in getattr(train_step, "optimizers", [])]
+        for accumulation in accumulations:
+            nested = accumulation_lib.nested_batch_gradients(accumulation.apply_optimizer)
+            if nested is not None:
+                raise errors.OptimizerError(
+                    f"batch_gradients(num_batches={nested.num_batches}) sits below another wrapper; under "
+                    f"parameter-server training it must be the outermost wrapper (accumulation happens "
+                    f"inside one scheduled step): wrap it last, e.g. batch_gradients(lars(momentum))")
+        if len({a.num_batches for a in accumulations}) > 1:
+            raise errors.OptimizerError(
+                f"optimizer_fn's factories accumulate {sorted({a.num_batches for a in accumulations})} "
+                f"micro-batches; under parameter-server training every optimizer must use the same "
+                f"batch_gradients num_batches")
+        return accumulations
+
     def _one_step(self, iterator):
+        if self.num_batches > 1:
+            return self._one_accumulated_step(iterator)
         per_replica = self.strategy.run(self._train_step, args=(next(iterator),))
         self.global_step.assign_add(1)
         return {key: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica[key], axis=None)
                 for key in self._log_keys}
 
+    def _one_accumulated_step(self, iterator):
+        batches = tuple(next(iterator) for _ in range(self.num_batches))
+        per_replica = self.strategy.run(
+            self._train_step.accumulated, args=(batches, self._accumulations, self._log_keys))
+        # After the update: its learning rate read the step before these micro-batches.
+        self.global_step.assign_add(self.num_batches)
+        return {key: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica[key], axis=None)
+                for key in self._log_keys}
+
     def run_steps(self, num_steps):
-        """Schedule ``num_steps`` steps; return (num_steps, lazily fetched logs of the last one).
+        """Schedule ``num_steps`` global steps (rounded up to whole updates of ``num_batches``
+        micro-batches); return (global steps scheduled, lazily fetched logs of the last one).
 
         When the input of a worker ends, its steps fail with OutOfRangeError; the loop then
         waits for the steps in flight and reports the steps actually done.
         """
         last = None
-        for _ in range(num_steps):
+        for _ in range(-(-num_steps // self.num_batches)):
             last = self.coordinator.schedule(self._step_fn, args=(self.iterator,))
             self._scheduled += 1
         try:
@@ -67,7 +116,8 @@ class AsyncTrainLoop:
                 pass
         except tf.errors.OutOfRangeError:
             return self._drain(), {}
-        return num_steps, {key: _RemoteScalar(last, key) for key in self._log_keys}
+        scheduled = -(-num_steps // self.num_batches) * self.num_batches
+        return scheduled, {key: _RemoteScalar(last, key) for key in self._log_keys}
 
     def _drain(self):
         try:

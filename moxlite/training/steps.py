@@ -83,6 +83,14 @@ class TrainStep:
         self.gradient_clip_type = gradient_clip_type
 
     def __call__(self, inputs):
+        spec, gradient_lists = self._gradients(inputs)
+        for optimizer, gradients, variables in zip(self.optimizers, gradient_lists, self.variable_lists):
+            self._apply(optimizer, optimizer, list(zip(gradients, variables)))
+        return log_values(spec)
+
+    def _gradients(self, inputs):
+        """model_fn's spec and, per optimizer, the gradients of its (scaled) loss / replicas
+        with respect to its variables (None where a variable does not affect the loss)."""
         with tf.GradientTape(persistent=len(self.optimizers) > 1) as tape:
             # At the top-level name scope, so that summaries written by model_fn keep the tags
             # the user gave them instead of the loop's "while/cond/" prefixes.
@@ -91,13 +99,58 @@ class TrainStep:
             losses = [tf.cast(loss, tf.float32) / self.num_replicas for loss in spec.losses]
             # A LossScaleOptimizer multiplies here and divides the gradients in apply_gradients.
             scaled = [optimizer.scale_loss(loss) for loss, optimizer in zip(losses, self.optimizers)]
-        for loss, optimizer, variables in zip(scaled, self.optimizers, self.variable_lists):
-            pairs = [(g, v) for g, v in zip(tape.gradient(loss, variables), variables) if g is not None]
-            if self.gradient_clip and pairs:
-                pairs = list(zip(self._clipped([g for g, _ in pairs], optimizer), [v for _, v in pairs]))
-            optimizer.apply_gradients(pairs)
+        gradient_lists = [tape.gradient(loss, variables) for loss, variables in zip(scaled, self.variable_lists)]
         del tape
-        return log_values(spec)
+        return spec, gradient_lists
+
+    def _apply(self, optimizer, apply_optimizer, pairs):
+        """Clip (at ``optimizer``'s loss scale) and apply with ``apply_optimizer``."""
+        pairs = [(g, v) for g, v in pairs if g is not None]
+        if self.gradient_clip and pairs:
+            pairs = list(zip(self._clipped([g for g, _ in pairs], optimizer), [v for _, v in pairs]))
+        apply_optimizer.apply_gradients(pairs)
+
+    def accumulated(self, batches, accumulations, log_keys):
+        """One update from ``len(batches)`` micro-batches, summed in tensors (no shared state).
+
+        For the asynchronous loop (see ``moxlite.optimizers.accumulation``): ``batches`` are
+        this replica's N micro-batches, ``accumulations[i]`` says how optimizer i applies.
+        Each optimizer's ``apply_optimizer`` receives the mean of the N micro-batch gradients,
+        the gradient of the mean loss over the N*B samples; clipping applies to that mean.
+        Returns the ``log_keys`` log values averaged over the micro-batches.
+        """
+        num_batches = len(batches)
+        # One traced body in a while loop rather than N unrolled copies of model_fn.
+        stacked = tf.nest.map_structure(lambda *parts: tf.stack(parts), *batches)
+        variable_lists = self.variable_lists
+        # Which variables received a gradient: known once the body has been traced.
+        used = [set() for _ in variable_lists]
+
+        def body(index, gradient_sums, log_sums):
+            micro_batch = tf.nest.map_structure(lambda part: tf.gather(part, index), stacked)
+            spec, gradient_lists = self._gradients(micro_batch)
+            logs = log_values(spec)
+            new_sums = []
+            for number, (sums, gradients) in enumerate(zip(gradient_sums, gradient_lists)):
+                added = []
+                for position, (total, gradient) in enumerate(zip(sums, gradients)):
+                    if gradient is None:
+                        added.append(total)
+                        continue
+                    used[number].add(position)
+                    added.append(total + tf.cast(tf.convert_to_tensor(gradient), total.dtype))
+                new_sums.append(added)
+            return index + 1, new_sums, [total + logs[key] for total, key in zip(log_sums, log_keys)]
+
+        zeros = [[tf.zeros(v.shape, v.dtype) for v in variables] for variables in variable_lists]
+        _, gradient_sums, log_sums = tf.while_loop(
+            lambda index, *_: index < num_batches, body,
+            (tf.constant(0), zeros, [tf.zeros([], tf.float32) for _ in log_keys]))
+        for number, (optimizer, accumulation) in enumerate(zip(self.optimizers, accumulations)):
+            pairs = [(gradient_sums[number][position] / num_batches, variable_lists[number][position])
+                     for position in sorted(used[number])]
+            self._apply(optimizer, accumulation.apply_optimizer, pairs)
+        return {key: total / num_batches for key, total in zip(log_keys, log_sums)}
 
     def _clipped(self, gradients, optimizer):
         gradients = [tf.convert_to_tensor(g) for g in gradients]

@@ -80,7 +80,13 @@ class ModelTemplate:
 
     @property
     def trainable_variables(self):
-        return [v for v in self._variables if v.trainable]
+        """Trainable variables model_fn created; a variable sharded across parameter servers
+        (a ShardedVariable, which has no ``trainable``) counts as its shards, the variables
+        that gradients and optimizer updates address."""
+        found = []
+        for variable in self._variables:
+            found.extend(variable.variables if _is_sharded(variable) else [variable])
+        return [v for v in found if v.trainable]
 
     @property
     def built(self):
@@ -137,10 +143,17 @@ class ModelTemplate:
         return variable
 
 
+def _is_sharded(variable):
+    """True for a variable that ParameterServerStrategy's partitioner split into shards."""
+    return bool(getattr(variable, "is_sharded_variable", False))
+
+
 def _identities(variable):
     """ids of a variable and of what it wraps: the per-replica components of a mirrored
     variable, the variable inside a parameter server's AggregatingVariable (a gradient tape
-    may record either)."""
+    may record either), the shards of a variable sharded across parameter servers."""
+    if _is_sharded(variable):
+        return {id(variable)}.union(*(_identities(shard) for shard in variable.variables))
     wrapped = list(getattr(variable, "values", ()))
     inner = getattr(variable, "_v", None)
     if inner is not None:

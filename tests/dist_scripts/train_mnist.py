@@ -4,7 +4,10 @@ Used by the end-to-end distributed tests (one process per task, started by
 tools/launch_local.py) and, imported, for the single-process reference run.
 
     python tests/dist_scripts/train_mnist.py --log_dir=/tmp/x --steps=20 --batch=16 [--model=mlp|softmax]
-        [--save_steps=10]  + MoXing cluster flags
+        [--save_steps=10] [--optimizer=sgd|momentum_lars] [--num_batches=1]  + MoXing cluster flags
+
+``--optimizer=momentum_lars`` trains with momentum -> lars; ``--num_batches=N`` (N > 1) adds
+batch_gradients(N) outermost: momentum -> lars -> batch_gradients.
 """
 
 import argparse
@@ -22,14 +25,28 @@ from tests import runlib  # noqa: E402
 
 NUM_ROWS = 512
 LEARNING_RATE = 0.1
+MOMENTUM = 0.9
+LARS_RATIO = 0.01
 
 
-def train(log_dir, steps, batch, model="mlp", save_steps=10, log_every=5):
+def optimizer_fn_for(optimizer="sgd", num_batches=1):
+    """The optimizer factory ``--optimizer`` and ``--num_batches`` ask for."""
+    if optimizer == "sgd":
+        optimizer_fn = mox.get_optimizer_fn("sgd", LEARNING_RATE)
+    else:
+        optimizer_fn = mox.get_optimizer_wrapper_fn(
+            "lars", mox.get_optimizer_fn("momentum", LEARNING_RATE, momentum=MOMENTUM), ratio=LARS_RATIO)
+    if num_batches > 1:
+        optimizer_fn = mox.get_optimizer_wrapper_fn("batch_gradients", optimizer_fn, num_batches=num_batches)
+    return optimizer_fn
+
+
+def train(log_dir, steps, batch, model="mlp", save_steps=10, log_every=5, optimizer="sgd", num_batches=1):
     images, labels = runlib.mnist_rows(NUM_ROWS)
     input_fn = runlib.input_fn_for(images, labels)
     model_fn = runlib.mlp_model_fn if model == "mlp" else runlib.softmax_model_fn
     return mox.run(input_fn=input_fn, model_fn=model_fn,
-                   optimizer_fn=mox.get_optimizer_fn("sgd", LEARNING_RATE),
+                   optimizer_fn=optimizer_fn_for(optimizer, num_batches),
                    run_mode=mox.ModeKeys.TRAIN, batch_size=batch, log_dir=log_dir,
                    max_number_of_steps=steps, log_every_n_steps=log_every,
                    save_model_steps=save_steps)
@@ -42,9 +59,13 @@ def main():
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--model", default="mlp", choices=["mlp", "softmax"])
     parser.add_argument("--save_steps", type=int, default=10)
+    parser.add_argument("--log_every", type=int, default=5)
+    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum_lars"])
+    parser.add_argument("--num_batches", type=int, default=1)
     args, _ = parser.parse_known_args()
     print(f"PID {os.getpid()}", flush=True)
-    result = train(args.log_dir, args.steps, args.batch, args.model, args.save_steps)
+    result = train(args.log_dir, args.steps, args.batch, args.model, args.save_steps, args.log_every,
+                   args.optimizer, args.num_batches)
     if result is not None:  # None in a process that only served
         print("RESULT " + json.dumps({key: float(value) for key, value in result.items()}), flush=True)
     return 0
