@@ -186,3 +186,20 @@ def test_console_script_runs_the_quick_start(tmp_path):
     expected = numpy_mlp_accuracy(checkpoint_model_weights(log_dir), val_images, val_labels)
     assert float(RESULT.search(last).group(1)) == pytest.approx(expected, abs=5e-5)
     assert "step: 20(global step: 20)" in finished.stderr + finished.stdout
+
+
+def _result_accuracy(output):
+    line = [l for l in output.splitlines() if l.startswith("[RESULT]")][-1]
+    return float(line.split("accuracy: ")[1].split()[0])
+
+
+def test_large_batch_stack_reaches_the_small_batch_accuracy(capsys, tmp_path):
+    """momentum -> lars -> batch_gradients(4) at 4 x 64 matches plain momentum at 64 on the same samples."""
+    assert cli.main(["recipes/mnist_mlp.yaml", "--set", f"run.log_dir={tmp_path / 'small'}",
+                     "--set", "run.steps=300"]) == 0
+    small_batch = _result_accuracy(capsys.readouterr().out)
+    assert cli.main(["recipes/mnist_mlp.yaml", "recipes/mnist_large_batch.yaml",
+                     "--set", f"run.log_dir={tmp_path / 'large'}"]) == 0
+    large_batch = _result_accuracy(capsys.readouterr().out)
+    assert small_batch > 0.9
+    assert large_batch >= small_batch - 0.01, (large_batch, small_batch)
