@@ -65,17 +65,21 @@ def test_sync_two_workers_equal_a_single_process_run_with_the_same_global_batch(
 
 
 def test_sync_run_killed_and_restarted_ends_with_the_uninterrupted_weights(launches, tmp_path):
-    # 200 steps take seconds: room to stop the run after its first checkpoint.
-    steps, per_replica, log_dir = 200, 16, tmp_path / "cluster"
-    command = SCRIPT + [f"--log_dir={log_dir}", f"--steps={steps}", f"--batch={per_replica}", "--save_steps=10"]
-    first = launches(["--workers=2", "--sync", "--use-tf-config"], command, timeout=150)
+    # The first run asks for far more steps than it gets: the launcher is stopped after the
+    # step-10 checkpoint, and its tasks (which TF keeps alive through SIGTERM for up to the
+    # launcher's grace period) die wherever they are. The restart then asks for 40 steps
+    # past the last checkpoint, and the reference is one process run for as many steps.
+    per_replica, log_dir = 16, tmp_path / "cluster"
+    base = SCRIPT + [f"--log_dir={log_dir}", f"--batch={per_replica}", "--save_steps=10"]
+    first = launches(["--workers=2", "--sync", "--use-tf-config"], base + ["--steps=1000000"], timeout=150)
     assert first.read_until(lambda line: "Saved checkpoint for step 10" in line, 120), first.output()
     first.process.send_signal(signal.SIGTERM)
     assert first.wait() == 128 + signal.SIGTERM
     stopped_at = int(tf.train.latest_checkpoint(str(log_dir)).rsplit("-", 1)[1])
-    assert 10 <= stopped_at < steps, first.output()
+    assert stopped_at >= 10, first.output()
+    steps = stopped_at + 40
 
-    second = launches(["--workers=2", "--sync", "--use-tf-config"], command, timeout=150)
+    second = launches(["--workers=2", "--sync", "--use-tf-config"], base + [f"--steps={steps}"], timeout=150)
     assert second.wait() == 0, second.output()
     assert f"from step {stopped_at}" in second.output()
     assert second.results()["worker:0"]["global_step"] == steps
