@@ -62,15 +62,35 @@ def _define_all():
 _define_all()
 
 
+def _flag_name(argument):
+    """The moxlite flag an argument sets (``--num_gpus=2``, ``--num_gpus``, ``--nosync_replicas``), or None."""
+    if not argument.startswith("-"):
+        return None
+    name = argument.lstrip("-").split("=", 1)[0]
+    if name in FLAG_TABLE:
+        return name
+    if name.startswith("no") and FLAG_TABLE.get(name[2:], ("",))[0] == "boolean":
+        return name[2:]
+    return None
+
+
 def _ensure_parsed():
-    """Parse moxlite's flags from sys.argv once, ignoring flags we do not own."""
+    """Parse moxlite's flags from sys.argv once, leaving every other argument to the script."""
     if FLAGS.is_parsed():
         return
+    argv = sys.argv[1:] if sys.argv else []
     known = [sys.argv[0]] if sys.argv else ["moxlite"]
-    for arg in sys.argv[1:]:
-        name = arg.lstrip("-").split("=", 1)[0]
-        if arg.startswith("-") and (name in FLAG_TABLE or (name.startswith("no") and name[2:] in FLAG_TABLE)):
-            known.append(arg)
+    index = 0
+    while index < len(argv):
+        argument = argv[index]
+        name = _flag_name(argument)
+        if name is not None:
+            known.append(argument)
+            takes_value = "=" not in argument and FLAG_TABLE[name][0] != "boolean"
+            if takes_value and index + 1 < len(argv):   # "--num_gpus 2"
+                index += 1
+                known.append(argv[index])
+        index += 1
     try:
         FLAGS(known)
     except absl_flags.Error as error:

@@ -118,3 +118,10 @@ def test_hooks_receive_the_logged_values_at_every_log_line_and_at_the_end(tmp_pa
     logged = [LINE.match(l) for l in capsys.readouterr().out.splitlines() if "sample/sec" in l]
     assert [step for step, _ in calls] == [3, 6, 6]
     assert [round(loss, 3) for _, loss in calls[:2]] == [float(m.group(4)) for m in logged]
+
+
+def test_flags_given_with_a_space_before_the_value_are_read_too(monkeypatch):
+    flags.FLAGS.unparse_flags()
+    monkeypatch.setattr("sys.argv", ["train.py", "--steps_per_loop", "10", "--other", "x", "--num_gpus", "2"])
+    assert mox.get_flag("steps_per_loop") == 10
+    assert mox.get_flag("num_gpus") == 2

@@ -5,7 +5,8 @@ same optimizer, one process, measured side by side. Each contender notes the
 time every 10 steps (moxlite through its own log lines, the custom loop when it
 reads its loss, model.fit in a batch callback); steps/sec is taken between the
 ``--warmup`` step and the last step, so tracing and start-up are left out.
-Rounds alternate the order of the contenders; the best round of each counts.
+Rounds alternate the order of the contenders; the best and the median round of
+each are compared (on a shared 2-core machine single rounds vary by 15 %).
 
     python tools/bench_runner.py [--steps 1000] [--warmup 100] [--batch_size 64] [--rounds 3]
 """
@@ -13,6 +14,7 @@ Rounds alternate the order of the contenders; the best round of each counts.
 import argparse
 import logging
 import os
+import statistics
 import tempfile
 import time
 
@@ -155,13 +157,15 @@ def main():
             times = timer(images, labels, options.batch_size, options.steps, options.steps_per_loop)
             rates[name].append(steady_rate(times, options.warmup))
     best = {name: max(values) for name, values in rates.items()}
+    median = {name: statistics.median(values) for name, values in rates.items()}
     print(f"cores: {os.cpu_count()}  batch: {options.batch_size}  steps: {options.warmup}->{options.steps}  "
           f"steps_per_loop: {options.steps_per_loop}  rounds: {options.rounds}")
     for name in CONTENDERS:
         runs = ", ".join(f"{r:.1f}" for r in rates[name])
-        print(f"{name:12s} {best[name]:8.1f} steps/sec (best of: {runs})")
-    print(f"ratio moxlite.run / custom loop: {best['moxlite.run'] / best['custom loop']:.3f}")
-    print(f"ratio moxlite.run / model.fit:   {best['moxlite.run'] / best['model.fit']:.3f}")
+        print(f"{name:12s} best {best[name]:7.1f}  median {median[name]:7.1f} steps/sec  (rounds: {runs})")
+    for other in ("custom loop", "model.fit"):
+        print(f"ratio moxlite.run / {other:11s}: best {best['moxlite.run'] / best[other]:.3f}  "
+              f"median {median['moxlite.run'] / median[other]:.3f}")
 
 
 if __name__ == "__main__":
