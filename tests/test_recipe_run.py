@@ -149,12 +149,6 @@ def test_user_functions_are_called_by_reference_with_their_kwargs(capsys, tmp_pa
 @pytest.mark.parametrize("recipe, overrides", [
     ("mnist_cnn.yaml", ["run.steps=8", "model.lenet.filters=[4]", "model.lenet.dense_units=16", "run.eval_steps=2"]),
     ("benchmark.yaml", ["run.steps=3", "model.small_resnet.depth=8", "input.synthetic.image_shape=[16, 16, 3]"]),
-    # The 32k recipe's data, optimizer stack and two replicas, with a small network in place of
-    # ResNet-50 (whose CPU graph build alone takes minutes; its network is checked in test_models).
-    ("resnet50_imagenet_lars_32k.yaml", ["input.name=synthetic", "input.synthetic.image_shape=[16, 16, 3]",
-                                         "input.synthetic.num_classes=10", "model.name=small_resnet",
-                                         "model.small_resnet.depth=8", "distribute.num_gpus=2", "run.batch_size=2",
-                                         "run.steps=4", "optimizer.wrappers.1.num_batches=2", "run.evaluate=false"]),
 ])
 def test_bundled_recipe_runs_shortened_to_its_last_step(capsys, tmp_path, recipe, overrides):
     log_dir = tmp_path / "bundled"
@@ -203,3 +197,26 @@ def test_large_batch_stack_reaches_the_small_batch_accuracy(capsys, tmp_path):
     large_batch = _result_accuracy(capsys.readouterr().out)
     assert small_batch > 0.9
     assert large_batch >= small_batch - 0.01, (large_batch, small_batch)
+
+
+def test_32k_resnet50_recipe_runs_shortened_on_synthetic_224_images(capsys, tmp_path):
+    """The seed's stack (momentum -> lars -> batch_gradients) on the real ResNet-50 and two replicas.
+
+    The slowest test of the suite (about 2 minutes, mostly graph building): it is the only
+    one that trains the full network the recipe is for.
+    """
+    log_dir = tmp_path / "r50"
+    code, out, _ = run_recipe(
+        capsys, os.path.join(REPO, "recipes", "resnet50_imagenet_lars_32k.yaml"), log_dir,
+        "input.name=synthetic", "input.synthetic.num_classes=10", "input.synthetic.num_samples=16",
+        "input.shuffle_buffer=0", "distribute.num_gpus=2", "run.batch_size=2", "run.steps=4",
+        "optimizer.wrappers.1.num_batches=2", "run.evaluate=false", "run.log_every_n_steps=2")
+    assert code == 0, out
+    reader = tf.train.load_checkpoint(str(log_dir))
+    assert reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 4
+    weights = checkpoint_model_weights(log_dir)
+    reference = keras.applications.ResNet50(weights=None, input_shape=(224, 224, 3), include_top=False)
+    # The backbone's trainable and BatchNorm weights, plus the 2048 x 10 logits head.
+    assert sum(w.size for w in weights) == reference.count_params() + 2048 * 10 + 10
+    assert all(np.all(np.isfinite(w)) for w in weights)
+    assert "step: 4(global step: 4)" in out
