@@ -46,3 +46,22 @@ def mnist_arrays():
 
     images, labels = mnist.load_arrays()
     return images.astype(np.float32) / 255.0, labels.astype(np.int32)
+
+
+@pytest.fixture
+def launches():
+    """Start local clusters with tools/launch_local.py: ``launch(launcher_args, command, timeout)``.
+
+    Every cluster started is killed (process groups included) when the test ends.
+    """
+    from tests import distlib
+
+    started = []
+
+    def launch(args, command, timeout):
+        started.append(distlib.Launch(args, command, timeout))
+        return started[-1]
+
+    yield launch
+    for one in started:
+        one.kill()

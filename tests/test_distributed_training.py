@@ -9,26 +9,12 @@ import sys
 import time
 
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from tests import distlib, runlib
 from tests.dist_scripts import train_mnist
 
 SCRIPT = ["python", distlib.script("train_mnist.py")]
-
-
-@pytest.fixture
-def launches():
-    started = []
-
-    def launch(args, command, timeout):
-        started.append(distlib.Launch(args, command, timeout))
-        return started[-1]
-
-    yield launch
-    for one in started:
-        one.kill()
 
 
 def _single_process_weights(log_dir, steps, global_batch):

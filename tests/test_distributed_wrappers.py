@@ -19,19 +19,6 @@ EMBEDDING = ["python", distlib.script("train_embedding.py")]
 STACK = ["--optimizer=momentum_lars"]
 
 
-@pytest.fixture
-def launches():
-    started = []
-
-    def launch(args, command, timeout):
-        started.append(distlib.Launch(args, command, timeout))
-        return started[-1]
-
-    yield launch
-    for one in started:
-        one.kill()
-
-
 def _stack(num_batches):
     return train_mnist.optimizer_fn_for("momentum_lars", num_batches)()
 

@@ -9,7 +9,6 @@ variables only, minus ``checkpoint_exclude_patterns``).
 """
 
 import fnmatch
-import os
 import re
 import shutil
 import tempfile
@@ -182,6 +181,3 @@ def has_checkpoint(log_dir, checkpoint_path):
     """True when a run could restore from ``log_dir`` or ``checkpoint_path``."""
     return bool((log_dir and latest_checkpoint(log_dir)) or (checkpoint_path and latest_checkpoint(checkpoint_path)))
 
-
-def exists_dir(path):
-    return bool(path) and os.path.isdir(path)

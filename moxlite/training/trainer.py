@@ -32,8 +32,7 @@ def _to_numpy(logs):
 
 
 def train(loop, start_step, target_step, cadence, checkpointer, summaries, global_batch_size,
-          learning_rate: Optional[Callable] = None, evaluate: Optional[Callable] = None,
-          local_step_of: Callable = lambda step: step, hooks=()):
+          learning_rate: Optional[Callable] = None, evaluate: Optional[Callable] = None, hooks=()):
     """Run ``loop`` from ``start_step`` to ``target_step`` (None: until the input ends).
 
     ``hooks`` are called as ``hook(global_step, log_values)`` at every log line.
@@ -64,7 +63,7 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
             values = _to_numpy(logs)
             rate = throughput.tick(step)
             if at_log:
-                logger.info(reporting.train_line(local_step_of(step), step, rate, values))
+                logger.info(reporting.train_line(step, step, rate, values))
                 for hook in hooks:
                     hook(step, values)
             if at_summary:

@@ -18,7 +18,6 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-import tensorflow as tf  # noqa: E402
 
 import moxlite as mox  # noqa: E402
 from tests import runlib  # noqa: E402
