@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from moxlite import context, distribute, errors, flags
 from moxlite.contract import ExportKeys, ModeKeys
+from moxlite.optimizers.schedules import current_learning_rate
 from moxlite.training import checkpoints, export, precision, reporting, steps
 from moxlite.training.evaluation import Evaluator, predict
 from moxlite.training.inputs import call_input_fn, make_dataset_fn, placeholder_batch, as_model_inputs
@@ -247,10 +248,9 @@ class _Run:
             self.logger.info("Restored global step %d >= max_number_of_steps %d: nothing to train",
                              start, target)
             return {"global_step": start}
-        evaluate = self._interleaved_evaluation(summaries) if args["inter_mode"] == ModeKeys.EVAL else None
+        evaluate = self._interleaved_evaluation() if args["inter_mode"] == ModeKeys.EVAL else None
         self.logger.info("Training: %d replica(s), batch %d per replica, global batch %d, from step %d",
                          self.setup.num_replicas_in_sync, self.batch_size, self.global_batch_size, start)
-        from moxlite.optimizers.schedules import current_learning_rate
         cadence = Cadence(args["steps_per_loop"], args["log_every_n_steps"], args["save_summary_steps"])
         user_summaries = loop.user_summaries() if hasattr(loop, "user_summaries") else contextlib.ExitStack()
         try:
@@ -264,15 +264,14 @@ class _Run:
             checkpointer.save(step)
             if evaluate is not None:
                 evaluate(step)
-            final_values = {k: v for k, v in logs.items()}
             for hook in spec.hooks or []:
-                hook(step, final_values)
+                hook(step, logs)
         finally:
             checkpointer.close()
             summaries.close()
         return {**{k: float(v) for k, v in logs.items() if v.size == 1}, "global_step": step}
 
-    def _interleaved_evaluation(self, train_summaries):
+    def _interleaved_evaluation(self):
         eval_spec, _, _ = self._build(ModeKeys.EVAL)
         steps.check_spec(eval_spec, ModeKeys.EVAL)
         keys = list(steps.log_values(eval_spec))
