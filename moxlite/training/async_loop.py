@@ -112,8 +112,7 @@ class AsyncTrainLoop:
             last = self.coordinator.schedule(self._step_fn, args=(self.iterator,))
             self._scheduled += 1
         try:
-            if self.coordinator.done():
-                pass
+            self.coordinator.done()   # raises the error of a failed step (end of input), if any
         except tf.errors.OutOfRangeError:
             return self._drain(), {}
         scheduled = -(-num_steps // self.num_batches) * self.num_batches
@@ -125,6 +124,11 @@ class AsyncTrainLoop:
         except tf.errors.OutOfRangeError:
             pass
         return 0
+
+    def close(self):
+        """Release the per-worker iterators now (see ``SyncTrainLoop.close``)."""
+        self.iterator = None
+        self._step_fn = None
 
     def finish(self):
         """Wait for every scheduled step; return the exact global step."""

@@ -36,9 +36,10 @@ class SyncTrainLoop:
         self._save_summary_steps = save_summary_steps
         dataset = strategy.distribute_datasets_from_function(dataset_fn)
         self.iterator = iter(dataset)
-        # The iterator is captured, not passed: working out the call signature of an iterator
-        # argument cost about 1 ms per call (measured with cProfile), a third of a small step.
-        self._loop = tf.function(lambda num_steps: self._steps(self.iterator, num_steps))
+        # The iterator is passed, not captured: a traced function that captures an iterator
+        # keeps it alive until interpreter shutdown, where destroying it deadlocked pytest
+        # after a full suite (TF's iterator destructor waits for a tf.data thread).
+        self._loop = tf.function(self._steps)
         self._step_counts = {}
 
     def _steps(self, iterator, num_steps):
@@ -61,8 +62,18 @@ class SyncTrainLoop:
         """
         if num_steps not in self._step_counts:
             self._step_counts[num_steps] = tf.constant(num_steps, tf.int64)
-        done, logs = self._loop(self._step_counts[num_steps])
+        done, logs = self._loop(self.iterator, self._step_counts[num_steps])
         return int(done), logs
+
+    def close(self):
+        """Release the input iterator now.
+
+        The traced function refers back to this object, so without this the iterator would
+        live until the garbage collector finds the cycle, possibly at interpreter shutdown,
+        where TensorFlow's iterator destructor can wait forever for its tf.data threads.
+        """
+        self.iterator = None
+        self._loop = None
 
     def user_summaries(self):
         """A context in which summaries that user functions write land in the summary writer

@@ -267,6 +267,7 @@ class _Run:
             for hook in spec.hooks or []:
                 hook(step, logs)
         finally:
+            loop.close()
             checkpointer.close()
             summaries.close()
         return {**{k: float(v) for k, v in logs.items() if v.size == 1}, "global_step": step}
