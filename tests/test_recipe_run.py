@@ -159,11 +159,24 @@ def test_bundled_recipe_runs_shortened_to_its_last_step(capsys, tmp_path, recipe
     assert (log_dir / "recipe.yaml").exists()
 
 
-def test_user_error_raised_inside_run_prints_one_line_and_exits_2(capsys, tmp_path):
+def test_eval_without_a_checkpoint_prints_one_line_exits_2_and_writes_nothing(capsys, tmp_path):
     code, out, err = run_recipe(capsys, QUICK_START, tmp_path / "empty", mode="eval")
     assert code == 2
     lines = err.strip().splitlines()
-    assert lines[-1].startswith("moxlite-run: error: ") and "checkpoint" in lines[-1].lower()
+    assert lines[-1].startswith("moxlite-run: error: ") and "run.mode: 'eval' needs a trained model" in lines[-1]
+    assert "Traceback" not in err
+    assert not (tmp_path / "empty").exists()
+
+
+def test_user_error_raised_inside_run_prints_one_line_and_exits_2(capsys, tmp_path):
+    """A mistake only run() can see (a checkpoint of another network) is one line too."""
+    log_dir = tmp_path / "trained"
+    assert run_recipe(capsys, QUICK_START, log_dir, "run.steps=2", "run.evaluate=false",
+                      "model.mlp.hidden_units=[16]")[0] == 0
+    code, out, err = run_recipe(capsys, QUICK_START, log_dir, "model.mlp.hidden_units=[8]", mode="eval")
+    lines = err.strip().splitlines()
+    assert code == 2 and lines[-1].startswith("moxlite-run: error: ")
+    assert "does not fit this model_fn" in lines[-1]
     assert "Traceback" not in err
 
 

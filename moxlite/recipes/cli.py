@@ -125,6 +125,7 @@ def _main(arguments):
         setup.serve_forever()
         return 0
     execution.probe_optimizer(plan)
+    execution.check_trained_model(plan)
     if setup.is_chief:
         execution.write_resolved_recipe(plan, RECIPE_FILE_NAME)
     execution.execute(plan)

@@ -67,6 +67,18 @@ def probe_optimizer(plan):
     return wrappers + [f"{base} -> keras.optimizers.{type(optimizers.wrapper.innermost(optimizer)).__name__}"]
 
 
+def check_trained_model(plan):
+    """Eval, predict and export need a checkpoint: say so before log_dir is written to."""
+    from moxlite.training import checkpoints
+
+    run = plan.loaded.recipe.run
+    if run.mode != "train" and not checkpoints.has_checkpoint(run.log_dir, run.checkpoint_path):
+        raise plan.loaded.error(
+            ("run", "mode"), f"{run.mode!r} needs a trained model, but run.log_dir={run.log_dir!r} holds no "
+                             f"checkpoint and run.checkpoint_path={run.checkpoint_path!r}; train first "
+                             f"(--mode train) or set run.checkpoint_path to a trained run's log_dir")
+
+
 def dry_run_report(plan):
     """What ``--dry-run`` prints: resolved recipe, optimizer stack, strategy, batches, steps per epoch."""
     facts = plan.facts
