@@ -65,6 +65,11 @@ def setting(default, help_text, choices=None):
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def options_block(options_class):
+    """A built-in's options block: its defaults, described by the first line of its docstring."""
+    return setting(options_class(), options_class.__doc__.splitlines()[0])
+
+
 def params_field(help_text):
     """A field that collects every key of its mapping not declared as a field.
 
@@ -162,10 +167,10 @@ class InputSection:
     num_samples: Optional[int] = setting(None, "Training samples per epoch for your input_fn (built-ins know theirs).")
     epochs: Optional[int] = setting(None, "Passes over the training set; null repeats until run.steps.")
     shuffle_buffer: int = setting(10000, "Samples in the shuffle buffer of the training set; 0 disables shuffling.")
-    mnist: MnistOptions = setting(MnistOptions(), MnistOptions.__doc__.splitlines()[0])
-    synthetic: SyntheticOptions = setting(SyntheticOptions(), SyntheticOptions.__doc__.splitlines()[0])
-    tfrecord: TFRecordOptions = setting(TFRecordOptions(), TFRecordOptions.__doc__.splitlines()[0])
-    image_folder: ImageFolderOptions = setting(ImageFolderOptions(), ImageFolderOptions.__doc__.splitlines()[0])
+    mnist: MnistOptions = options_block(MnistOptions)
+    synthetic: SyntheticOptions = options_block(SyntheticOptions)
+    tfrecord: TFRecordOptions = options_block(TFRecordOptions)
+    image_folder: ImageFolderOptions = options_block(ImageFolderOptions)
 
 
 # ----------------------------------------------------------------- model
@@ -212,10 +217,10 @@ class ModelSection:
     kwargs: Dict[str, Any] = setting({}, "Keyword arguments for your model_fn (only with a module:function name).")
     num_classes: Optional[int] = setting(None, "Classes of a built-in model; null takes the data set's.")
     weight_decay: float = setting(0.0, "L2 penalty on the kernels of a built-in model, added to the loss.")
-    mlp: MlpOptions = setting(MlpOptions(), MlpOptions.__doc__.splitlines()[0])
-    lenet: LenetOptions = setting(LenetOptions(), LenetOptions.__doc__.splitlines()[0])
-    resnet50: Resnet50Options = setting(Resnet50Options(), Resnet50Options.__doc__.splitlines()[0])
-    small_resnet: SmallResnetOptions = setting(SmallResnetOptions(), SmallResnetOptions.__doc__.splitlines()[0])
+    mlp: MlpOptions = options_block(MlpOptions)
+    lenet: LenetOptions = options_block(LenetOptions)
+    resnet50: Resnet50Options = options_block(Resnet50Options)
+    small_resnet: SmallResnetOptions = options_block(SmallResnetOptions)
 
 
 # ----------------------------------------------------------------- optimizer
