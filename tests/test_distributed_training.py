@@ -13,6 +13,9 @@ import tensorflow as tf
 
 from tests import distlib, runlib
 from tests.dist_scripts import train_mnist
+import pytest
+
+pytestmark = pytest.mark.slow  # real multi-process clusters on loopback
 
 SCRIPT = ["python", distlib.script("train_mnist.py")]
 

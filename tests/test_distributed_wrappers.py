@@ -14,6 +14,8 @@ from moxlite.training.async_loop import AsyncTrainLoop
 from tests import distlib, runlib
 from tests.dist_scripts import train_embedding, train_mnist
 
+pytestmark = pytest.mark.slow  # real multi-process clusters on loopback
+
 MNIST = ["python", distlib.script("train_mnist.py")]
 EMBEDDING = ["python", distlib.script("train_embedding.py")]
 STACK = ["--optimizer=momentum_lars"]

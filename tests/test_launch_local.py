@@ -8,6 +8,8 @@ import pytest
 
 from tests import distlib
 
+pytestmark = pytest.mark.slow  # real multi-process clusters on loopback
+
 
 @pytest.fixture
 def launches():
