@@ -66,3 +66,104 @@ def test_im2col_rows_times_reshaped_kernel_equal_the_conv2d_output(padding, stri
         numpy_rows, _ = thorlib.numpy_im2col(x.numpy(), kernel[0], strides, padding) if kernel[0] == kernel[1] \
             else (rows.numpy(), None)
         np.testing.assert_allclose(rows.numpy(), numpy_rows, atol=1e-6)
+
+
+def _conv_run(log_dir, optimizer_fn, batch, steps, images, labels):
+    _train(log_dir, thorlib.conv_model_fn("same"), images, labels, optimizer_fn, steps, batch=batch)
+    return thorlib.model_variables(log_dir)
+
+
+def test_two_devices_at_b_equal_one_device_at_2b(tmp_path):
+    images, labels = thorlib.small_digits(BATCH * 2 * 5)
+    optimizer_fn = thorlib.thor_optimizer_fn(damping=0.05, frequency=2, weight_decay=5e-4)
+    one = _conv_run(tmp_path / "one", optimizer_fn, 2 * BATCH, 5, images, labels)
+    mox.set_flag("num_gpus", 2)
+    two = _conv_run(tmp_path / "two", optimizer_fn, BATCH, 5, images, labels)
+    for a, b in zip(one, two):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("num_gpus", [1, 2])
+def test_batch_gradients_above_thor_n_micro_batches_equal_one_big_batch(tmp_path, num_gpus):
+    """batch_gradients(thor(momentum)) at B, N=3 equals thor(momentum) at 3B: the refresh's
+    factors are accumulated over the 3 micro-batches."""
+    images, labels = thorlib.small_digits(BATCH * 3 * 4)
+    thor = dict(damping=0.05, frequency=2, weight_decay=5e-4)
+
+    def accumulated():
+        opt = thorlib.thor_optimizer_fn(**thor)()
+        return mox.get_optimizer_wrapper_fn("batch_gradients", opt, num_batches=3)()
+
+    big = _conv_run(tmp_path / "big", thorlib.thor_optimizer_fn(**thor), 3 * BATCH, 4, images, labels)
+    mox.set_flag("num_gpus", num_gpus)
+    small = _conv_run(tmp_path / "small", accumulated, BATCH // num_gpus, 12, images, labels)
+    for a, b in zip(big, small):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_interrupted_and_resumed_equals_uninterrupted(tmp_path):
+    """Stopped at step 4 of 8 (mid-interval, frequency 3): factors, inverses and the counter restore."""
+    images, labels = thorlib.small_digits(BATCH * 8)
+    optimizer_fn = thorlib.thor_optimizer_fn(damping=0.05, frequency=3)
+    straight = _conv_run(tmp_path / "straight", optimizer_fn, BATCH, 8, images, labels)
+    _conv_run(tmp_path / "resumed", optimizer_fn, BATCH, 4, images, labels)
+    resumed = _conv_run(tmp_path / "resumed", optimizer_fn, BATCH, 8, images, labels)
+    for a, b in zip(straight, resumed):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def _optimizer_state(log_dir):
+    reader = tf.train.load_checkpoint(str(log_dir))
+    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
+            if key.startswith("optimizer/") and key.endswith("VARIABLE_VALUE")}
+
+
+def test_undamped_singular_factors_never_reach_the_weights_as_nan(tmp_path):
+    """damping 0 on 144-pixel digits whose border pixels are always 0: A is singular, float32
+    Cholesky gives NaN; the guard retries (float64, then more damping) and counts it."""
+    images, labels = thorlib.small_digits(BATCH * 6)
+    images[:, :thorlib.SIDE] = 0.0                     # a constant row of pixels: exactly singular
+    _conv_run(tmp_path / "thor", thorlib.thor_optimizer_fn(damping=0.0, frequency=2, block_size=0),
+              BATCH, 6, images, labels)
+    for weight in thorlib.model_variables(tmp_path / "thor"):
+        assert np.all(np.isfinite(weight))
+    state = _optimizer_state(tmp_path / "thor")
+    assert all(np.all(np.isfinite(v)) for v in state.values())
+    assert state["optimizer/_retries/.ATTRIBUTES/VARIABLE_VALUE"] > 0
+
+
+def test_guarded_inverse_keeps_the_previous_inverse_when_every_attempt_fails():
+    from moxlite.optimizers import thor_inverse
+
+    previous = tf.eye(3)[None] * 7.0
+    spd = tf.constant([[[2.0, 1.0, 0.0], [1.0, 2.0, 0.0], [0.0, 0.0, 1.0]]])
+    inverse, level = thor_inverse.guarded_inverse(spd, 0.5, previous)
+    np.testing.assert_allclose(inverse[0] @ (spd[0] + 0.5 * tf.eye(3)), np.eye(3), atol=1e-5)
+    assert int(level) == 0
+    broken = spd + tf.constant(np.nan, shape=[1, 3, 3])
+    inverse, level = thor_inverse.guarded_inverse(broken, 0.5, previous)
+    np.testing.assert_array_equal(inverse.numpy(), previous.numpy())
+    assert int(level) == 2
+    singular = tf.constant([[[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]])
+    inverse, level = thor_inverse.guarded_inverse(singular, 0.0, previous)
+    assert int(level) == 1 and np.all(np.isfinite(inverse.numpy()))
+
+
+def test_fp16_dynamic_loss_scaling_factors_finite_overflow_steps_skip_the_refresh(tmp_path):
+    """fp16 compute with a loss scale of 1e6: the first steps overflow (the scale halves each
+    time) and the loss-scale optimizer skips them; THOR drops their statistics and refreshes on
+    the first update that applies."""
+    images, labels = thorlib.small_digits(BATCH * 12)
+    mox.set_flag("use_fp16", True)
+    mox.set_flag("loss_scale", "1e6")
+    _conv_run(tmp_path / "thor", thorlib.thor_optimizer_fn(damping=0.05, frequency=3), BATCH, 12, images, labels)
+    state = _optimizer_state(tmp_path / "thor")
+    for weight in thorlib.model_variables(tmp_path / "thor"):
+        assert np.all(np.isfinite(weight))
+    assert all(np.all(np.isfinite(v)) for v in state.values())
+    updates = int(next(v for k, v in state.items() if k.endswith("/_updates/.ATTRIBUTES/VARIABLE_VALUE")))
+    dropped = int(next(v for k, v in state.items() if k.endswith("/_dropped/.ATTRIBUTES/VARIABLE_VALUE")))
+    assert dropped >= 1                       # overflowed statistics were not added
+    assert 0 < updates < 12                   # overflow steps applied no update
+    inverses = [v for v in state.values() if v.ndim == 3]
+    assert inverses and not all(np.allclose(v, np.eye(v.shape[-1])) for v in inverses)
