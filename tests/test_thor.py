@@ -167,3 +167,56 @@ def test_fp16_dynamic_loss_scaling_factors_finite_overflow_steps_skip_the_refres
     assert 0 < updates < 12                   # overflow steps applied no update
     inverses = [v for v in state.values() if v.ndim == 3]
     assert inverses and not all(np.allclose(v, np.eye(v.shape[-1])) for v in inverses)
+
+
+def test_loss_scaling_is_taken_out_of_the_factors_exactly(tmp_path):
+    """A fixed loss scale of 1024 (float32 compute) changes nothing: G is unscaled exactly."""
+    images, labels = thorlib.small_digits(BATCH * 4)
+    optimizer_fn = thorlib.thor_optimizer_fn(damping=0.05, frequency=2)
+    plain = _conv_run(tmp_path / "plain", optimizer_fn, BATCH, 4, images, labels)
+    mox.set_flag("loss_scale", "1024")
+    scaled = _conv_run(tmp_path / "scaled", optimizer_fn, BATCH, 4, images, labels)
+    for a, b in zip(plain, scaled):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_thor_over_sgd_equals_numpy(tmp_path):
+    images, labels = thorlib.small_digits(BATCH * 4)
+    settings = dict(damping=0.05, frequency=2, block_size=0, weight_decay=0.0)
+
+    def optimizer_fn():
+        opt = mox.get_optimizer_fn("sgd", learning_rate=0.05)()
+        return mox.get_optimizer_wrapper_fn("thor", opt, **settings)()
+
+    trained = _conv_run(tmp_path / "thor", optimizer_fn, BATCH, 4, images, labels)
+    expected = thorlib.numpy_thor_conv(images, labels, thorlib.initial_conv_weights("same"), BATCH, 4, lr=0.05,
+                                       momentum=0.0, padding="same", **settings)
+    for got, want in zip(trained, expected):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("stack", ["thor(adam)", "lars(thor(momentum))", "thor(lars(momentum))"])
+def test_stacks_train_and_precondition(tmp_path, stack, caplog):
+    images, labels = thorlib.small_digits(BATCH * 8)
+
+    def optimizer_fn():
+        if "adam" in stack:
+            return mox.get_optimizer_wrapper_fn("thor", mox.get_optimizer_fn("adam", learning_rate=1e-2),
+                                                damping=0.05, frequency=2)()
+        # LARS moves each weight by about lr * ratio of its norm per step.
+        inner = mox.get_optimizer_fn("momentum", learning_rate=0.05 if stack.startswith("lars") else 0.5,
+                                     momentum=0.9)
+        if stack.startswith("lars"):
+            return mox.get_optimizer_wrapper_fn(
+                "lars", mox.get_optimizer_wrapper_fn("thor", inner, damping=0.05, frequency=2), ratio=0.1)()
+        return mox.get_optimizer_wrapper_fn(
+            "thor", mox.get_optimizer_wrapper_fn("lars", inner, ratio=0.1), damping=0.05, frequency=2)()
+
+    with caplog.at_level("INFO"):
+        _train(tmp_path / "run", thorlib.conv_model_fn("same"), images, labels, optimizer_fn, 8)
+    assert "thor: preconditioning 2 layer(s)" in caplog.text
+    start = thorlib.initial_conv_weights("same")
+    trained = thorlib.model_variables(tmp_path / "run")
+    for before, after in zip(start, trained):
+        assert np.all(np.isfinite(after)) and not np.allclose(before, after)
+    assert thorlib.numpy_conv_loss(trained, images, labels) < thorlib.numpy_conv_loss(start, images, labels) - 0.1

@@ -206,3 +206,12 @@ def numpy_thor_embedding(tokens, labels, weights, batch, steps, lr, momentum, da
             velocity[i] = momentum * velocity[i] - lr * g
             p += velocity[i]
     return params
+
+
+def numpy_conv_loss(weights, images, labels, padding="same"):
+    """Mean cross-entropy of conv_model_fn with ``weights`` on the given digits."""
+    conv_k, conv_b, dense_k, dense_b = [w.astype(np.float64) for w in weights]
+    patches, _ = numpy_im2col(images.astype(np.float64).reshape(-1, SIDE, SIDE, 1), KERNEL, 2, padding)
+    hidden = np.maximum(patches @ conv_k.reshape(-1, FILTERS) + conv_b, 0).reshape(len(labels), -1)
+    p = runlib.softmax_probabilities(hidden @ dense_k + dense_b)
+    return float(-np.mean(np.log(p[np.arange(len(labels)), labels])))
