@@ -31,16 +31,18 @@ counters. Per-layer variables are created when the first step is traced
 (only then are the layers known).
 """
 
+import logging
 import re
 import sys
 
 import keras
 import tensorflow as tf
-from absl import logging
 
 from moxlite.optimizers import thor_factors, thor_inverse
 from moxlite.optimizers import wrapper as wrapper_lib
 from moxlite.optimizers.lars import DEFAULT_EXCLUDE, _patterns, variable_path
+
+logger = logging.getLogger("moxlite.thor")
 
 TRACKED_KINDS = ("Dense", "Conv2D", "Embedding", "EinsumDense", "LayerNormalization")
 
@@ -388,12 +390,12 @@ class THOR(wrapper_lib.OptimizerWrapper):
         chosen = [f"{slot.name} ({slot.kind}: {slot.geometry.describe()})" for slot in self._slots]
         plain = [variable_path(v) for v in variables if self._slot_covering(v) is None]
         if not self._slots:
-            logging.warning("thor: no layer statistics reached the optimizer; every variable gets the plain "
+            logger.warning("thor: no layer statistics reached the optimizer; every variable gets the plain "
                             "gradient (THOR needs the synchronous loop and Dense/Conv2D/Embedding/EinsumDense/"
                             "LayerNormalization layers)")
-        logging.info("thor: preconditioning %d layer(s): %s", len(chosen), "; ".join(chosen) or "none")
+        logger.info("thor: preconditioning %d layer(s): %s", len(chosen), "; ".join(chosen) or "none")
         skipped = [f"{path} ({why})" for path, why in self._skipped.items()]
-        logging.info("thor: plain gradient for %d variable(s) (biases, normalization, other layers, bare "
+        logger.info("thor: plain gradient for %d variable(s) (biases, normalization, other layers, bare "
                      "get_variable variables): %s%s", len(plain), ", ".join(plain) or "none",
                      f"; layers not preconditioned: {'; '.join(skipped)}" if skipped else "")
 
