@@ -219,3 +219,54 @@ def test_stacks_train_and_precondition(tmp_path, stack, capsys):
     for before, after in zip(start, trained):
         assert np.all(np.isfinite(after)) and not np.allclose(before, after)
     assert thorlib.numpy_conv_loss(trained, images, labels) < thorlib.numpy_conv_loss(start, images, labels) - 0.1
+
+
+def _dense_model_fn(shared=False, einsum=False):
+    def model_fn(inputs, mode):
+        x, y = inputs
+        init = keras.initializers.GlorotUniform(seed=2)
+        if einsum:
+            layer = keras.layers.EinsumDense("ab,bc->ac", output_shape=10, bias_axes="c", kernel_initializer=init)
+        else:
+            layer = keras.layers.Dense(10, kernel_initializer=init)
+        if shared:   # one layer called on each half of the batch: its two records are summed
+            half = tf.shape(x)[0] // 2
+            logits = tf.concat([layer(x[:half]), layer(x[half:])], 0)
+        else:
+            logits = layer(x)
+        return runlib.spec_for(x, y, logits)
+    return model_fn
+
+
+@pytest.mark.parametrize("variant", [{"shared": True}, {"einsum": True}])
+def test_shared_layer_and_einsum_dense_precondition_like_one_dense_call(tmp_path, variant):
+    images, labels = thorlib.small_digits(BATCH * 4)
+    optimizer_fn = thorlib.thor_optimizer_fn(damping=0.05, frequency=2)
+    _train(tmp_path / "dense", _dense_model_fn(), images, labels, optimizer_fn, 4)
+    _train(tmp_path / "variant", _dense_model_fn(**variant), images, labels, optimizer_fn, 4)
+    for a, b in zip(thorlib.model_variables(tmp_path / "dense"), thorlib.model_variables(tmp_path / "variant")):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_transformer_block_preconditions_attention_projections_and_layer_norm(tmp_path, capsys):
+    images, labels = thorlib.small_digits(BATCH * 6)
+    tokens = thorlib.tokens_of(images)
+
+    def model_fn(inputs, mode):
+        t, y = inputs
+        e = keras.layers.Embedding(16, 8, embeddings_initializer=keras.initializers.RandomNormal(seed=4))(t)
+        attended = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, seed=5)(e, e)
+        h = keras.layers.LayerNormalization()(e + attended)
+        logits = keras.layers.Dense(10, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(
+            tf.reduce_mean(h, axis=1))
+        loss = runlib.cross_entropy(logits, y)
+        return mox.ModelSpec(loss=loss, log_info={"loss": loss})
+
+    _train(tmp_path / "run", model_fn, tokens, labels, thorlib.thor_optimizer_fn(damping=0.05, frequency=2), 6)
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if "thor: preconditioning" in l)
+    assert "thor: preconditioning 7 layer(s)" in line, line     # embedding, q, k, v, output, layer norm, dense
+    assert line.count("EinsumDense: A 8x8, G 8x8") == 4, line
+    assert "LayerNormalization: diagonal rule" in line and "Embedding: A diag 16, G 8x8" in line
+    for weight in thorlib.model_variables(tmp_path / "run"):
+        assert np.all(np.isfinite(weight))

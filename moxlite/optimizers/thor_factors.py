@@ -129,14 +129,14 @@ def im2col(inputs, conv):
 def local_sums(geometry, record, per_sample):
     """This replica's (A sum, G sum, rows) for one record, in float32.
 
-    per_sample: True to multiply the output gradients by the batch size (the
-    loss was a mean over the batch: the rows of ds must be per-sample gradients).
+    per_sample: True to multiply the output gradients by the replica's batch size
+    (the loss was a mean over the batch: the rows of ds must be per-sample gradients).
     """
     if geometry.kind == "LayerNormalization":
         return tf.zeros([0]), tf.zeros([0, 0]), tf.cast(tf.shape(record.inputs)[0], tf.float32)
     gradients = record.output_gradients
     if per_sample:
-        gradients = gradients * tf.cast(tf.shape(gradients)[0], tf.float32)
+        gradients = gradients * record.batch_size
     ds = tf.reshape(gradients, [-1, geometry.d_out])
     g_sum = tf.matmul(ds, ds, transpose_a=True)
     inputs = record.inputs

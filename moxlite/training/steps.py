@@ -103,7 +103,7 @@ class TrainStep:
             losses = [tf.cast(loss, tf.float32) / self.num_replicas for loss in spec.losses]
             # A LossScaleOptimizer multiplies here and divides the gradients in apply_gradients.
             scaled = [optimizer.scale_loss(loss) for loss, optimizer in zip(losses, self.optimizers)]
-        gradient_lists = [self._gradients_and_statistics(tape, loss, variables, optimizer, records)
+        gradient_lists = [self._gradients_and_statistics(tape, loss, variables, optimizer, records, inputs)
                           for loss, variables, optimizer in zip(scaled, self.variable_lists, self.optimizers)]
         del tape
         return spec, gradient_lists
@@ -119,14 +119,15 @@ class TrainStep:
             kinds.update(request.layer_types if request else ())
         return layer_statistics.recording(tape, kinds) if kinds else contextlib.nullcontext([])
 
-    def _gradients_and_statistics(self, tape, loss, variables, optimizer, records):
+    def _gradients_and_statistics(self, tape, loss, variables, optimizer, records, inputs):
         """Gradients of ``loss``; a requesting optimizer also gets the records with output gradients."""
         probes = layer_statistics.probes_of(records)
         if not records or wrapper_lib.layer_statistics_request(optimizer) is None:
             return tape.gradient(loss, variables)
         gradients = tape.gradient(loss, list(variables) + probes)
         unscale = self.num_replicas / loss_scale_of(optimizer)
-        records = layer_statistics.with_output_gradients(records, gradients[len(variables):], unscale)
+        records = layer_statistics.with_output_gradients(records, gradients[len(variables):], unscale,
+                                                         batch_size_of(inputs))
         wrapper_lib.set_layer_statistics(optimizer, records)
         return gradients[:len(variables)]
 
