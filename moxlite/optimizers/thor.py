@@ -71,6 +71,10 @@ def _identities(variable):
     return found
 
 
+def _or_zero(tensor):
+    return tf.zeros([]) if tensor is None else tensor
+
+
 class _Slot:
     """One preconditioned layer: its geometry, variables it covers, and (once built) its state."""
 
@@ -226,39 +230,34 @@ class THOR(wrapper_lib.OptimizerWrapper):
         if not by_slot:
             return
         slots = [by_slot[index][0] for index in sorted(by_slot)]
-        per_sample = self.loss_reduction == "mean"
-
-        def local_sums():
-            sums = []
-            for slot in slots:
-                parts = [thor_factors.local_sums(slot.geometry, record, per_sample)
-                         for record in by_slot[slot.index][1]]
-                sums.extend(tf.add_n(list(column)) for column in zip(*parts))
-            return sums
-
-        def zeros():
-            shapes = []
-            for slot in slots:
-                shapes += [slot.geometry.a_shape, slot.geometry.g_shape, ()]
-            return [tf.zeros(shape) for shape in shapes]
-
-        collecting = self._is_collecting()
-        local = tf.cond(collecting, local_sums, zeros)
+        # Only tensors cross into cross-replica context (layers differ per replica); the factor
+        # sums are computed there, per replica, and only on a collecting update.
+        tensors = [[(record.inputs, _or_zero(record.output_gradients), record.batch_size)
+                    for record in by_slot[slot.index][1]] for slot in slots]
         replica_context = tf.distribute.get_replica_context()
         if replica_context is None:
-            self._collect(tf.distribute.get_strategy(), slots, local)
+            self._collect(tf.distribute.get_strategy(), slots, tensors)
         else:
-            replica_context.merge_call(lambda distribution, local: self._collect(distribution, slots, local),
-                                       args=(local,))
+            replica_context.merge_call(lambda distribution, tensors: self._collect(distribution, slots, tensors),
+                                       args=(tensors,))
 
-    def _collect(self, distribution, slots, local):
+    def _local_sums(self, slots, tensors):
+        """Replica context: this replica's factor sums of every slot, packed into one vector."""
+        per_sample = self.loss_reduction == "mean"
+        parts = []
+        for slot, calls in zip(slots, tensors):
+            sums = [thor_factors.local_sums(slot.geometry, thor_factors.Call(*call), per_sample) for call in calls]
+            parts.extend(tf.reshape(tf.add_n(list(column)), [-1]) for column in zip(*sums))
+        return tf.concat(parts, 0)
+
+    def _collect(self, distribution, slots, tensors):
         """Cross-replica context: one all-reduce of every slot's sums, added to the accumulators."""
         for slot in slots:
             self._ensure_slot_state(slot)
 
         def reduce_and_add():
             packed = distribution.extended.call_for_each_replica(
-                lambda parts: tf.concat([tf.reshape(p, [-1]) for p in parts], 0), args=(local,))
+                lambda tensors: self._local_sums(slots, tensors), args=(tensors,))
             destination = slots[0].state["rows"]
             total = distribution.extended.reduce_to(tf.distribute.ReduceOp.SUM, packed,
                                                     destinations=destination.value)

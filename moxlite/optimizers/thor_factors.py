@@ -32,6 +32,15 @@ import tensorflow as tf
 
 
 @dataclasses.dataclass
+class Call:
+    """The tensors of one recorded layer call that the factor sums need."""
+
+    inputs: tf.Tensor
+    output_gradients: tf.Tensor
+    batch_size: tf.Tensor
+
+
+@dataclasses.dataclass
 class Geometry:
     """What THOR needs to know about one preconditioned layer (static, from its first record)."""
 
@@ -127,7 +136,7 @@ def im2col(inputs, conv):
 
 
 def local_sums(geometry, record, per_sample):
-    """This replica's (A sum, G sum, rows) for one record, in float32.
+    """This replica's (A sum, G sum, rows) for one recorded call (a ``Call``), in float32.
 
     per_sample: True to multiply the output gradients by the replica's batch size
     (the loss was a mean over the batch: the rows of ds must be per-sample gradients).
