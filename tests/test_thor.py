@@ -270,3 +270,21 @@ def test_transformer_block_preconditions_attention_projections_and_layer_norm(tm
     assert "LayerNormalization: diagonal rule" in line and "Embedding: A diag 16, G 8x8" in line
     for weight in thorlib.model_variables(tmp_path / "run"):
         assert np.all(np.isfinite(weight))
+
+
+def test_damping_schedule_and_exclude_pattern_equal_numpy(tmp_path):
+    """damping as a callable of the step (read at each refresh), and the conv layer excluded by
+    pattern: it gets the plain gradient (plus weight decay), the Dense kernel is preconditioned."""
+    images, labels = thorlib.small_digits(BATCH * 5)
+    settings = dict(lr=0.05, momentum=0.9, frequency=2, block_size=0, weight_decay=5e-4)
+
+    def damping(step):
+        return 0.1 * 0.5 ** (tf.cast(step, tf.float32) / 2.0)
+
+    optimizer_fn = thorlib.thor_optimizer_fn(damping=damping, exclude=["conv2d"], **settings)
+    trained = _conv_run(tmp_path / "thor", optimizer_fn, BATCH, 5, images, labels)
+    expected = thorlib.numpy_thor_conv(images, labels, thorlib.initial_conv_weights("same"), BATCH, 5,
+                                       damping=lambda step: 0.1 * 0.5 ** (step / 2.0), padding="same",
+                                       preconditioned=("dense",), **settings)
+    for got, want in zip(trained, expected):
+        np.testing.assert_allclose(got, want, atol=1e-5)

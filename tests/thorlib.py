@@ -130,8 +130,11 @@ def softmax_cross_entropy_grad(logits, labels):
 
 
 def numpy_thor_conv(images, labels, weights, batch, steps, lr, momentum, damping, frequency,
-                    block_size, weight_decay, padding):
-    """Conv2D(stride 2, relu) -> Dense, THOR(momentum); ``weights`` = [conv_k, conv_b, dense_k, dense_b]."""
+                    block_size, weight_decay, padding, preconditioned=("conv", "dense")):
+    """Conv2D(stride 2, relu) -> Dense, THOR(momentum); ``weights`` = [conv_k, conv_b, dense_k, dense_b].
+
+    damping: a number or a function of the step; preconditioned: which of the two kernels."""
+    damping_at = damping if callable(damping) else (lambda step: damping)
     conv_k, conv_b, dense_k, dense_b = [w.astype(np.float64) for w in weights]
     params = [conv_k, conv_b, dense_k, dense_b]
     velocity = [np.zeros_like(p) for p in params]
@@ -152,6 +155,7 @@ def numpy_thor_conv(images, labels, weights, batch, steps, lr, momentum, damping
         g_conv_b = d_hidden.sum(0)
         spatial = ho * wo
         if step % frequency == 0:
+            damping = damping_at(step)
             ds_conv = d_hidden * batch                    # per-sample gradients (loss was a mean)
             ds_dense = d_logits * batch
             rows = batch * spatial
@@ -160,10 +164,12 @@ def numpy_thor_conv(images, labels, weights, batch, steps, lr, momentum, damping
                                 block_inverse(ds_conv.T @ ds_conv / rows, conv_sqrt, block_size))
             inverses["dense"] = (block_inverse(hidden.T @ hidden / batch, np.sqrt(damping), block_size),
                                  block_inverse(ds_dense.T @ ds_dense / batch, np.sqrt(damping), block_size))
-        a_inv, g_inv = inverses["conv"]
-        g_conv_k = (a_inv @ g_conv_k.reshape(-1, FILTERS) @ g_inv / spatial).reshape(conv_k.shape)
-        a_inv, g_inv = inverses["dense"]
-        g_dense_k = a_inv @ g_dense_k @ g_inv
+        if "conv" in preconditioned:
+            a_inv, g_inv = inverses["conv"]
+            g_conv_k = (a_inv @ g_conv_k.reshape(-1, FILTERS) @ g_inv / spatial).reshape(conv_k.shape)
+        if "dense" in preconditioned:
+            a_inv, g_inv = inverses["dense"]
+            g_dense_k = a_inv @ g_dense_k @ g_inv
         grads = [g_conv_k + weight_decay * conv_k, g_conv_b, g_dense_k + weight_decay * dense_k, g_dense_b]
         for i, (p, g) in enumerate(zip(params, grads)):
             velocity[i] = momentum * velocity[i] - lr * g
