@@ -288,3 +288,33 @@ def test_damping_schedule_and_exclude_pattern_equal_numpy(tmp_path):
                                        preconditioned=("dense",), **settings)
     for got, want in zip(trained, expected):
         np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_layer_norm_follows_mindspores_diagonal_rule(tmp_path):
+    """One sgd step (lr 1): plain gives -g; thor, preconditioning only the LayerNormalization,
+    gives -g / (g^2 / N + sqrt(damping)) on gamma and beta, N the batch size."""
+    images, labels = thorlib.small_digits(BATCH)
+
+    def model_fn(inputs, mode):
+        x, y = inputs
+        h = keras.layers.Dense(8, kernel_initializer=keras.initializers.GlorotUniform(seed=1))(x)
+        h = keras.layers.LayerNormalization(gamma_initializer=keras.initializers.RandomUniform(0.5, 1.5, seed=6))(h)
+        logits = keras.layers.Dense(10, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(h)
+        return runlib.spec_for(x, y, logits)
+
+    def sgd(thor=None):
+        def optimizer_fn():
+            opt = mox.get_optimizer_fn("sgd", learning_rate=1.0)()
+            return mox.get_optimizer_wrapper_fn("thor", opt, **thor)() if thor else opt
+        return optimizer_fn
+
+    _train(tmp_path / "plain", model_fn, images, labels, sgd(), 1)
+    _train(tmp_path / "thor", model_fn, images, labels,
+           sgd(dict(damping=0.01, frequency=2, include=["layer_normalization"])), 1)
+    plain, thor = thorlib.model_variables(tmp_path / "plain"), thorlib.model_variables(tmp_path / "thor")
+    start_gamma = np.asarray(keras.initializers.RandomUniform(0.5, 1.5, seed=6)((8,)))
+    for start, index in ((start_gamma, 2), (np.zeros(8, np.float32), 3)):
+        gradient = start - plain[index]
+        expected = start - gradient / (gradient ** 2 / BATCH + np.sqrt(0.01))
+        np.testing.assert_allclose(thor[index], expected, atol=1e-5)
+    np.testing.assert_allclose(thor[0], plain[0], atol=1e-6)      # the Dense kernels: not included
