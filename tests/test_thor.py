@@ -318,3 +318,33 @@ def test_layer_norm_follows_mindspores_diagonal_rule(tmp_path):
         expected = start - gradient / (gradient ** 2 / BATCH + np.sqrt(0.01))
         np.testing.assert_allclose(thor[index], expected, atol=1e-5)
     np.testing.assert_allclose(thor[0], plain[0], atol=1e-6)      # the Dense kernels: not included
+
+
+def test_all_factors_cross_replicas_in_one_reduction_per_trace(tmp_path, monkeypatch):
+    """On 2 devices, the refresh's factors of both layers (4 matrices, 2 row counts) travel in one
+    reduce_to call, made in cross-replica context; the only other reduction is the gradients'."""
+    import traceback
+
+    from tensorflow.python.distribute import distribute_lib
+
+    calls = []
+    for name in ("reduce_to", "batch_reduce_to", "all_reduce"):
+        owner = distribute_lib.ReplicaContext if name == "all_reduce" else distribute_lib.StrategyExtendedV2
+        original = getattr(owner, name)
+
+        def spy(self, *args, _name=name, _original=original, **kwargs):
+            # AutoGraph runs converted copies of thor's functions (tf___collect, ...): match by name.
+            names = [f.name for f in traceback.extract_stack()]
+            where = next((n for n in reversed(names) if n.endswith(("_collect", "_apply_in_cross_replica_context",
+                                                                   "set_layer_statistics", "_local_sums"))), None)
+            calls.append((_name, where))
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(owner, name, spy)
+    images, labels = thorlib.small_digits(BATCH * 2 * 3)
+    mox.set_flag("num_gpus", 2)
+    _conv_run(tmp_path / "two", thorlib.thor_optimizer_fn(damping=0.05, frequency=2), BATCH, 3, images, labels)
+    from_thor = [call for call in calls if call[1] is not None]
+    collects = [call for call in from_thor if call[1].endswith("_collect")]
+    assert collects and all(name == "reduce_to" for name, _ in collects)
+    assert len(collects) == len([call for call in from_thor if call[0] == "batch_reduce_to"])  # one each per trace
+    assert not [call for call in calls if call[0] == "all_reduce" and call[1] is not None]
