@@ -348,3 +348,21 @@ def test_all_factors_cross_replicas_in_one_reduction_per_trace(tmp_path, monkeyp
     assert collects and all(name == "reduce_to" for name, _ in collects)
     assert len(collects) == len([call for call in from_thor if call[0] == "batch_reduce_to"])  # one each per trace
     assert not [call for call in calls if call[0] == "all_reduce" and call[1] is not None]
+
+
+def test_parameters_are_checked_and_a_schedule_round_trips_through_get_config():
+    from moxlite import errors
+    from moxlite.optimizers.thor import THOR
+
+    momentum = mox.get_optimizer_fn("momentum", learning_rate=0.1, momentum=0.9)
+    for bad, message in ((dict(frequency=1), "frequency=1 is out of range; expected an integer >= 2"),
+                         (dict(damping=-1), "damping=-1 is out of range"),
+                         (dict(block_size=-2), "block_size=-2 is out of range"),
+                         (dict(loss_reduction="avg"), "loss_reduction='avg' is out of range")):
+        with pytest.raises(errors.OptimizerError, match=message):
+            mox.get_optimizer_wrapper_fn("thor", momentum, **bad)
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.05, 10, 0.5)
+    optimizer = mox.get_optimizer_wrapper_fn("thor", momentum, damping=schedule, frequency=5, exclude=["x"])()
+    again = THOR.from_config(optimizer.get_config())
+    assert (again.frequency, again.exclude) == (5, ("x",))
+    assert float(again.damping(20)) == pytest.approx(0.0125)

@@ -406,4 +406,13 @@ class THOR(wrapper_lib.OptimizerWrapper):
         config = super().get_config()
         for key in ("weight_decay_exclude", "include", "exclude"):
             config[key] = list(config[key])
+        if isinstance(self.damping, keras.optimizers.schedules.LearningRateSchedule):
+            config["damping"] = keras.saving.serialize_keras_object(self.damping)
         return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        if isinstance(config.get("damping"), dict):
+            config["damping"] = keras.saving.deserialize_keras_object(config["damping"], custom_objects=custom_objects)
+        return super().from_config(config, custom_objects=custom_objects)
