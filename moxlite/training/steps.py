@@ -128,7 +128,7 @@ class TrainStep:
         unscale = self.num_replicas / loss_scale_of(optimizer)
         records = layer_statistics.with_output_gradients(records, gradients[len(variables):], unscale,
                                                          batch_size_of(inputs))
-        wrapper_lib.set_layer_statistics(optimizer, records)
+        wrapper_lib.set_layer_statistics(optimizer, records, [g for g in gradients[:len(variables)] if g is not None])
         return gradients[:len(variables)]
 
     def _apply(self, optimizer, apply_optimizer, pairs):
