@@ -392,7 +392,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
         if self._announced:
             return
         self._announced = True
-        chosen = [f"{slot.name} ({slot.kind}: {slot.geometry.describe()})" for slot in self._slots]
+        chosen = [f"{slot.name} ({slot.kind}: {slot.geometry.describe()}{self._blocks_note(slot)})"
+                  for slot in self._slots]
         plain = [variable_path(v) for v in variables if self._slot_covering(v) is None]
         if not self._slots:
             logger.warning("thor: no layer statistics reached the optimizer; every variable gets the plain "
@@ -403,6 +404,12 @@ class THOR(wrapper_lib.OptimizerWrapper):
         logger.info("thor: plain gradient for %d variable(s) (biases, normalization, other layers, bare "
                      "get_variable variables): %s%s", len(plain), ", ".join(plain) or "none",
                      f"; layers not preconditioned: {'; '.join(skipped)}" if skipped else "")
+
+    @staticmethod
+    def _blocks_note(slot):
+        split = [f"{name} in {blocks} blocks of {side}" for name, (blocks, side) in
+                 (("A", slot.a_layout), ("G", slot.g_layout)) if blocks > 1 and slot.kind != "Embedding"]
+        return f"; {', '.join(split)}" if split else ""
 
     def fallback_counts(self):
         """(inversions retried, inversions that kept the previous inverse, statistics dropped as non-finite)."""
