@@ -369,3 +369,28 @@ def test_parameters_are_checked_and_a_schedule_round_trips_through_get_config():
     again = THOR.from_config(optimizer.get_config())
     assert (again.frequency, again.exclude) == (5, ("x",))
     assert float(again.damping(20)) == pytest.approx(0.0125)
+
+
+def test_a_keras_model_closed_over_trains_as_layers_built_inside_model_fn(tmp_path, capsys):
+    """Style 1 (a Sequential built before run, closed over by model_fn) is found and preconditioned
+    exactly like the same layers built inside model_fn."""
+    images, labels = thorlib.small_digits(BATCH * 4)
+    optimizer_fn = thorlib.thor_optimizer_fn(damping=0.05, frequency=2, weight_decay=5e-4)
+    inside = _conv_run(tmp_path / "inside", optimizer_fn, BATCH, 4, images, labels)
+    model = keras.Sequential([
+        keras.layers.Input((thorlib.SIDE * thorlib.SIDE,)),
+        keras.layers.Reshape((thorlib.SIDE, thorlib.SIDE, 1)),
+        keras.layers.Conv2D(thorlib.FILTERS, thorlib.KERNEL, strides=2, padding="same", activation="relu",
+                            kernel_initializer=keras.initializers.GlorotUniform(seed=1),
+                            bias_initializer=keras.initializers.RandomUniform(-0.1, 0.1, seed=3)),
+        keras.layers.Flatten(),
+        keras.layers.Dense(10, kernel_initializer=keras.initializers.GlorotUniform(seed=2))])
+
+    def model_fn(inputs, mode):
+        x, y = inputs
+        return runlib.spec_for(x, y, model(x))
+
+    _train(tmp_path / "closed", model_fn, images, labels, optimizer_fn, 4)
+    assert "thor: preconditioning 2 layer(s)" in capsys.readouterr().out
+    for a, b in zip(inside, thorlib.model_variables(tmp_path / "closed")):
+        np.testing.assert_allclose(a, b, atol=1e-5)
