@@ -56,7 +56,7 @@ def probe_optimizer(plan):
         num_workers=facts.num_workers, sync_replicas=plan.flags["sync_replicas"])
     try:
         with context.activate(run_context):
-            optimizer = plan.optimizer_fn()
+            optimizer = optimizers.tf1_adapter.call_optimizer_fn(plan.optimizer_fn)
     except errors.UserInputError as error:
         raise plan.loaded.error(("optimizer",), str(error)) from None
     # Wrappers as the optimizers package describes them (every parameter, defaults

@@ -25,13 +25,13 @@ def call_input_fn(input_fn, mode, batch_size=None):
     if isinstance(produced, tf.data.Dataset):
         return produced
     if produced is None:
-        raise errors.ArgumentError(
+        raise errors.ArgumentTypeError(
             f"input_fn returned None in mode {mode}; it must return a tf.data.Dataset "
             f"(or arrays whose first dimension indexes samples)")
     try:
         return tf.data.Dataset.from_tensor_slices(_as_structure(produced))
     except (TypeError, ValueError) as error:
-        raise errors.ArgumentError(
+        raise errors.ArgumentTypeError(
             f"input_fn returned {errors.describe(produced)} in mode {mode}; it must return a "
             f"tf.data.Dataset or arrays of equal length ({error})") from None
 
