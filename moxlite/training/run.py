@@ -250,6 +250,7 @@ class _Run:
                              start, target)
             return {"global_step": start}
         evaluate = self._interleaved_evaluation() if args["inter_mode"] == ModeKeys.EVAL else None
+        context.training_started()
         self.logger.info("Training: %d replica(s), batch %d per replica, global batch %d, from step %d",
                          self.setup.num_replicas_in_sync, self.batch_size, self.global_batch_size, start)
         cadence = Cadence(args["steps_per_loop"], args["log_every_n_steps"], args["save_summary_steps"])
