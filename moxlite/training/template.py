@@ -16,6 +16,8 @@ import inspect
 
 import keras
 import tensorflow as tf
+# TF1 variable stores have no public API; get_variable's name clashes across calls need one.
+from tensorflow.python.ops import variable_scope
 
 from moxlite import errors
 from moxlite.contract import ModelSpec
@@ -114,7 +116,11 @@ class ModelTemplate:
                 return variable
             return self._reuse(cursor, kwargs)
 
-        with tf.variable_creator_scope(creator):
+        # A fresh TF1 variable store per call: the default one is a collection of the global
+        # graph that traced steps share, so get_variable names from an earlier run() (or call)
+        # in this process would otherwise collide ("Variable W already exists").
+        with variable_scope.with_variable_store(variable_scope._VariableStore()), \
+                tf.variable_creator_scope(creator):
             yield
 
     def _reuse(self, cursor, kwargs):
