@@ -214,8 +214,9 @@ class _Run:
             save_secs = 600
 
         def checkpointer_for(iterator):
+            keyed, ambiguous = self.template.checkpoint_keys()
             return checkpoints.Checkpointer(
-                args["log_dir"], run_context.global_step, self.template.variables, optimizers,
+                args["log_dir"], run_context.global_step, keyed, optimizers, ambiguous=ambiguous,
                 iterator=iterator, save_model_secs=save_secs, save_model_steps=save_steps,
                 keep_checkpoint_max=args["keep_checkpoint_max"], is_chief=self._is_chief())
 
@@ -296,7 +297,8 @@ class _Run:
         spec, element_spec, _ = self._build(mode)
         steps.check_spec(spec, mode)
         global_step = self._global_step()
-        checkpointer = checkpoints.Checkpointer(self.args["log_dir"], global_step, self.template.variables)
+        keyed, ambiguous = self.template.checkpoint_keys()
+        checkpointer = checkpoints.Checkpointer(self.args["log_dir"], global_step, keyed, ambiguous=ambiguous)
         checkpointer.restore(self.args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"),
                              warm_start_step=True)
         return spec, element_spec, int(global_step.numpy())
