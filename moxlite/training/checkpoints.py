@@ -17,7 +17,7 @@ import time
 import tensorflow as tf
 
 from moxlite import errors
-from moxlite.training import naming
+from moxlite.training import hyperparameters, naming
 from moxlite.training.reporting import get_logger
 
 CHECKPOINT_NAME = "model.ckpt"
@@ -124,6 +124,7 @@ class Checkpointer:
         for index, optimizer in enumerate(optimizers):
             trackables["optimizer" if index == 0 else f"optimizer_{index}"] = optimizer
         self._state = {k: v for k, v in trackables.items() if k != ORDER_KEY}
+        self._optimizers = list(optimizers)
         self._iterator = iterator
         if iterator is not None:
             trackables["iterator"] = iterator
@@ -157,7 +158,8 @@ class Checkpointer:
             trackables = dict(self._state, model=model) if self._training else dict(
                 global_step=self.global_step, model=model)
             # Inference runs hold no optimizer or iterator: they read the model part only.
-            self._read(tf.train.Checkpoint(**trackables), own, partial=not self._training)
+            with hyperparameters.kept(self._optimizers):
+                self._read(tf.train.Checkpoint(**trackables), own, partial=not self._training)
             if self._iterator is not None:
                 self._read_iterator(own)
             self._last_saved_step = int(self.global_step.numpy())
