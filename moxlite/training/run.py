@@ -191,17 +191,21 @@ class _Run:
             v for v in self.template.external_variables if v.trainable]
         excluded = checkpoints.split_patterns(flags.get_flag("trainable_exclude_patterns"))
         trainable = [v for v in trainable if not checkpoints.matches_any(v.name, excluded)]
-        if len(spec.losses) == 1:
+        if spec.var_scopes is None:
             return [trainable]
+        per_loss = list(spec.var_scopes)
+        if len(spec.losses) == 1 and all(isinstance(s, str) for s in per_loss):
+            per_loss = [per_loss]   # one loss: var_scopes may be its list of scopes
         lists = []
-        for index, scopes in enumerate(spec.var_scopes):
+        for index, scopes in enumerate(per_loss):
             scopes = [scopes] if isinstance(scopes, str) else list(scopes)
-            chosen = [v for v in trainable if any(v.name.startswith(s) for s in scopes)]
-            if not chosen:
-                raise errors.ModelFnError(
-                    f"var_scopes[{index}]={scopes!r} matches no trainable variable; variable names are "
-                    f"{[v.name for v in trainable][:8]}...")
-            lists.append(chosen)
+            for scope in scopes:
+                if not any(v.name.startswith(scope) for v in trainable):
+                    names = [v.name for v in trainable]
+                    raise errors.ModelFnError(
+                        f"var_scopes[{index}] scope {scope!r} matches no trainable variable; variable names "
+                        f"are {names[:20]}{' ...' if len(names) > 20 else ''}")
+            lists.append([v for v in trainable if any(v.name.startswith(s) for s in scopes)])
         return lists
 
     def _train_loop(self, run_context, spec, optimizers, train_step):
