@@ -165,7 +165,8 @@ class _Run:
         global_step = self._global_step()
         run_context = context.RunContext(
             global_step=global_step, global_batch_size=self.global_batch_size,
-            num_samples=num_samples or flags.get_flag("num_samples") or None,
+            num_samples=flags.get_flag("num_samples") or num_samples or None,
+            num_samples_inferred=not flags.get_flag("num_samples") and bool(num_samples),
             num_replicas=self.setup.num_replicas_in_sync, num_workers=self.setup.num_workers,
             sync_replicas=self.setup.sync_replicas, strategy=self.strategy)
         with context.activate(run_context), self.strategy.scope():
