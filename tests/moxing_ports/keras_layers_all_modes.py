@@ -25,8 +25,9 @@ BATCH_SIZE = 32
 
 def main(*args):
     data = np.load(os.path.join(flags.data_url, "mnist_5k.npz"))
-    images = data["images"].reshape(-1, 784).astype(np.float32) / 255.0
-    labels = data["labels"].astype(np.int32)
+    order = np.random.RandomState(0).permutation(len(data["labels"]))  # the file is sorted by label
+    images = data["images"][order].reshape(-1, 784).astype(np.float32) / 255.0
+    labels = data["labels"][order].astype(np.int32)
 
     def input_fn(mode):
         if mode == mox.ModeKeys.TRAIN:

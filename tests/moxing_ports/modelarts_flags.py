@@ -30,8 +30,9 @@ flags = tf.compat.v1.flags.FLAGS
 
 def main(*args):
     data = np.load(os.path.join(flags.data_url, "mnist_5k.npz"))
-    images = data["images"].reshape(-1, 784).astype(np.float32) / 255.0
-    labels = data["labels"].astype(np.int32)
+    order = np.random.RandomState(0).permutation(len(data["labels"]))  # the file is sorted by label
+    images = data["images"][order].reshape(-1, 784).astype(np.float32) / 255.0
+    labels = data["labels"][order].astype(np.int32)
     num_gpus = mox.get_flag("num_gpus")
     print("Training on %d GPU(s), batch %d per GPU, data from %s" % (num_gpus, mox.get_flag("batch_size"),
                                                                      mox.get_flag("data_url")))

@@ -31,8 +31,9 @@ NUM_TRAIN = 4000
 
 def load_mnist(data_url):
     data = np.load(os.path.join(data_url, "mnist_5k.npz"))
-    images = data["images"].reshape(-1, 784).astype(np.float32) / 255.0
-    labels = data["labels"].astype(np.int32)
+    order = np.random.RandomState(0).permutation(len(data["labels"]))  # the file is sorted by label
+    images = data["images"][order].reshape(-1, 784).astype(np.float32) / 255.0
+    labels = data["labels"][order].astype(np.int32)
     return (images[:NUM_TRAIN], labels[:NUM_TRAIN]), (images[NUM_TRAIN:], labels[NUM_TRAIN:])
 
 

@@ -27,8 +27,9 @@ flags = tf.compat.v1.flags.FLAGS
 
 def main(*args):
     data = np.load(os.path.join(flags.data_url, "mnist_5k.npz"))
-    images = data["images"].reshape(-1, 784).astype(np.float32) / 255.0
-    labels = data["labels"].astype(np.int32)
+    order = np.random.RandomState(0).permutation(len(data["labels"]))  # the file is sorted by label
+    images = data["images"][order].reshape(-1, 784).astype(np.float32) / 255.0
+    labels = data["labels"][order].astype(np.int32)
 
     def input_fn(mode):
         return tf.data.Dataset.from_tensor_slices((images[:4000], labels[:4000])).repeat()
