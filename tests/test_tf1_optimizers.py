@@ -246,3 +246,25 @@ def test_errors_about_the_kind_of_an_argument_are_type_errors(tmp_path):
         get_optimizer_wrapper_fn("lars", 3)
     with pytest.raises(TypeError, match="is not a number"):
         mox.get_optimizer_fn("sgd", [0.1])
+
+
+def recipe_optimizer_fn():
+    """A recipe's optimizer.name reference to a MoXing-style optimizer_fn returning a TF1 optimizer."""
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    return tf.compat.v1.train.MomentumOptimizer(
+        tf.compat.v1.train.piecewise_constant(global_step, [2], [0.1, 0.01]), momentum=0.9)
+
+
+def test_a_recipe_stacks_lars_over_an_optimizer_fn_returning_a_tf1_optimizer(capsys, tmp_path):
+    from moxlite.recipes import cli
+
+    log_dir = tmp_path / "recipe"
+    arguments = ["recipes/mnist_mlp.yaml", "--set", f"run.log_dir={log_dir}", "--set", "run.steps=4",
+                 "--set", "run.eval_steps=1", "--set", "optimizer.name=tests.test_tf1_optimizers:recipe_optimizer_fn",
+                 "--set", "optimizer.wrappers=[{name: lars, ratio: 0.01}]"]
+    assert cli.main(arguments + ["--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "1. lars(" in out and "2. TF1Momentum(" in out, out
+    assert not log_dir.exists()
+    assert cli.main(arguments) == 0, capsys.readouterr().err
+    assert runlib.checkpoint_step(str(log_dir)) == 4
