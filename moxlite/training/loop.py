@@ -46,6 +46,7 @@ class SyncTrainLoop:
         # after a full suite (TF's iterator destructor waits for a tf.data thread).
         self._loop = tf.function(self._steps)
         self._step_counts = {}
+        self._any_worker = None
 
     def _steps(self, iterator, num_steps, consecutive):
         """Up to ``num_steps`` steps; ends early at the input's end, at a non-finite step under
@@ -94,6 +95,17 @@ class SyncTrainLoop:
             nonfinite.handle(self.nonfinite_policy, self, int(self.global_step.numpy()), float(bad_loss),
                              skipped, self._consecutive_nonfinite)
         return int(done), logs
+
+    def any_worker(self, requested):
+        """True when any worker passes ``requested``: every worker calls this at the same step
+        (a small all-reduce), so synchronous workers stop together."""
+        if self._any_worker is None:
+            def reduce(flag):
+                per_replica = self.strategy.run(lambda: tf.identity(flag))
+                return self.strategy.reduce(tf.distribute.ReduceOp.MAX, per_replica, axis=None)
+
+            self._any_worker = tf.function(reduce)
+        return bool(self._any_worker(tf.constant(1 if requested else 0, tf.int32)) > 0)
 
     def close(self):
         """Release the input iterator now.

@@ -14,7 +14,7 @@ import tensorflow as tf
 from moxlite import context, distribute, errors, flags
 from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.optimizers.schedules import current_learning_rate
-from moxlite.training import checkpoints, export, nonfinite, precision, reporting, steps
+from moxlite.training import checkpoints, export, interrupts, nonfinite, precision, reporting, steps
 from moxlite.training.evaluation import Evaluator, predict
 from moxlite.training.inputs import call_input_fn, make_dataset_fn, placeholder_batch, as_model_inputs
 from moxlite.training.loop import SyncTrainLoop
@@ -278,24 +278,42 @@ class _Run:
                          self.setup.num_replicas_in_sync, self.batch_size, self.global_batch_size, start)
         cadence = Cadence(args["steps_per_loop"], args["log_every_n_steps"], args["save_summary_steps"])
         user_summaries = loop.user_summaries() if hasattr(loop, "user_summaries") else contextlib.ExitStack()
+        interrupt = interrupts.Interrupts()
+        interrupt.install()
         try:
             with user_summaries, nonfinite_reported(args["log_dir"]):
                 step, logs = train(loop, start, target, cadence, checkpointer, summaries,
                                    self.global_batch_size,
                                    learning_rate=lambda: current_learning_rate(optimizers[0]),
-                                   evaluate=evaluate, hooks=list(spec.hooks or []))
+                                   evaluate=evaluate, hooks=list(spec.hooks or []),
+                                   should_stop=self._stop_rule(loop, interrupt, async_mode))
                 if hasattr(loop, "finish"):
                     step = loop.finish()
             checkpointer.save(step)
-            if evaluate is not None:
-                evaluate(step)
-            for hook in spec.hooks or []:
-                hook(step, logs)
+            if interrupt.requested():
+                if self._is_chief():
+                    self.logger.info("Interrupted by %s at global step %d: saved checkpoint %s; run again with "
+                                     "the same log_dir to resume", interrupts.name_of(interrupt.signum), step,
+                                     checkpoints.latest_checkpoint(args["log_dir"]))
+            else:
+                if evaluate is not None:
+                    evaluate(step)
+                for hook in spec.hooks or []:
+                    hook(step, logs)
         finally:
+            interrupt.restore()
             loop.close()
             checkpointer.close()
             summaries.close()
+        interrupt.reraise()
         return {**{k: float(v) for k, v in logs.items() if v.size == 1}, "global_step": step}
+
+    def _stop_rule(self, loop, interrupt, async_mode):
+        """When to end training for a signal: at once in one process (or the coordinator of
+        parameter servers); synchronous workers agree first, so that all stop at one step."""
+        if async_mode or self.setup.num_workers == 1:
+            return interrupt.requested
+        return lambda: loop.any_worker(interrupt.requested())
 
     def _interleaved_evaluation(self):
         eval_spec, _, _ = self._build(ModeKeys.EVAL)
