@@ -40,6 +40,8 @@ FLAG_TABLE = {
     "gradient_clip": ("float", 0.0, "Clip threshold; 0 disables clipping."),
     "log_first_clone": ("boolean", True, "Log the first replica's log_info (True) or the mean over replicas (False)."),
     "checkpoint_exclude_patterns": ("string", "", "Comma-separated variable-name patterns not restored from checkpoint_path."),
+    "nonfinite_policy": ("string", "stop", "At a non-finite loss or gradient: 'stop' (one line, the last finite checkpoint kept) or 'skip' the step."),
+    "max_consecutive_nonfinite": ("integer", 10, "With nonfinite_policy=skip: stop after this many non-finite steps in a row."),
     "trainable_exclude_patterns": ("string", "", "Comma-separated variable-name patterns left out of training."),
     "data_url": ("string", "", "Data location passed by the platform to every job."),
     "train_url": ("string", "", "Output location passed by the platform to every job."),

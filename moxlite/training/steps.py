@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from moxlite import errors
 from moxlite.contract import ModeKeys
+from moxlite.training import nonfinite
 from moxlite.training.inputs import as_model_inputs, batch_size_of
 
 
@@ -94,19 +95,25 @@ class TrainStep:
     """
 
     def __init__(self, template, optimizers, variable_lists, num_replicas, gradient_clip=0.0,
-                 gradient_clip_type="global_norm"):
+                 gradient_clip_type="global_norm", skip_nonfinite=False):
         self.template = template
         self.optimizers = optimizers
         self.variable_lists = variable_lists
         self.num_replicas = num_replicas
         self.gradient_clip = gradient_clip
         self.gradient_clip_type = gradient_clip_type
+        # nonfinite_policy=skip: a step whose loss is non-finite hands NaN gradients to the
+        # optimizer stack, whose SkipNonFinite then skips it (see moxlite.training.nonfinite).
+        self.skip_nonfinite = skip_nonfinite
 
     def __call__(self, inputs):
         spec, gradient_lists = self._gradients(inputs)
+        guard = nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers)
+        if self.skip_nonfinite:
+            gradient_lists = nonfinite.poison_gradients(gradient_lists, guard[nonfinite.FLAG_KEY])
         for optimizer, gradients, variables in zip(self.optimizers, gradient_lists, self.variable_lists):
             self._apply(optimizer, optimizer, list(zip(gradients, variables)))
-        return log_values(spec)
+        return {**log_values(spec), **guard}
 
     def _gradients(self, inputs):
         """model_fn's spec and, per optimizer, the gradients of its (scaled) loss / replicas
@@ -149,7 +156,7 @@ class TrainStep:
         def body(index, gradient_sums, log_sums):
             micro_batch = tf.nest.map_structure(lambda part: tf.gather(part, index), stacked)
             spec, gradient_lists = self._gradients(micro_batch)
-            logs = log_values(spec)
+            logs = {**log_values(spec), **nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers)}
             new_sums = []
             for number, (sums, gradients) in enumerate(zip(gradient_sums, gradient_lists)):
                 added = []
