@@ -259,12 +259,15 @@ def test_a_recipe_stacks_lars_over_an_optimizer_fn_returning_a_tf1_optimizer(cap
     from moxlite.recipes import cli
 
     log_dir = tmp_path / "recipe"
-    arguments = ["recipes/mnist_mlp.yaml", "--set", f"run.log_dir={log_dir}", "--set", "run.steps=4",
-                 "--set", "run.eval_steps=1", "--set", "optimizer.name=tests.test_tf1_optimizers:recipe_optimizer_fn",
-                 "--set", "optimizer.wrappers=[{name: lars, ratio: 0.01}]"]
+    recipe = tmp_path / "tf1.yaml"
+    recipe.write_text(f"run: {{steps: 4, batch_size: 32, eval_steps: 1, log_dir: {log_dir}}}\n"
+                      "input: {name: mnist}\nmodel: {name: mlp, mlp: {hidden_units: [16]}}\n"
+                      "optimizer:\n  name: tests.test_tf1_optimizers:recipe_optimizer_fn\n"
+                      "  wrappers: [{name: lars, ratio: 0.01}]\n")
+    arguments = [str(recipe)]
     assert cli.main(arguments + ["--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "1. lars(" in out and "2. TF1Momentum(" in out, out
+    assert "1. lars(ratio=0.01" in out and "recipe_optimizer_fn" in out and "-> keras.optimizers.TF1Momentum" in out, out
     assert not log_dir.exists()
     assert cli.main(arguments) == 0, capsys.readouterr().err
     assert runlib.checkpoint_step(str(log_dir)) == 4
