@@ -185,18 +185,20 @@ def schedule_made_before_run(boundary, values):
     return lambda: tf.compat.v1.train.MomentumOptimizer(learning_rate, momentum=0.9)
 
 
-@pytest.mark.parametrize("where", ["inside optimizer_fn", "before run"])
-def test_moxlite_run_follows_a_tf1_piecewise_schedule_of_the_global_step(tmp_path, where):
+@pytest.mark.parametrize("where, replicas", [("inside optimizer_fn", 1), ("before run", 1),
+                                             ("inside optimizer_fn", 2)])
+def test_moxlite_run_follows_a_tf1_piecewise_schedule_of_the_global_step(tmp_path, where, replicas):
     """MoXing's own example through moxlite.run, with the rate dropping after global step 5."""
     images, labels = runlib.mnist_rows(320)
     log_dir = str(tmp_path / "run")
+    mox.set_flag("num_gpus", replicas)   # 2 x 16 rows per step: the same 32 rows as 1 x 32
     if where == "before run":
         optimizer_fn = schedule_made_before_run(5, [0.1, 0.01])
     else:
         optimizer_fn = piecewise_tf1_fn("Momentum", 5, [0.1, 0.01], momentum=0.9)
     mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.softmax_model_fn,
             optimizer_fn=optimizer_fn,
-            run_mode=mox.ModeKeys.TRAIN, batch_size=32, max_number_of_steps=10, log_dir=log_dir,
+            run_mode=mox.ModeKeys.TRAIN, batch_size=32 // replicas, max_number_of_steps=10, log_dir=log_dir,
             save_summary_steps=0, log_every_n_steps=0)
     batches = [(images[s:s + 32], labels[s:s + 32]) for s in range(0, 320, 32)]
     start = [np.zeros((784, 10)), np.zeros(10)]
@@ -271,3 +273,22 @@ def test_a_recipe_stacks_lars_over_an_optimizer_fn_returning_a_tf1_optimizer(cap
     assert not log_dir.exists()
     assert cli.main(arguments) == 0, capsys.readouterr().err
     assert runlib.checkpoint_step(str(log_dir)) == 4
+
+
+@pytest.mark.parametrize("name, hyperparameters", [("Adam", {}), ("RMSProp", {"momentum": 0.5, "centered": True})],
+                         ids=["Adam", "RMSProp-centered"])
+def test_a_resumed_tf1_run_equals_the_uninterrupted_numpy_run(tmp_path, name, hyperparameters):
+    """Slots, and Adam's step count (its bias correction), come back from the checkpoint."""
+    images, labels = runlib.mnist_rows(320)
+    log_dir = str(tmp_path / "resumed")
+    for steps in (4, 10):   # a run of 4 steps, then the same log_dir continued to 10
+        mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.softmax_model_fn,
+                optimizer_fn=lambda: tf1_optimizer(name, 0.01, **hyperparameters), run_mode=mox.ModeKeys.TRAIN,
+                batch_size=32, max_number_of_steps=steps, log_dir=log_dir, save_summary_steps=0,
+                log_every_n_steps=0)
+    assert runlib.checkpoint_step(log_dir) == 10
+    batches = [(images[s:s + 32], labels[s:s + 32]) for s in range(0, 320, 32)]
+    expected = numpy_softmax_tf1(name, hyperparameters, [np.zeros((784, 10)), np.zeros(10)], batches, [0.01] * 10)
+    kernel, bias = _kernel_and_bias(log_dir)
+    np.testing.assert_allclose(kernel, expected[0], atol=2e-6)
+    np.testing.assert_allclose(bias, expected[1], atol=2e-6)
