@@ -185,8 +185,19 @@ def schedule_made_before_run(boundary, values):
     return lambda: tf.compat.v1.train.MomentumOptimizer(learning_rate, momentum=0.9)
 
 
+def lambda_over_the_tf1_step(boundary, values):
+    """A learning rate written by hand over get_or_create_global_step(), not a TF1 decay function."""
+
+    def optimizer_fn():
+        step = tf.compat.v1.train.get_or_create_global_step()
+        return tf.compat.v1.train.MomentumOptimizer(
+            lambda: tf.where(step <= boundary, values[0], values[1]), momentum=0.9)
+
+    return optimizer_fn
+
+
 @pytest.mark.parametrize("where, replicas", [("inside optimizer_fn", 1), ("before run", 1),
-                                             ("inside optimizer_fn", 2)])
+                                             ("inside optimizer_fn", 2), ("lambda", 1)])
 def test_moxlite_run_follows_a_tf1_piecewise_schedule_of_the_global_step(tmp_path, where, replicas):
     """MoXing's own example through moxlite.run, with the rate dropping after global step 5."""
     images, labels = runlib.mnist_rows(320)
@@ -194,6 +205,8 @@ def test_moxlite_run_follows_a_tf1_piecewise_schedule_of_the_global_step(tmp_pat
     mox.set_flag("num_gpus", replicas)   # 2 x 16 rows per step: the same 32 rows as 1 x 32
     if where == "before run":
         optimizer_fn = schedule_made_before_run(5, [0.1, 0.01])
+    elif where == "lambda":
+        optimizer_fn = lambda_over_the_tf1_step(5, [0.1, 0.01])
     else:
         optimizer_fn = piecewise_tf1_fn("Momentum", 5, [0.1, 0.01], momentum=0.9)
     mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.softmax_model_fn,
@@ -226,6 +239,13 @@ def test_an_untranslatable_tf1_optimizer_is_a_type_error_naming_the_supported_on
         tf1_adapter.as_keras_optimizer(MyMomentum(0.1, 0.9))
     with pytest.raises(TypeError, match="momentum is a function"):
         tf1_adapter.as_keras_optimizer(tf.compat.v1.train.MomentumOptimizer(0.1, lambda: 0.9))
+
+
+def test_a_wrapper_factory_takes_a_tf1_instance_and_translates_it_afresh_each_call():
+    factory = get_optimizer_wrapper_fn("lars", tf.compat.v1.train.AdamOptimizer(0.01, epsilon=1e-3))
+    first, second = factory(), factory()
+    assert isinstance(first.inner_optimizer, tf1.TF1Adam) and first.inner_optimizer.epsilon == 1e-3
+    assert first.inner_optimizer is not second.inner_optimizer
 
 
 def test_errors_about_the_kind_of_an_argument_are_type_errors(tmp_path):
