@@ -31,6 +31,22 @@ def variable_keys(variables):
     return {f"v{index:04d}": variable for index, variable in enumerate(variables)}
 
 
+class _KeyList(tf.__internal__.tracking.Trackable):
+    """The model keys in creation order, saved as a constant string tensor (not a variable:
+    a string variable cannot be created under MultiWorkerMirroredStrategy, whose variable
+    creation broadcasts the initial value)."""
+
+    def __init__(self, keys):
+        self._keys = list(keys) or [""]
+
+    def _serialize_to_tensors(self):
+        with tf.device("/cpu:0"):
+            return {"VARIABLE_VALUE": tf.constant(self._keys, dtype=tf.string)}
+
+    def _restore_from_tensors(self, restored_tensors):
+        return tf.no_op()
+
+
 def _unescape(name):
     """A checkpoint object name as it was given (TF writes '.' as '..' and '/' as '.S')."""
     out, index = [], 0
@@ -115,9 +131,7 @@ class Checkpointer:
         else:
             self._variables, self._ambiguous = naming.keyed(list(variables), {})
         self._names = {key: v.name for key, v in self._variables.items()}
-        with tf.init_scope(), tf.device("/cpu:0"):
-            order = tf.Variable(list(self._variables) or [""], dtype=tf.string, trainable=False,
-                                name=ORDER_KEY)
+        order = _KeyList(list(self._variables))
         self._global_step_trackables = dict(global_step=global_step)
         trackables = dict(global_step=global_step, model=dict(self._variables))
         trackables[ORDER_KEY] = order
