@@ -42,6 +42,7 @@ FLAG_TABLE = {
     "checkpoint_exclude_patterns": ("string", "", "Comma-separated variable-name patterns not restored from checkpoint_path."),
     "nonfinite_policy": ("string", "stop", "At a non-finite loss or gradient: 'stop' (one line, the last finite checkpoint kept) or 'skip' the step."),
     "max_consecutive_nonfinite": ("integer", 10, "With nonfinite_policy=skip: stop after this many non-finite steps in a row."),
+    "allow_input_restart": ("boolean", True, "Resume with the input restarted when the saved input position no longer fits input_fn's pipeline (False: stop)."),
     "trainable_exclude_patterns": ("string", "", "Comma-separated variable-name patterns left out of training."),
     "data_url": ("string", "", "Data location passed by the platform to every job."),
     "train_url": ("string", "", "Output location passed by the platform to every job."),

@@ -109,3 +109,18 @@ def test_with_loss_scaling_only_the_unscaled_loss_is_checked():
     assert float(nonfinite.step_flag([tf.constant(0.5)], gradients, [inner])[nonfinite.FLAG_KEY]) == 1.0
     assert float(nonfinite.step_flag([tf.constant(0.5)], gradients, [scaled])[nonfinite.FLAG_KEY]) == 0.0
     assert float(nonfinite.step_flag([tf.constant(np.nan)], [[tf.ones(2)]], [scaled])[nonfinite.FLAG_KEY]) == 1.0
+
+
+@pytest.mark.slow
+def test_parameter_server_training_stops_at_a_non_finite_step_and_keeps_finite_checkpoints(launches, tmp_path):
+    from tests import distlib
+
+    run = launches(["--workers=2", "--ps=1", "--async"],
+                   ["python", distlib.script("train_mnist.py"), f"--log_dir={tmp_path}", "--steps=200",
+                    "--batch=16", "--model=softmax", "--save_steps=4", f"--nan_row={16 * 15 + 2}"], timeout=150)
+    assert run.wait() != 0, run.output()
+    assert "non-finite loss or gradient at global step" in run.output(), run.output()
+    assert "the last finite checkpoint is kept" in run.output()
+    saved = tf.train.latest_checkpoint(str(tmp_path))
+    assert saved is not None and int(saved.rsplit("-", 1)[1]) < 200
+    assert all(np.isfinite(v).all() for v in runlib.checkpoint_variables(saved))

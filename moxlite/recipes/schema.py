@@ -96,6 +96,7 @@ class RunSection:
     save_model_steps: Optional[int] = setting(None, "Save a checkpoint every this many steps.")
     keep_checkpoint_max: int = setting(5, "Checkpoints kept in log_dir.")
     nonfinite_policy: str = setting("stop", "At a non-finite loss or gradient: stop (nothing saved, the last finite checkpoint kept) or skip the step.", ("stop", "skip"))
+    allow_input_restart: bool = setting(True, "Resume with the input restarted when the saved input position no longer fits the input pipeline (false: stop).")
     max_consecutive_nonfinite: int = setting(10, "With nonfinite_policy: skip, stop after this many non-finite steps in a row.")
     steps_per_loop: int = setting(1, "Training steps run inside one traced call.")
     export_model: bool = setting(False, "Export a SavedModel for serving (ExportKeys.TF_SERVING) after the run.")

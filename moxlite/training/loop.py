@@ -98,11 +98,11 @@ class SyncTrainLoop:
 
     def any_worker(self, requested):
         """True when any worker passes ``requested``: every worker calls this at the same step
-        (a small all-reduce), so synchronous workers stop together."""
+        (a small all-reduce of the flags), so synchronous workers stop together."""
         if self._any_worker is None:
             def reduce(flag):
                 per_replica = self.strategy.run(lambda: tf.identity(flag))
-                return self.strategy.reduce(tf.distribute.ReduceOp.MAX, per_replica, axis=None)
+                return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
             self._any_worker = tf.function(reduce)
         return bool(self._any_worker(tf.constant(1 if requested else 0, tf.int32)) > 0)

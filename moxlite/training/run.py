@@ -15,7 +15,7 @@ from moxlite import context, distribute, errors, flags
 from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.optimizers import tf1_adapter
 from moxlite.optimizers.schedules import current_learning_rate
-from moxlite.training import checkpoints, export, interrupts, nonfinite, precision, reporting, steps
+from moxlite.training import checkpoints, export, input_resume, interrupts, nonfinite, precision, reporting, steps
 from moxlite.training.evaluation import Evaluator, predict
 from moxlite.training.inputs import call_input_fn, make_dataset_fn, placeholder_batch, as_model_inputs
 from moxlite.training.loop import SyncTrainLoop
@@ -260,7 +260,20 @@ class _Run:
         if self._iterator_is_checkpointable():
             loop = make_loop(skip_steps=0)
             checkpointer = checkpointer_for(loop.iterator)
-            checkpointer.restore(args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"))
+            source = checkpointer.restore(args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"))
+
+            def restarted_loop():
+                fresh = make_loop(skip_steps=0)
+                checkpointer.replace_iterator(fresh.iterator)
+                return fresh
+
+            if checkpointer.iterator_mismatch is not None:
+                input_resume.restart_or_stop(source, int(run_context.global_step.numpy()),
+                                             checkpointer.iterator_mismatch)
+                loop.close()
+                loop = restarted_loop()
+            elif source and source == checkpoints.latest_checkpoint(args["log_dir"]):
+                loop = input_resume.GuardedLoop(loop, run_context.global_step, restarted_loop, source)
         else:
             checkpointer = checkpointer_for(None)
             source = checkpointer.restore(args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"))
