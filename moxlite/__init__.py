@@ -7,6 +7,7 @@
 
 from moxlite import errors
 from moxlite.contract import ExportKeys, ExportSpec, ModeKeys, ModelSpec
+from moxlite.data.tfrecord_dataset import BaseTFRecordDataset, ImageClassificationTFRecordMetadata
 from moxlite.flags import get_flag, set_flag
 from moxlite.optimizers import get_optimizer_fn, get_optimizer_wrapper_fn
 from moxlite.training.run import run
