@@ -254,7 +254,9 @@ def resolve_learning_rate(learning_rate):
         return GlobalStepLearningRate(schedule, run_context.global_step, counts="micro_steps")
     if run_context is None:
         return learning_rate
-    return GlobalStepLearningRate(learning_rate, run_context.global_step, counts="updates")
+    # A schedule that counts samples (learning_rate_scheduler.piecewise_lr) says so in ``counts``.
+    counts = getattr(learning_rate, "counts", "updates")
+    return GlobalStepLearningRate(learning_rate, run_context.global_step, counts=counts)
 
 
 def current_learning_rate(optimizer):
