@@ -7,6 +7,8 @@
 
 from moxlite import errors
 from moxlite.contract import ExportKeys, ExportSpec, ModeKeys, ModelSpec
+from moxlite.data.augmentation import get_data_augmentation_fn
+from moxlite.data.raw_images import AsyncRawGenerator, ImageClassificationRawDataset, ImageClassificationRawMetadata
 from moxlite.data.tfrecord_dataset import BaseTFRecordDataset, ImageClassificationTFRecordMetadata
 from moxlite.dtype_scope import var_scope
 from moxlite.flags import get_flag, set_flag

@@ -27,7 +27,7 @@ class FeatureDataset:
     """Named features built by ``_build_features``; the base of MoXing's data-set classes.
 
     Subclasses give ``_records()`` (a Dataset of raw elements, already
-    shuffled and repeated) and ``_parse(element)`` (a tuple handed to
+    shuffled and repeated) and ``_parse(*element)`` (a tuple handed to
     ``_build_features``). ``_build_features(*parsed)`` calls
     ``self._add_feature(name, tensor)`` once per feature.
     """
@@ -46,7 +46,7 @@ class FeatureDataset:
     def _records(self):
         raise NotImplementedError
 
-    def _parse(self, element):
+    def _parse(self, *element):
         raise NotImplementedError
 
     def _build_features(self, *parsed):
@@ -64,10 +64,10 @@ class FeatureDataset:
 
     # --------------------------------------------------------------- reading
 
-    def _features_of(self, element):
+    def _features_of(self, *element):
         self._pending = collections.OrderedDict()
         try:
-            parsed = self._parse(element)
+            parsed = self._parse(*element)
             self._build_features(*parsed)
             if not self._pending:
                 raise errors.ArgumentError(
