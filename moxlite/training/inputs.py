@@ -30,13 +30,13 @@ def call_input_fn(input_fn, mode, batch_size=None, auto_batch=True):
         return feature_dataset.columns_dataset(produced, batch_size, batch=not auto_batch,
                                                drop_remainder=(mode == ModeKeys.TRAIN))
     if produced is None:
-        raise errors.ArgumentError(
+        raise errors.ArgumentTypeError(
             f"input_fn returned None in mode {mode}; it must return a tf.data.Dataset "
             f"(or arrays whose first dimension indexes samples)")
     try:
         return tf.data.Dataset.from_tensor_slices(_as_structure(produced))
     except (TypeError, ValueError) as error:
-        raise errors.ArgumentError(
+        raise errors.ArgumentTypeError(
             f"input_fn returned {errors.describe(produced)} in mode {mode}; it must return a "
             f"tf.data.Dataset or arrays of equal length ({error})") from None
 

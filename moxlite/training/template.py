@@ -98,7 +98,7 @@ class ModelTemplate:
             spec = call_with_accepted_kwargs(self._model_fn, inputs, mode, **kwargs)
         self._built = True
         if not isinstance(spec, ModelSpec):
-            raise errors.ModelFnError(
+            raise errors.ModelFnTypeError(
                 f"model_fn returned {errors.describe(spec)}; it must return "
                 f"moxlite.ModelSpec(loss=..., log_info=...)")
         return spec
