@@ -72,3 +72,35 @@ def test_bad_arguments_name_the_argument():
         learning_rate_scheduler.piecewise_lr("10:0.1", num_samples=100, global_batch_size=None)
     with pytest.raises(errors.OptimizerError, match="piece '10-0.1'"):
         learning_rate_scheduler.piecewise_lr("10-0.1", num_samples=100, global_batch_size=8)
+
+
+def test_tf1_momentum_optimizer_follows_piecewise_lr_of_the_global_step(tmp_path):
+    """MoXing's script shape: tf.compat.v1.train.MomentumOptimizer(learning_rate=piecewise_lr(...)),
+    against numpy's TF1 momentum (accum = m * accum + g; w -= lr * accum) at the string's rates."""
+    import tensorflow as tf
+
+    images, labels = runlib.mnist_rows(64)
+    steps = 20
+
+    def optimizer_fn():
+        lr = learning_rate_scheduler.piecewise_lr(SPEC, num_samples=64, global_batch_size=8)
+        return tf.compat.v1.train.MomentumOptimizer(learning_rate=lr, momentum=0.9)
+
+    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.softmax_model_fn,
+            optimizer_fn=optimizer_fn, run_mode=mox.ModeKeys.TRAIN, batch_size=8,
+            log_dir=str(tmp_path), max_number_of_steps=steps, log_every_n_steps=100)
+    pieces = schedules.parse_piecewise(SPEC)
+    kernel, bias = np.zeros((runlib.NUM_FEATURES, runlib.NUM_CLASSES)), np.zeros(runlib.NUM_CLASSES)
+    accum_k, accum_b = np.zeros_like(kernel), np.zeros_like(bias)
+    for step in range(steps):
+        rate = schedules.piecewise_value(pieces, step / 8)
+        x, y = images[step * 8 % 64:][:8].astype(np.float64), labels[step * 8 % 64:][:8]
+        p = runlib.softmax_probabilities(x @ kernel + bias)
+        p[np.arange(8), y] -= 1
+        accum_k = 0.9 * accum_k + x.T @ p / 8
+        accum_b = 0.9 * accum_b + p.mean(axis=0)
+        kernel -= rate * accum_k
+        bias -= rate * accum_b
+    got_kernel, got_bias = runlib.checkpoint_variables(str(tmp_path))
+    np.testing.assert_allclose(got_kernel, kernel, atol=5e-5)
+    np.testing.assert_allclose(got_bias, bias, atol=5e-5)

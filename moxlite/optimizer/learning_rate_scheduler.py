@@ -4,14 +4,16 @@
 piecewise epoch string that ``get_optimizer_fn(name, learning_rate=string)``
 takes (``moxlite.optimizers.schedules`` parses both), but with the number of
 samples and the global batch given by the script instead of read from the
-run. It returns a Keras ``LearningRateSchedule`` of the step, which:
-
-- ``get_optimizer_fn(..., learning_rate=piecewise_lr(...))`` inside
-  ``moxlite.run`` keys on the run's exact global step (micro-steps, as the
-  string form does), so the two forms give the same learning rate at every step;
-- a Keras optimizer (or a TF1 optimizer port) given it directly keys on its
-  own ``iterations``, which is the same count unless the optimizer is wrapped
-  in ``batch_gradients`` or trained asynchronously.
+run. Called inside ``moxlite.run`` (in ``optimizer_fn``, as MoXing scripts
+do) it returns the learning rate as a zero-argument function of the run's
+exact global step, counted in micro-steps as the string form is; MoXing
+returned a tensor of the global step, and this is what a TF2 optimizer takes
+in its place: ``get_optimizer_fn(name, learning_rate=lr)``, a Keras optimizer
+and ``tf.compat.v1.train.MomentumOptimizer(learning_rate=lr, ...)`` all
+accept it, and give the same learning rate at every step as the string given
+to ``get_optimizer_fn``. Called outside a run it returns the Keras
+``LearningRateSchedule`` of the step (a later run binds it to its global step
+when it reaches ``get_optimizer_fn``).
 
 ``global_batch_size`` is what one global step consumes: in MoXing's words
 ``batch_size * num_gpus * num_workers`` under synchronous training, and
@@ -24,7 +26,7 @@ function; it is the one given here.
 
 import math
 
-from moxlite import errors
+from moxlite import context, errors
 from moxlite.optimizers import schedules
 
 __all__ = ["piecewise_lr"]
@@ -47,4 +49,6 @@ def piecewise_lr(lr_strategy, num_samples, global_batch_size):
     steps_per_epoch = _positive("num_samples", num_samples) / _positive("global_batch_size", global_batch_size)
     schedule = schedules.PiecewiseEpochSchedule(lr_strategy, steps_per_epoch)
     schedule.counts = "micro_steps"  # it counts samples, like the string form: see resolve_learning_rate
-    return schedule
+    if context.current() is None:
+        return schedule
+    return schedules.resolve_learning_rate(schedule)

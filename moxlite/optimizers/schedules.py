@@ -222,7 +222,7 @@ def check_learning_rate(learning_rate):
     Accepts a positive number, a Keras ``LearningRateSchedule`` or a MoXing
     epoch string (parsed here so that a typo fails before the run starts).
     """
-    if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+    if isinstance(learning_rate, (keras.optimizers.schedules.LearningRateSchedule, GlobalStepLearningRate)):
         return learning_rate
     if isinstance(learning_rate, str):
         parse_piecewise(learning_rate)
@@ -247,6 +247,8 @@ def resolve_learning_rate(learning_rate):
     """
     learning_rate = check_learning_rate(learning_rate)
     run_context = context.current()
+    if isinstance(learning_rate, GlobalStepLearningRate):   # already bound to the run's step
+        return learning_rate
     if isinstance(learning_rate, float):
         return learning_rate
     if isinstance(learning_rate, str):
