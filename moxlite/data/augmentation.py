@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from moxlite import errors
 from moxlite.contract import ModeKeys
+from moxlite.data import feature_dataset
 from moxlite.zoo import catalog
 
 CAFFE_MEANS_BGR = (103.939, 116.779, 123.68)
@@ -46,10 +47,19 @@ def get_data_augmentation_fn(name, run_mode, output_height=None, output_width=No
         image = tf.cast(image, tf.float32)
         if image.shape[-1] == 1:
             image = tf.image.grayscale_to_rgb(image)
-        image = geometry(image, height, width, training)
+        image = geometry(image, height, width, training, _seeds() if training else None)
         return normalize(image, found.preprocessing)
 
     return augmentation_fn
+
+
+def _seeds():
+    """Three [2] seeds for stateless random ops: from the data-set element being built (a
+    checkpointable pipeline), else drawn now (a call outside a moxlite data set)."""
+    seed = feature_dataset.element_seed()
+    if seed is None:
+        seed = tf.random.uniform([], maxval=2**62, dtype=tf.int64)
+    return [tf.stack([seed, tf.constant(k, tf.int64)]) for k in range(3)]
 
 
 def normalize(image, mode):
@@ -68,27 +78,28 @@ def _resize_shorter_side(image, length):
     return tf.image.resize(image, size, method="bilinear")
 
 
-def _vgg_geometry(image, height, width, training):
+def _vgg_geometry(image, height, width, training, seeds):
     resize_min = round(min(height, width) * 256 / 224)
     if training:
-        length = tf.random.uniform([], resize_min, round(min(height, width) * 512 / 224) + 1, dtype=tf.int32)
+        length = tf.random.stateless_uniform([], seeds[0], resize_min, round(min(height, width) * 512 / 224) + 1,
+                                             dtype=tf.int32)
         image = _resize_shorter_side(image, length)
-        image = tf.image.random_crop(image, [height, width, 3])
-        return tf.image.random_flip_left_right(image)
+        image = tf.image.stateless_random_crop(image, [height, width, 3], seeds[1])
+        return tf.image.stateless_random_flip_left_right(image, seeds[2])
     image = _resize_shorter_side(image, resize_min)
     top = (tf.shape(image)[0] - height) // 2
     left = (tf.shape(image)[1] - width) // 2
     return tf.image.crop_to_bounding_box(image, top, left, height, width)
 
 
-def _inception_geometry(image, height, width, training):
+def _inception_geometry(image, height, width, training, seeds):
     if training:
-        begin, size, _ = tf.image.sample_distorted_bounding_box(
-            tf.shape(image), bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), min_object_covered=0.1,
-            aspect_ratio_range=(0.75, 1.33), area_range=(0.05, 1.0), max_attempts=100,
+        begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            tf.shape(image), bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), seed=seeds[0],
+            min_object_covered=0.1, aspect_ratio_range=(0.75, 1.33), area_range=(0.05, 1.0), max_attempts=100,
             use_image_if_no_bounding_boxes=True)
         image = tf.slice(image, begin, size)
         image = tf.image.resize(image, [height, width], method="bilinear")
-        return tf.image.random_flip_left_right(image)
+        return tf.image.stateless_random_flip_left_right(image, seeds[1])
     image = tf.image.central_crop(image, 0.875)
     return tf.image.resize(image, [height, width], method="bilinear")

@@ -17,10 +17,24 @@ Sharding across workers is the runner's too (``inputs.make_dataset_fn``).
 """
 
 import collections
+import threading
 
 import tensorflow as tf
 
 from moxlite import errors
+
+
+_local = threading.local()
+
+
+def element_seed():
+    """The int64 seed of the element being built (inside ``_build_features``), or None.
+
+    Random augmentation derives stateless-op seeds from it (see ``augmentation``), which
+    keeps the input iterator checkpointable: TF cannot save an iterator whose map uses
+    stateful random ops.
+    """
+    return getattr(_local, "seed", None)
 
 
 class FeatureDataset:
@@ -64,10 +78,11 @@ class FeatureDataset:
 
     # --------------------------------------------------------------- reading
 
-    def _features_of(self, *element):
+    def _features_of(self, seed, element):
         self._pending = collections.OrderedDict()
+        _local.seed = seed
         try:
-            parsed = self._parse(*element)
+            parsed = self._parse(*element) if isinstance(element, tuple) else self._parse(element)
             self._build_features(*parsed)
             if not self._pending:
                 raise errors.ArgumentError(
@@ -76,6 +91,7 @@ class FeatureDataset:
             return dict(self._pending)
         finally:
             self._pending = None
+            _local.seed = None
 
     @property
     def feature_names(self):
@@ -85,8 +101,11 @@ class FeatureDataset:
 
     def as_dataset(self, keys=None):
         """A Dataset of single samples: a dict of every feature, or a tuple of ``keys``' features."""
-        dataset = self._records().map(self._features_of, num_parallel_calls=self.num_parallel,
-                                      deterministic=True)
+        # Every element carries a seed from a seeded random stream, so random augmentation can use
+        # stateless ops: the pipeline stays deterministic and its iterator can be checkpointed.
+        seeds = tf.data.Dataset.random(seed=getattr(self, "seed", None) or 0)
+        dataset = tf.data.Dataset.zip((seeds, self._records())).map(
+            self._features_of, num_parallel_calls=self.num_parallel, deterministic=True)
         if keys is None:
             return dataset
         keys = list(keys)

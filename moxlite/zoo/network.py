@@ -13,7 +13,7 @@ call the variables of the first, so variables are created once however often
 - weight_decay: slim's L2 regulariser, ``weight_decay * sum(w**2) / 2`` for
   every convolution, depthwise and dense kernel (not biases nor batch-norm
   parameters), added to ``REGULARIZATION_LOSSES`` of the current ``model_fn``
-  call (``mox.get_collection``).
+  call (``mox.get_collection``), in the network's compute dtype.
 - data_format: images are NHWC whatever it says; 'NCHW' was a GPU layout
   choice inside MoXing, and TensorFlow's CPU kernels do not support it.
 - batch_norm_fused: accepted; TensorFlow picks fused kernels itself.
@@ -78,13 +78,17 @@ def get_model_fn(name, run_mode, num_classes, weight_decay=0.0, data_format="NHW
             images = tf.cast(tf.image.resize(images, size), images.dtype)
         if preprocess_fn is not None:
             images = preprocess_fn(images)
-        model = _build(found, num_classes, tuple(images.shape[1:]), _policy_for(images.dtype),
+        policy = _policy_for(images.dtype)
+        model = _build(found, num_classes, tuple(images.shape[1:]), policy,
                        weights if tf.executing_eagerly() else None, name)
         outputs = model(images, training=training)
         if weight_decay:
+            # Summed in float32, handed over in the compute dtype, as MoXing's cast variables gave
+            # them: the script adds them to a loss of that dtype.
             for variable in _kernels(model):
                 value = tf.cast(variable.value, tf.float32)
-                graph_collections.add_to_collection(REGULARIZATION_LOSSES, weight_decay * tf.nn.l2_loss(value))
+                term = tf.cast(weight_decay * tf.nn.l2_loss(value), policy.compute_dtype)
+                graph_collections.add_to_collection(REGULARIZATION_LOSSES, term)
         endpoints = dict(outputs)
         endpoints["predictions"] = tf.nn.softmax(outputs["logits"])
         return outputs["logits"], endpoints
