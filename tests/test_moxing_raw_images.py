@@ -90,3 +90,34 @@ def test_wrong_inputs_get_one_line_errors(tmp_path):
         mox.ImageClassificationRawMetadata(base_dir=str(tmp_path))
     with pytest.raises(errors.ArgumentError, match="no Keras Applications counterpart"):
         mox.get_data_augmentation_fn("lenet", mox.ModeKeys.TRAIN)
+
+
+def test_random_augmentation_resumes_exactly(tmp_path):
+    """TRAIN augmentation is random yet checkpointable: 2 steps, a stop, 2 more equal 4 straight."""
+    import keras
+
+    write_digit_folders(str(tmp_path / "data"), per_class=4, classes=(0, 1), size=(20, 20))
+    meta = mox.ImageClassificationRawMetadata(base_dir=str(tmp_path / "data"))
+
+    def input_fn(mode):
+        augment = mox.get_data_augmentation_fn("resnet_v1_50", mode, output_height=12, output_width=12)
+        return mox.ImageClassificationRawDataset(meta, augmentation_fn=augment).get(["image", "label"])
+
+    def model_fn(inputs, mode):
+        images, labels = inputs
+        logits = keras.layers.Dense(2, kernel_initializer="zeros")(keras.layers.Flatten()(images / 255.0))
+        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
+        return mox.ModelSpec(loss=loss, log_info={"loss": loss})
+
+    def train(log_dir, steps):
+        mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.01),
+                run_mode=mox.ModeKeys.TRAIN, batch_size=3, log_dir=str(log_dir), max_number_of_steps=steps,
+                log_every_n_steps=100)
+
+    train(tmp_path / "straight", 4)
+    train(tmp_path / "resumed", 2)
+    train(tmp_path / "resumed", 4)
+    from tests import runlib
+    for straight, resumed in zip(runlib.checkpoint_variables(str(tmp_path / "straight")),
+                                 runlib.checkpoint_variables(str(tmp_path / "resumed"))):
+        np.testing.assert_array_equal(straight, resumed)
