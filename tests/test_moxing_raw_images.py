@@ -121,3 +121,25 @@ def test_random_augmentation_resumes_exactly(tmp_path):
     for straight, resumed in zip(runlib.checkpoint_variables(str(tmp_path / "straight")),
                                  runlib.checkpoint_variables(str(tmp_path / "resumed"))):
         np.testing.assert_array_equal(straight, resumed)
+
+
+def test_augmentation_applied_in_input_fn_as_moxing_scripts_did(tmp_path):
+    """image, label = dataset.get(...); image = augmentation_fn(image) in input_fn: the same images as
+    augmentation_fn given to the data set."""
+    write_digit_folders(str(tmp_path), per_class=2, classes=(0, 1), size=(36, 36))
+    meta = mox.ImageClassificationRawMetadata(base_dir=str(tmp_path))
+    augment = mox.get_data_augmentation_fn("inception_v3", mox.ModeKeys.TRAIN, output_height=24, output_width=24)
+
+    def in_input_fn(mode):
+        image, label = mox.ImageClassificationRawDataset(meta, num_epochs=1).get(["image", "label"])
+        return augment(image), label
+
+    def in_dataset(mode):
+        return mox.ImageClassificationRawDataset(meta, num_epochs=1, augmentation_fn=augment).get(["image", "label"])
+
+    first = list(call_input_fn(in_input_fn, mox.ModeKeys.TRAIN))
+    second = list(call_input_fn(in_dataset, mox.ModeKeys.TRAIN))
+    assert len(first) == 4 and first[0][0].shape == (24, 24, 3)
+    for (image_a, label_a), (image_b, label_b) in zip(first, second):
+        np.testing.assert_array_equal(image_a.numpy(), image_b.numpy())
+        assert int(label_a) == int(label_b)

@@ -2,7 +2,9 @@
 
 The returned function takes one image ``[height, width, channels]`` (uint8,
 or float on the 0..255 scale; grey images become RGB) and returns float32
-``[output_height, output_width, 3]``, in two parts:
+``[output_height, output_width, 3]``; given the placeholder that
+``dataset.get`` returns, it returns the placeholder of the augmented image.
+It works in two parts:
 
 1. Geometry, by the network's family (see ``moxlite.zoo.catalog``):
    - "vgg" (ResNet v1, VGG): in TRAIN the shorter side is resized to a random
@@ -40,6 +42,8 @@ def get_data_augmentation_fn(name, run_mode, output_height=None, output_width=No
     geometry = _vgg_geometry if found.family == "vgg" else _inception_geometry
 
     def augmentation_fn(image):
+        if isinstance(image, feature_dataset.FeatureColumn):   # MoXing's augmentation in input_fn
+            return image.map(augmentation_fn)
         image = tf.convert_to_tensor(image)
         if image.shape.rank != 3:
             raise errors.ArgumentError(

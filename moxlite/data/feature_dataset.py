@@ -5,10 +5,13 @@ ones a subclass adds) and ``dataset.get(['image', 'label'])`` returned TF1
 tensors that ``input_fn`` returned to the runner. TF2 has no such tensors
 outside a graph, so here ``get`` returns ``FeatureColumns``: a tuple of
 placeholders naming the data set and the feature. ``input_fn`` returns them
-unchanged, as MoXing scripts do, and the runner turns them into the
-``tf.data.Dataset`` of those features (``columns_dataset``). A script that
-does arithmetic on them inside ``input_fn`` gets an error saying to move that
-work into ``augmentation_fn``, ``_build_features`` or ``model_fn``.
+as MoXing scripts do, and the runner turns them into the ``tf.data.Dataset``
+of those features (``columns_dataset``). A per-sample function can be applied
+to a placeholder with ``feature.map(fn)``; the augmentation functions of
+``get_data_augmentation_fn`` do that themselves, so MoXing's
+``image = augmentation_fn(image)`` in ``input_fn`` works unchanged. Other
+tensor work on a placeholder gets an error saying to move it into
+``augmentation_fn``, ``_build_features`` or ``model_fn``.
 
 Every data set yields single samples; batching is the runner's: by
 ``run(batch_size=...)`` with ``auto_batch=True``, and also by it with
@@ -78,7 +81,7 @@ class FeatureDataset:
 
     # --------------------------------------------------------------- reading
 
-    def _features_of(self, seed, element):
+    def _features_of(self, seed, element, transforms=None):
         self._pending = collections.OrderedDict()
         _local.seed = seed
         try:
@@ -88,7 +91,12 @@ class FeatureDataset:
                 raise errors.ArgumentError(
                     f"{type(self).__name__}._build_features added no feature; call "
                     "self._add_feature(name, tensor) for each one")
-            return dict(self._pending)
+            features = dict(self._pending)
+            for key, functions in (transforms or {}).items():
+                if key in features:
+                    for function in functions:
+                        features[key] = function(features[key])
+            return features
         finally:
             self._pending = None
             _local.seed = None
@@ -99,13 +107,17 @@ class FeatureDataset:
         spec = self.as_dataset().element_spec
         return list(spec)
 
-    def as_dataset(self, keys=None):
-        """A Dataset of single samples: a dict of every feature, or a tuple of ``keys``' features."""
+    def as_dataset(self, keys=None, transforms=None):
+        """A Dataset of single samples: a dict of every feature, or a tuple of ``keys``' features.
+
+        transforms: {feature name: [per-sample functions]} applied after ``_build_features``.
+        """
         # Every element carries a seed from a seeded random stream, so random augmentation can use
         # stateless ops: the pipeline stays deterministic and its iterator can be checkpointed.
         seeds = tf.data.Dataset.random(seed=getattr(self, "seed", None) or 0)
         dataset = tf.data.Dataset.zip((seeds, self._records())).map(
-            self._features_of, num_parallel_calls=self.num_parallel, deterministic=True)
+            lambda seed, element: self._features_of(seed, element, transforms),
+            num_parallel_calls=self.num_parallel, deterministic=True)
         if keys is None:
             return dataset
         keys = list(keys)
@@ -126,16 +138,26 @@ class FeatureDataset:
 class FeatureColumn:
     """One feature of a ``FeatureDataset``, as ``get`` returns it: not a tensor, a name for one."""
 
-    def __init__(self, dataset, key, keys):
+    def __init__(self, dataset, key, keys, transforms=()):
         self.dataset = dataset
         self.key = key
         self.keys = keys
+        self.transforms = tuple(transforms)
+
+    def map(self, function):
+        """This feature passed through ``function`` (per sample), still a placeholder.
+
+        What MoXing scripts wrote as ``image = augmentation_fn(image)`` in input_fn: the
+        functions ``get_data_augmentation_fn`` returns accept a placeholder and call this.
+        """
+        return FeatureColumn(self.dataset, self.key, self.keys, self.transforms + (function,))
 
     def _misuse(self, *args, **kwargs):
         raise errors.ArgumentError(
             f"dataset.get(...)[{self.key!r}] is a placeholder for a tf.data feature, not a tensor "
-            f"(TF2 has no graph tensors in input_fn); return it from input_fn unchanged and do this "
-            f"work in the data set's augmentation_fn / _build_features, or in model_fn")
+            f"(TF2 has no graph tensors in input_fn); return it from input_fn, after at most "
+            f"feature.map(per_sample_function), and do other work in the data set's augmentation_fn / "
+            f"_build_features, or in model_fn")
 
     __array__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _misuse
     __truediv__ = __rtruediv__ = __getitem__ = __float__ = __int__ = _misuse
@@ -180,7 +202,15 @@ def columns_dataset(produced, batch_size=None, batch=False, drop_remainder=False
         raise errors.ArgumentError(
             f"{type(source).__name__}(batch_size={source.batch_size}) disagrees with run's per-device "
             f"batch_size={batch_size}; pass the same value to both (or leave the data set's out)")
-    dataset = source.as_dataset([column.key for column in columns])
+    transforms = {}
+    for column in columns:
+        if column.transforms:
+            if transforms.get(column.key, column.transforms) != column.transforms:
+                raise errors.ArgumentError(
+                    f"input_fn returned feature {column.key!r} twice with different functions applied; "
+                    "return each feature once")
+            transforms[column.key] = column.transforms
+    dataset = source.as_dataset([column.key for column in columns], transforms)
     if single:
         dataset = dataset.map(lambda *features: features[0])
     if batch:
