@@ -75,11 +75,13 @@ def test_seeded_shuffle_is_shared_so_worker_shards_partition_the_data(rows):
     assert not set(shard0) & set(shard1) and len(set(shard0) | set(shard1)) == NUM_ROWS
 
 
-@pytest.mark.parametrize("auto_batch", [True, False])
-def test_run_trains_on_get_features_like_numpy(rows, tmp_path, auto_batch):
-    """input_fn returns dataset.get(...) unchanged, as MoXing scripts do; the weights equal numpy's."""
+@pytest.mark.parametrize("auto_batch,num_gpus", [(True, 1), (False, 1), (False, 2)])
+def test_run_trains_on_get_features_like_numpy(rows, tmp_path, auto_batch, num_gpus):
+    """input_fn returns dataset.get(...) unchanged, as MoXing scripts do; the weights equal numpy's,
+    also on two devices at half the batch each (MirroredStrategy)."""
     meta, images, labels = rows
-    batch_size, steps = 16, 6
+    batch_size, steps = 16 // num_gpus, 6
+    mox.set_flag("num_gpus", num_gpus)
 
     def input_fn(mode):
         dataset = RowDataset(meta, shuffle=False, batch_size=None if auto_batch else batch_size)
@@ -90,7 +92,7 @@ def test_run_trains_on_get_features_like_numpy(rows, tmp_path, auto_batch):
             batch_size=batch_size, auto_batch=auto_batch, log_dir=str(tmp_path / "log"),
             max_number_of_steps=steps, log_every_n_steps=100)
     order = np.concatenate([np.arange(part, NUM_ROWS, 3) for part in range(3)])
-    kernel, bias = runlib.numpy_softmax_regression(images[order], labels[order], batch_size, steps, 0.5)
+    kernel, bias = runlib.numpy_softmax_regression(images[order], labels[order], 16, steps, 0.5)
     got_kernel, got_bias = runlib.checkpoint_variables(str(tmp_path / "log"))
     np.testing.assert_allclose(got_kernel, kernel, atol=2e-5)
     np.testing.assert_allclose(got_bias, bias, atol=2e-5)

@@ -135,3 +135,32 @@ def test_bad_names_and_arguments_get_one_line_errors(tmp_path):
     with pytest.raises(errors.ArgumentError, match="var_scope: force_dtype=float16 with compute dtype float32"):
         with mox.var_scope(force_dtype=tf.float16):
             pass
+
+
+def test_var_scope_under_the_use_fp16_flag_through_run(tmp_path):
+    """use_fp16 (mixed_float16) already keeps float32 variables: var_scope(float32) keeps that, and
+    var_scope(float16) makes them float16; the run trains and checkpoints those dtypes."""
+    seen = {}
+
+    def model_fn(inputs, mode):
+        images, labels = inputs
+        with mox.var_scope(force_dtype=tf.float32):
+            hidden = keras.layers.Dense(8, name="fp32_vars")(images)
+        with mox.var_scope(force_dtype=tf.float16):
+            logits = keras.layers.Dense(3, name="fp16_vars")(hidden)
+        seen["dtypes"] = (hidden.dtype, logits.dtype)
+        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+            labels, tf.cast(logits, tf.float32), from_logits=True))
+        return mox.ModelSpec(loss=loss, log_info={"loss": loss})
+
+    rng = np.random.default_rng(0)
+    features, labels = rng.normal(size=(32, 4)).astype(np.float32), rng.integers(0, 3, 32).astype(np.int32)
+    mox.set_flag("use_fp16", True)
+    mox.run(input_fn=lambda mode: tf.data.Dataset.from_tensor_slices((features, labels)).repeat(),
+            model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.1), run_mode=mox.ModeKeys.TRAIN,
+            batch_size=8, log_dir=str(tmp_path), max_number_of_steps=2, log_every_n_steps=100)
+    assert seen["dtypes"] == (tf.float16, tf.float16)   # fp16 compute in both layers
+    from tests import runlib
+    stored = runlib.checkpoint_by_name(str(tmp_path))
+    assert stored["fp32_vars/kernel"].dtype == np.float32 and stored["fp16_vars/kernel"].dtype == np.float16
+    assert not np.array_equal(stored["fp32_vars/kernel"], np.zeros((4, 8)))
