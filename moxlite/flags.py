@@ -6,6 +6,8 @@ on the command line (``python train.py --num_gpus=2``). Flags that moxlite
 does not know are left for the script's own parser.
 """
 
+import json
+import os
 import sys
 
 from absl import flags as absl_flags
@@ -156,9 +158,6 @@ def get_flag(name):
 
 def _tf_config_workers():
     """TF_CONFIG's worker hosts (with the chief, which is a worker unless parameter servers are used)."""
-    import json
-    import os
-
     try:
         cluster = json.loads(os.environ.get("TF_CONFIG", "") or "{}").get("cluster", {})
     except (ValueError, AttributeError):
