@@ -6,6 +6,8 @@ on the command line (``python train.py --num_gpus=2``). Flags that moxlite
 does not know are left for the script's own parser.
 """
 
+import json
+import os
 import sys
 
 from absl import flags as absl_flags
@@ -131,13 +133,42 @@ def _ensure_parsed():
         raise errors.ArgumentError(f"command-line flag: {error}") from None
 
 
-def get_flag(name):
-    """The value of MoXing flag ``name``."""
+def flag_value(name):
+    """The value of MoXing flag ``name`` exactly as set (what the cluster resolver reads)."""
     if name not in FLAG_TABLE:
         raise errors.ArgumentError(
             f"get_flag: unknown flag {name!r}; known flags: {', '.join(sorted(FLAG_TABLE))}")
     _ensure_parsed()
     return _in_moxlite_kind(name, FLAGS[name].value)
+
+
+def get_flag(name):
+    """The value of MoXing flag ``name``, as scripts read it.
+
+    ``worker_hosts`` and ``ps_hosts`` come without empty entries or spaces, and
+    ``worker_hosts`` describes the cluster however it was given (the flag, or
+    TF_CONFIG's chief and workers), so that MoXing's
+    ``len(mox.get_flag('worker_hosts').split(','))`` counts the workers: '' (one
+    entry) in a single process.
+    """
+    value = flag_value(name)
+    if name in ("worker_hosts", "ps_hosts"):
+        value = ",".join(host.strip() for host in (value or "").split(",") if host.strip())
+        if name == "worker_hosts" and not value:
+            value = _tf_config_workers()
+    return value
+
+
+def _tf_config_workers():
+    """TF_CONFIG's worker hosts (with the chief, which is a worker unless parameter servers are used)."""
+    try:
+        cluster = json.loads(os.environ.get("TF_CONFIG", "") or "{}").get("cluster", {})
+    except (ValueError, AttributeError):
+        return ""   # the cluster resolver reports a malformed TF_CONFIG with the fix
+    if not isinstance(cluster, dict):
+        return ""
+    jobs = ("worker",) if cluster.get("ps") else ("chief", "worker")
+    return ",".join(str(host) for job in jobs for host in (cluster.get(job) or []))
 
 
 def set_flag(name, value):

@@ -230,7 +230,7 @@ def check_learning_rate(learning_rate):
     Accepts a positive number, a Keras ``LearningRateSchedule`` or a MoXing
     epoch string (parsed here so that a typo fails before the run starts).
     """
-    if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+    if isinstance(learning_rate, (keras.optimizers.schedules.LearningRateSchedule, GlobalStepLearningRate)):
         return learning_rate
     if isinstance(learning_rate, str):
         parse_piecewise(learning_rate)
@@ -255,6 +255,8 @@ def resolve_learning_rate(learning_rate):
     """
     learning_rate = check_learning_rate(learning_rate)
     run_context = context.current()
+    if isinstance(learning_rate, GlobalStepLearningRate):   # already bound to the run's step
+        return learning_rate
     if isinstance(learning_rate, float):
         return learning_rate
     if isinstance(learning_rate, str):
@@ -262,7 +264,9 @@ def resolve_learning_rate(learning_rate):
         return GlobalStepLearningRate(schedule, run_context.global_step, counts="micro_steps")
     if run_context is None:
         return learning_rate
-    return GlobalStepLearningRate(learning_rate, run_context.global_step, counts="updates")
+    # A schedule that counts samples (learning_rate_scheduler.piecewise_lr) says so in ``counts``.
+    counts = getattr(learning_rate, "counts", "updates")
+    return GlobalStepLearningRate(learning_rate, run_context.global_step, counts=counts)
 
 
 def current_learning_rate(optimizer):

@@ -101,7 +101,7 @@ class _Run:
 
     def _probe(self, mode):
         """input_fn's per-replica batch spec and, where known, the number of samples per epoch."""
-        raw = call_input_fn(self.args["input_fn"], mode, self.batch_size)
+        raw = call_input_fn(self.args["input_fn"], mode, self.batch_size, self.args["auto_batch"])
         batched = raw.batch(self.batch_size) if self.args["auto_batch"] else raw
         cardinality = int(raw.cardinality())
         num_samples = None

@@ -20,7 +20,7 @@ import tensorflow as tf
 # TF1 variable stores have no public API; get_variable's name clashes across calls need one.
 from tensorflow.python.ops import variable_scope
 
-from moxlite import errors
+from moxlite import errors, graph_collections
 from moxlite.contract import ModelSpec
 from moxlite.training import naming
 from moxlite.training.calling import call_with_accepted_kwargs
@@ -107,7 +107,7 @@ class ModelTemplate:
 
     def __call__(self, inputs, mode, **kwargs):
         """Run model_fn(inputs, mode) and check that it returned a ModelSpec."""
-        with self._reuse_scope():
+        with self._reuse_scope(), graph_collections.model_fn_scope():
             spec = call_with_accepted_kwargs(self._model_fn, inputs, mode, **kwargs)
         self._built = True
         if not isinstance(spec, ModelSpec):
