@@ -1,0 +1,116 @@
+"""``background_sync_copy``: mirror a local training folder to object storage while training runs.
+
+A daemon thread copies, every ``seconds``, the files that are new or changed since its last
+round (size and modification time decide). A round that fails is logged and skipped; the
+next one retries, so a flaky network never stops training. TensorFlow's ``checkpoint``
+index files go last in a round, so the remote index never names a checkpoint whose data
+is not there yet.
+"""
+
+import logging
+import os
+import threading
+
+from moxlite.file.storage import join, locate, translate_errors
+from moxlite.file.transfer import DEFAULT_THREADS, copy_files
+
+logger = logging.getLogger("moxlite.file")
+
+_INDEX_NAMES = ("checkpoint",)
+
+
+def _local_state(local_dir):
+    """{relative path: (size, mtime_ns)} of the files under ``local_dir``."""
+    state = {}
+    for folder, _, files in os.walk(local_dir):
+        for name in files:
+            path = os.path.join(folder, name)
+            try:
+                info = os.stat(path)
+            except FileNotFoundError:  # removed while we walked (checkpoint rotation)
+                continue
+            state[os.path.relpath(path, local_dir)] = (info.st_size, info.st_mtime_ns)
+    return state
+
+
+class BackgroundSync:
+    """A running ``background_sync_copy``. ``sync_now()`` runs a round; ``stop()`` ends it.
+
+    With ``delete_removed``, files this sync uploaded and that later vanished locally (old
+    checkpoints rotated away) are removed remotely too.
+    """
+
+    def __init__(self, local_dir, remote_dir, seconds=120, threads=DEFAULT_THREADS, delete_removed=False):
+        locate(remote_dir)  # a malformed URL fails here, in the caller's thread
+        self.local_dir = local_dir
+        self.remote_dir = remote_dir
+        self.seconds = float(seconds)
+        self.threads = threads
+        self.delete_removed = delete_removed
+        self.rounds = 0
+        self.failed_rounds = 0
+        self.last_error = None
+        self._uploaded = {}
+        self._round_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"mox.file sync {local_dir}", daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def _loop(self):
+        while not self._stopping.wait(self.seconds):
+            self._round(raise_errors=False)
+
+    def _round(self, raise_errors):
+        with self._round_lock:
+            try:
+                with translate_errors("background_sync_copy", locate(self.local_dir), locate(self.remote_dir)):
+                    self._upload_changes()
+                self.rounds += 1
+            except Exception as error:  # noqa: BLE001 - a failed round must not stop training
+                self.failed_rounds += 1
+                self.last_error = error
+                if raise_errors:
+                    raise
+                logger.warning("mox.file.background_sync_copy(%r -> %r): round skipped: %s",
+                               self.local_dir, self.remote_dir, str(error).splitlines()[0])
+
+    def _upload_changes(self):
+        state = _local_state(self.local_dir) if os.path.isdir(self.local_dir) else {}
+        changed = [name for name, signature in state.items() if self._uploaded.get(name) != signature]
+        data = sorted(name for name in changed if os.path.basename(name) not in _INDEX_NAMES)
+        indexes = sorted(name for name in changed if os.path.basename(name) in _INDEX_NAMES)
+        for batch in (data, indexes):
+            copy_files(self.local_dir, self.remote_dir, batch, self.threads)
+            for name in batch:
+                self._uploaded[name] = state[name]
+        if self.delete_removed:
+            gone = [name for name in self._uploaded if name not in state]
+            for name in gone:
+                target = locate(join(self.remote_dir, name))
+                if target.filesystem.exists(target.path):
+                    target.filesystem.rm(target.path)
+                del self._uploaded[name]
+
+    def sync_now(self):
+        """Run one round now, in this thread; its error, if any, is raised."""
+        self._round(raise_errors=True)
+
+    def stop(self, final_sync=True, timeout=None):
+        """End the thread; with ``final_sync``, one last round (raising its error) first."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if final_sync:
+            self.sync_now()
+
+
+def background_sync_copy(local_dir, remote_dir, seconds=120, threads=DEFAULT_THREADS):
+    """Start mirroring ``local_dir`` to ``remote_dir`` every ``seconds``; returns the ``BackgroundSync``.
+
+    The thread is a daemon: it never keeps a finished script alive. Call ``stop()`` at the
+    end of training for a last, complete round.
+    """
+    return BackgroundSync(local_dir, remote_dir, seconds, threads).start()
