@@ -94,6 +94,11 @@ class BackgroundSync:
                     target.filesystem.rm(target.path)
                 del self._uploaded[name]
 
+    def mark_in_sync(self):
+        """Take the local folder as already uploaded (it was just downloaded from the remote)."""
+        with self._round_lock:
+            self._uploaded = _local_state(self.local_dir) if os.path.isdir(self.local_dir) else {}
+
     def sync_now(self):
         """Run one round now, in this thread; its error, if any, is raised."""
         self._round(raise_errors=True)

@@ -1,0 +1,136 @@
+"""``moxlite.run`` with ``log_dir`` / ``checkpoint_path`` on object storage (moto's S3 server on loopback).
+
+Reference: the same training in a local ``log_dir``, uninterrupted.
+"""
+
+import dataclasses
+import os
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import moxlite as mox
+from moxlite.file.errors import MissingPathError
+from tests import runlib
+from tests.s3lib import S3Server
+
+BATCH = 16
+STEPS = 24
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = S3Server().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("MOXLITE_CACHE_DIR", str(cache))
+    monkeypatch.setenv("MOXLITE_SYNC_SECONDS", "0.2")
+    return cache
+
+
+def arguments(log_dir, steps, input_fn=None, model_fn=None, **kwargs):
+    images, labels = runlib.mnist_rows(300)
+    values = dict(
+        input_fn=input_fn or runlib.input_fn_for(images, labels, shuffle_seed=7),
+        model_fn=model_fn or runlib.mlp_model_fn,
+        optimizer_fn=mox.get_optimizer_fn("adam", learning_rate=0.01),
+        run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=str(log_dir),
+        max_number_of_steps=steps, log_every_n_steps=5)
+    values.update(kwargs)
+    return values
+
+
+def evaluate(log_dir=None, checkpoint_path=None):
+    images, labels = runlib.mnist_rows(64, offset=300)
+    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.mlp_model_fn,
+                   run_mode=mox.ModeKeys.EVAL, batch_size=BATCH, log_dir=log_dir,
+                   checkpoint_path=checkpoint_path)
+
+
+def remote_keys(s3, bucket, prefix):
+    pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return sorted(item["Key"][len(prefix):] for page in pages for item in page.get("Contents", []))
+
+
+def waiting_model_fn(s3, bucket, key, at_step, seen):
+    """The reference MLP with a hook that, at ``at_step``, holds training (20 s at most) until
+    ``key`` appears on the server: proof that the upload happens while training still runs."""
+
+    def hook(global_step, log_values):
+        if int(global_step) == at_step:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and key not in remote_keys(s3, bucket, ""):
+                time.sleep(0.1)
+            seen.append(key in remote_keys(s3, bucket, ""))
+
+    def model_fn(inputs, mode):
+        spec = runlib.mlp_model_fn(inputs, mode)
+        return dataclasses.replace(spec, hooks=[hook])
+
+    return model_fn
+
+
+def test_train_to_s3_resume_from_it_equals_an_uninterrupted_run(s3, tmp_path, cache_dir):
+    bucket = s3.new_bucket()
+    remote = f"s3://{bucket}/run"
+    mox.run(**arguments(tmp_path / "straight", STEPS))
+
+    mox.run(**arguments(remote, 11, save_model_steps=5))  # stops off the save cadence
+    first = remote_keys(s3, bucket, "run/")
+    assert "checkpoint" in first and "model.ckpt-11.index" in first
+    assert any(name.startswith("events.out.tfevents") for name in first), first  # summaries synced
+    assert os.listdir(cache_dir) == []  # the local copy is gone after a good final sync
+
+    result = mox.run(**arguments(remote, STEPS, save_model_steps=5, keep_checkpoint_max=2))
+    assert result["global_step"] == STEPS
+    after = remote_keys(s3, bucket, "run/")
+    # retention removed the old checkpoints locally, and the sync removed them remotely
+    assert "model.ckpt-24.index" in after and "model.ckpt-5.index" not in after
+
+    downloaded = tmp_path / "downloaded"
+    mox.file.copy_parallel(remote, str(downloaded))
+    assert runlib.checkpoint_step(str(downloaded)) == STEPS
+    straight = runlib.checkpoint_variables(str(tmp_path / "straight"))
+    resumed = runlib.checkpoint_variables(str(downloaded))
+    assert len(straight) == len(resumed) == 4
+    for a, b in zip(straight, resumed):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+    # EVAL from the remote log_dir, and from a remote checkpoint_path, equal EVAL of the local run.
+    reference = evaluate(log_dir=str(tmp_path / "straight"))
+    from_log_dir = evaluate(log_dir=remote)
+    from_checkpoint = evaluate(log_dir=str(tmp_path / "eval_only"), checkpoint_path=remote)
+    for name in ("loss", "accuracy"):
+        assert from_log_dir[name] == pytest.approx(reference[name], abs=1e-6)
+        assert from_checkpoint[name] == pytest.approx(reference[name], abs=1e-6)
+    assert any(key.startswith("eval/") for key in remote_keys(s3, bucket, "run/"))  # eval summaries
+
+
+def test_checkpoints_reach_object_storage_while_training_runs(s3, tmp_path, cache_dir):
+    bucket = s3.new_bucket()
+    seen = []
+    model_fn = waiting_model_fn(s3, bucket, "run/model.ckpt-5.index", at_step=10, seen=seen)
+    result = mox.run(**arguments(f"s3://{bucket}/run", 16, model_fn=model_fn, save_model_steps=5))
+    assert result["global_step"] == 16
+    assert seen == [True]
+
+
+def test_missing_bucket_fails_before_training(s3, tmp_path, cache_dir):
+    called = []
+
+    def input_fn(mode):
+        called.append(mode)
+        raise AssertionError("input_fn must not be reached")
+
+    with pytest.raises(MissingPathError, match="log_dir='s3://no-such-bucket-x/run': bucket 'no-such-bucket-x'"):
+        mox.run(**arguments("s3://no-such-bucket-x/run", 5, input_fn=input_fn))
+    assert called == [] and os.listdir(cache_dir) == []
