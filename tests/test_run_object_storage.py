@@ -134,3 +134,21 @@ def test_missing_bucket_fails_before_training(s3, tmp_path, cache_dir):
     with pytest.raises(MissingPathError, match="log_dir='s3://no-such-bucket-x/run': bucket 'no-such-bucket-x'"):
         mox.run(**arguments("s3://no-such-bucket-x/run", 5, input_fn=input_fn))
     assert called == [] and os.listdir(cache_dir) == []
+
+
+def test_recipe_trains_to_s3_and_evaluates_from_it(s3, cache_dir, capsys):
+    from moxlite.recipes import cli
+
+    bucket = s3.new_bucket()
+    recipe = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "mnist_mlp.yaml")
+    common = [recipe, "--set", f"run.log_dir=s3://{bucket}/recipe", "--set", "model.mlp.hidden_units=[8]"]
+    assert cli.main(common + ["--set", "run.steps=20", "--set", "run.log_every_n_steps=10"]) == 0
+    trained = capsys.readouterr().out
+    keys = remote_keys(s3, bucket, "recipe/")
+    assert "recipe.yaml" in keys and "checkpoint" in keys and "model.ckpt-20.index" in keys
+    assert cli.main(common + ["--mode", "eval"]) == 0
+    evaluated = capsys.readouterr().out
+    # train mode's closing evaluation and a separate eval run read the same remote checkpoint
+    accuracy = [line.split("accuracy: ")[1].split()[0] for line in (trained + evaluated).splitlines()
+                if line.startswith("[RESULT] accuracy:") or "[RESULT]" in line and "accuracy:" in line]
+    assert len(accuracy) == 2 and accuracy[0] == accuracy[1], (trained, evaluated)

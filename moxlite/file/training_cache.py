@@ -46,6 +46,21 @@ def _sync_seconds():
             f"uploads of log_dir, e.g. 30") from None
 
 
+def remote_has_checkpoint(url):
+    """True when the remote folder ``url`` holds a TF checkpoint index, or ``url`` is a checkpoint prefix."""
+    return operations.exists(url.rstrip("/") + "/checkpoint") or bool(operations.glob(url.rstrip("/") + "*.index"))
+
+
+def has_checkpoint(log_dir, checkpoint_path):
+    """``checkpoints.has_checkpoint`` that also looks on object storage (for checks made before ``run``)."""
+    from moxlite.training import checkpoints
+
+    for path in (log_dir, checkpoint_path):
+        if path and (remote_has_checkpoint(path) if is_remote(path) else checkpoints.has_checkpoint(path, None)):
+            return True
+    return False
+
+
 def _require_bucket(argument, url):
     """Fail before training, not at the first upload, when the bucket is not there."""
     scheme, rest = url.split("://", 1)

@@ -69,10 +69,10 @@ def probe_optimizer(plan):
 
 def check_trained_model(plan):
     """Eval, predict and export need a checkpoint: say so before log_dir is written to."""
-    from moxlite.training import checkpoints
+    from moxlite.file import training_cache
 
     run = plan.loaded.recipe.run
-    if run.mode != "train" and not checkpoints.has_checkpoint(run.log_dir, run.checkpoint_path):
+    if run.mode != "train" and not training_cache.has_checkpoint(run.log_dir, run.checkpoint_path):
         raise plan.loaded.error(
             ("run", "mode"), f"{run.mode!r} needs a trained model, but run.log_dir={run.log_dir!r} holds no "
                              f"checkpoint and run.checkpoint_path={run.checkpoint_path!r}; train first "
@@ -109,7 +109,14 @@ def dry_run_report(plan):
 
 def write_resolved_recipe(plan, file_name="recipe.yaml"):
     """Write the fully resolved recipe to ``log_dir/file_name`` (the run's own reproducible copy)."""
+    from moxlite.file import storage, write
+
     log_dir = plan.loaded.recipe.run.log_dir
+    if storage.is_remote(log_dir):  # s3:// / obs://: run() trains in a local cache that syncs the rest
+        path = storage.join(log_dir, file_name)
+        write(path, f"# Resolved by moxlite-run from: {', '.join(plan.loaded.sources)}\n"
+                    + plan.loaded.resolved_yaml())
+        return path
     os.makedirs(log_dir, exist_ok=True)
     path = os.path.join(log_dir, file_name)
     with open(path, "w", encoding="utf-8") as handle:
