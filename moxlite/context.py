@@ -53,3 +53,34 @@ def activate(context: RunContext):
         yield context
     finally:
         _local.context = previous
+
+
+_start_listeners = []
+
+
+@contextlib.contextmanager
+def on_training_started(listener):
+    """Call ``listener()`` once, when a ``run`` in the body has restored its state and is about to train.
+
+    The recipe CLI records ``log_dir/recipe.yaml`` this way, so that a run that
+    fails its checks (a checkpoint of another network, a bad argument) leaves
+    the record of the run whose checkpoints are there untouched.
+    """
+    called = []
+
+    def once():
+        if not called:
+            called.append(True)
+            listener()
+
+    _start_listeners.append(once)
+    try:
+        yield
+    finally:
+        _start_listeners.remove(once)
+
+
+def training_started():
+    """Told by ``run`` once its checks and its restore have passed, before the first step."""
+    for listener in list(_start_listeners):
+        listener()

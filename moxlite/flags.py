@@ -53,10 +53,41 @@ _DEFINERS = {
 }
 
 
+# The Flag objects moxlite defined. ModelArts scripts define --data_url, --train_url,
+# often --batch_size or --num_gpus themselves after importing MoXing; moxlite's flags
+# allow override, so the script's definition replaces moxlite's instead of raising
+# DuplicateFlagError, and get_flag reads the script's flag in moxlite's kind.
+_OWN_FLAGS = {}
+
+
 def _define_all():
     for name, (kind, default, help_text) in FLAG_TABLE.items():
         if name not in FLAGS:
-            _DEFINERS[kind](name, default, help_text)
+            _DEFINERS[kind](name, default, help_text, allow_override=True)
+            _OWN_FLAGS[name] = FLAGS[name]
+
+
+def _in_moxlite_kind(name, value):
+    """A script-defined flag's value as moxlite reads the flag (``--num_gpus`` as an integer, ...)."""
+    kind = FLAG_TABLE[name][0]
+    if value is None or FLAGS[name] is _OWN_FLAGS.get(name):
+        return value
+    try:
+        if kind == "integer" and not isinstance(value, bool) and float(value) == int(float(value)):
+            return int(float(value))
+        if kind == "float" and not isinstance(value, bool):
+            return float(value)
+        if kind == "boolean":
+            text = str(value).strip().lower()
+            if text in ("true", "1", "yes", "false", "0", "no"):
+                return text in ("true", "1", "yes")
+        if kind == "string":
+            return str(value)
+    except (TypeError, ValueError):
+        pass
+    raise errors.ArgumentError(
+        f"--{name}={value!r}: the script defines this flag itself, and moxlite reads it as "
+        f"{'an' if kind == 'integer' else 'a'} {kind}; pass a value of that kind or define the flag as one")
 
 
 _define_all()
@@ -103,7 +134,7 @@ def get_flag(name):
         raise errors.ArgumentError(
             f"get_flag: unknown flag {name!r}; known flags: {', '.join(sorted(FLAG_TABLE))}")
     _ensure_parsed()
-    return FLAGS[name].value
+    return _in_moxlite_kind(name, FLAGS[name].value)
 
 
 def set_flag(name, value):
@@ -128,4 +159,4 @@ def reset_flags():
     _ensure_parsed()
     for name in FLAG_TABLE:
         FLAGS[name].unparse()
-        FLAGS[name].value = FLAG_TABLE[name][1]
+        FLAGS[name].value = FLAG_TABLE[name][1] if FLAGS[name] is _OWN_FLAGS.get(name) else FLAGS[name].default

@@ -228,7 +228,7 @@ def check_learning_rate(learning_rate):
         parse_piecewise(learning_rate)
         return learning_rate
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)):
-        raise errors.OptimizerError(
+        raise errors.OptimizerTypeError(
             f"learning_rate={errors.describe(learning_rate)} is not a number; give a positive "
             "float, a keras.optimizers.schedules.LearningRateSchedule or an epoch string "
             "such as '5:0.1->0.4,10:0.4'")
@@ -254,7 +254,9 @@ def resolve_learning_rate(learning_rate):
         return GlobalStepLearningRate(schedule, run_context.global_step, counts="micro_steps")
     if run_context is None:
         return learning_rate
-    return GlobalStepLearningRate(learning_rate, run_context.global_step, counts="updates")
+    # A schedule that counts samples (learning_rate_scheduler.piecewise_lr) says so in ``counts``.
+    counts = getattr(learning_rate, "counts", "updates")
+    return GlobalStepLearningRate(learning_rate, run_context.global_step, counts=counts)
 
 
 def current_learning_rate(optimizer):

@@ -126,9 +126,10 @@ def _main(arguments):
         return 0
     execution.probe_optimizer(plan)
     execution.check_trained_model(plan)
-    if setup.is_chief:
-        execution.write_resolved_recipe(plan, RECIPE_FILE_NAME)
-    execution.execute(plan)
+    # The record is written once the run has started, so a run that fails its checks
+    # leaves the record of the run whose checkpoints are in log_dir as it was.
+    record = (lambda: execution.write_resolved_recipe(plan, RECIPE_FILE_NAME)) if setup.is_chief else None
+    execution.execute(plan, on_training_started=record)
     return 0
 
 

@@ -14,6 +14,7 @@ import tensorflow as tf
 from moxlite import context, distribute, errors, flags
 from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.file import training_cache
+from moxlite.optimizers import tf1_adapter
 from moxlite.optimizers.schedules import current_learning_rate
 from moxlite.training import checkpoints, export, precision, reporting, steps
 from moxlite.training.evaluation import Evaluator, predict
@@ -92,7 +93,7 @@ class _Run:
 
     def _probe(self, mode):
         """input_fn's per-replica batch spec and, where known, the number of samples per epoch."""
-        raw = call_input_fn(self.args["input_fn"], mode, self.batch_size)
+        raw = call_input_fn(self.args["input_fn"], mode, self.batch_size, self.args["auto_batch"])
         batched = raw.batch(self.batch_size) if self.args["auto_batch"] else raw
         cardinality = int(raw.cardinality())
         num_samples = None
@@ -175,9 +176,9 @@ class _Run:
             optimizers = []
             for index in range(len(variable_lists)):
                 factory = factories[index] if len(factories) > 1 else factories[0]
-                optimizer = factory()
+                optimizer = tf1_adapter.call_optimizer_fn(factory)
                 if not hasattr(optimizer, "apply_gradients"):
-                    raise errors.OptimizerError(
+                    raise errors.OptimizerTypeError(
                         f"optimizer_fn returned {errors.describe(optimizer)}, not an optimizer; return a "
                         f"Keras optimizer, e.g. lambda: keras.optimizers.SGD(0.1)")
                 optimizer = precision.with_loss_scaling(optimizer, self.precision)
@@ -252,6 +253,7 @@ class _Run:
                              start, target)
             return {"global_step": start}
         evaluate = self._interleaved_evaluation() if args["inter_mode"] == ModeKeys.EVAL else None
+        context.training_started()
         self.logger.info("Training: %d replica(s), batch %d per replica, global batch %d, from step %d",
                          self.setup.num_replicas_in_sync, self.batch_size, self.global_batch_size, start)
         cadence = Cadence(args["steps_per_loop"], args["log_every_n_steps"], args["save_summary_steps"])

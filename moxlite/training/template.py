@@ -17,7 +17,7 @@ import inspect
 import keras
 import tensorflow as tf
 
-from moxlite import errors
+from moxlite import errors, graph_collections
 from moxlite.contract import ModelSpec
 from moxlite.training.calling import call_with_accepted_kwargs
 
@@ -94,11 +94,11 @@ class ModelTemplate:
 
     def __call__(self, inputs, mode, **kwargs):
         """Run model_fn(inputs, mode) and check that it returned a ModelSpec."""
-        with self._reuse_scope():
+        with self._reuse_scope(), graph_collections.model_fn_scope():
             spec = call_with_accepted_kwargs(self._model_fn, inputs, mode, **kwargs)
         self._built = True
         if not isinstance(spec, ModelSpec):
-            raise errors.ModelFnError(
+            raise errors.ModelFnTypeError(
                 f"model_fn returned {errors.describe(spec)}; it must return "
                 f"moxlite.ModelSpec(loss=..., log_info=...)")
         return spec

@@ -13,11 +13,11 @@ def _check_optimizer_fn(optimizer_fn):
     factories = optimizer_fn if isinstance(optimizer_fn, (list, tuple)) else [optimizer_fn]
     for factory in factories:
         if looks_like_optimizer(factory):
-            raise errors.OptimizerError(
+            raise errors.OptimizerTypeError(
                 f"optimizer_fn is an optimizer instance ({type(factory).__name__}), not a function that "
                 f"returns one; wrap it: optimizer_fn=lambda: opt (or use moxlite.get_optimizer_fn(...))")
         if not callable(factory):
-            raise errors.OptimizerError(
+            raise errors.OptimizerTypeError(
                 f"optimizer_fn={errors.describe(factory)} is not callable; pass a zero-argument function "
                 f"that returns an optimizer, e.g. moxlite.get_optimizer_fn('momentum', 0.1, momentum=0.9)")
     return list(factories)
@@ -43,11 +43,11 @@ def validate_run_arguments(args):
             f"run_mode={errors.describe(mode)} is not valid; use one of moxlite.ModeKeys: "
             f"{', '.join(ModeKeys.ALL)}")
     if not callable(args["input_fn"]):
-        raise errors.ArgumentError(
+        raise errors.ArgumentTypeError(
             f"input_fn={errors.describe(args['input_fn'])} is not callable; pass a function "
             f"input_fn(mode) that returns a tf.data.Dataset")
     if not callable(args["model_fn"]):
-        raise errors.ArgumentError(
+        raise errors.ArgumentTypeError(
             f"model_fn={errors.describe(args['model_fn'])} is not callable; pass a function "
             f"model_fn(inputs, mode) that returns a moxlite.ModelSpec")
     if mode == ModeKeys.TRAIN:
@@ -57,7 +57,7 @@ def validate_run_arguments(args):
                 "optimizer_fn=moxlite.get_optimizer_fn('momentum', learning_rate=0.1, momentum=0.9)")
         args["optimizer_fn"] = _check_optimizer_fn(args["optimizer_fn"])
     if args["output_fn"] is not None and not callable(args["output_fn"]):
-        raise errors.ArgumentError(
+        raise errors.ArgumentTypeError(
             f"output_fn={errors.describe(args['output_fn'])} is not callable; pass output_fn(outputs) "
             f"taking a list of dicts of numpy arrays")
     if args["inter_mode"] not in (None, ModeKeys.EVAL):
