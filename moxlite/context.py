@@ -24,6 +24,8 @@ class RunContext:
         worker exactly (micro-batches included); schedules read it.
     global_batch_size: samples consumed by one global step, over all replicas.
     num_samples: training samples in one epoch, or None when unknown.
+    num_samples_inferred: True when num_samples is the length of input_fn's dataset (repeats
+        included) rather than the ``num_samples`` flag, which always wins.
     num_replicas: replicas in sync within one step.
     num_workers: worker processes.
     sync_replicas: False under parameter-server (asynchronous) training.
@@ -33,6 +35,7 @@ class RunContext:
     global_step: Any
     global_batch_size: int
     num_samples: Optional[int] = None
+    num_samples_inferred: bool = False
     num_replicas: int = 1
     num_workers: int = 1
     sync_replicas: bool = True

@@ -161,12 +161,20 @@ def steps_per_epoch_of(run_context, spec):
     if not run_context.num_samples:
         raise errors.OptimizerError(
             f"learning_rate: the epoch string {spec!r} needs the number of training samples, "
-            "which this run does not know; give run() num_samples (or a finite input), "
+            "which this run does not know (input_fn's dataset has no known length); set it: "
+            "moxlite.set_flag('num_samples', N) or --num_samples=N (recipes: input.num_samples), "
             "or use a float or a Keras schedule keyed on steps")
     if not run_context.global_batch_size:
         raise errors.OptimizerError(
             f"learning_rate: the epoch string {spec!r} needs global_batch_size, which is "
             f"{run_context.global_batch_size!r} in this run; set batch_size")
+    if run_context.num_samples_inferred:
+        from moxlite.training.reporting import get_logger
+
+        get_logger().info(
+            "learning_rate %r: an epoch is %d samples, the length of input_fn's TRAIN dataset (repeats "
+            "included); if an epoch is fewer, set num_samples: moxlite.set_flag('num_samples', N), "
+            "--num_samples=N or the recipe's input.num_samples", spec, run_context.num_samples)
     return run_context.num_samples / run_context.global_batch_size
 
 

@@ -126,6 +126,9 @@ def _main(arguments):
         return 0
     execution.probe_optimizer(plan)
     execution.check_trained_model(plan)
+    from moxlite.training.validation import check_log_dir
+
+    check_log_dir(plan.loaded.recipe.run.log_dir, errors.RecipeError)
     # The record is written once the run has started, so a run that fails its checks
     # leaves the record of the run whose checkpoints are in log_dir as it was.
     record = (lambda: execution.write_resolved_recipe(plan, RECIPE_FILE_NAME)) if setup.is_chief else None

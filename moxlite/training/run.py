@@ -169,7 +169,8 @@ class _Run:
         global_step = self._global_step()
         run_context = context.RunContext(
             global_step=global_step, global_batch_size=self.global_batch_size,
-            num_samples=num_samples or flags.get_flag("num_samples") or None,
+            num_samples=flags.get_flag("num_samples") or num_samples or None,
+            num_samples_inferred=not flags.get_flag("num_samples") and bool(num_samples),
             num_replicas=self.setup.num_replicas_in_sync, num_workers=self.setup.num_workers,
             sync_replicas=self.setup.sync_replicas, strategy=self.strategy)
         with context.activate(run_context), self.strategy.scope():
@@ -195,17 +196,21 @@ class _Run:
             v for v in self.template.external_variables if v.trainable]
         excluded = checkpoints.split_patterns(flags.get_flag("trainable_exclude_patterns"))
         trainable = [v for v in trainable if not checkpoints.matches_any(v.name, excluded)]
-        if len(spec.losses) == 1:
+        if spec.var_scopes is None:
             return [trainable]
+        per_loss = list(spec.var_scopes)
+        if len(spec.losses) == 1 and all(isinstance(s, str) for s in per_loss):
+            per_loss = [per_loss]   # one loss: var_scopes may be its list of scopes
         lists = []
-        for index, scopes in enumerate(spec.var_scopes):
+        for index, scopes in enumerate(per_loss):
             scopes = [scopes] if isinstance(scopes, str) else list(scopes)
-            chosen = [v for v in trainable if any(v.name.startswith(s) for s in scopes)]
-            if not chosen:
-                raise errors.ModelFnError(
-                    f"var_scopes[{index}]={scopes!r} matches no trainable variable; variable names are "
-                    f"{[v.name for v in trainable][:8]}...")
-            lists.append(chosen)
+            for scope in scopes:
+                if not any(v.name.startswith(scope) for v in trainable):
+                    names = [v.name for v in trainable]
+                    raise errors.ModelFnError(
+                        f"var_scopes[{index}] scope {scope!r} matches no trainable variable; variable names "
+                        f"are {names[:20]}{' ...' if len(names) > 20 else ''}")
+            lists.append([v for v in trainable if any(v.name.startswith(s) for s in scopes)])
         return lists
 
     def _train_loop(self, run_context, spec, optimizers, train_step):
@@ -218,8 +223,9 @@ class _Run:
             save_secs = 600
 
         def checkpointer_for(iterator):
+            keyed, ambiguous = self.template.checkpoint_keys()
             return checkpoints.Checkpointer(
-                args["log_dir"], run_context.global_step, self.template.variables, optimizers,
+                args["log_dir"], run_context.global_step, keyed, optimizers, ambiguous=ambiguous,
                 iterator=iterator, save_model_secs=save_secs, save_model_steps=save_steps,
                 keep_checkpoint_max=args["keep_checkpoint_max"], is_chief=self._is_chief())
 
@@ -301,7 +307,8 @@ class _Run:
         spec, element_spec, _ = self._build(mode)
         steps.check_spec(spec, mode)
         global_step = self._global_step()
-        checkpointer = checkpoints.Checkpointer(self.args["log_dir"], global_step, self.template.variables)
+        keyed, ambiguous = self.template.checkpoint_keys()
+        checkpointer = checkpoints.Checkpointer(self.args["log_dir"], global_step, keyed, ambiguous=ambiguous)
         checkpointer.restore(self.args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"),
                              warm_start_step=True)
         return spec, element_spec, int(global_step.numpy())

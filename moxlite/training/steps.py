@@ -30,6 +30,14 @@ def check_spec(spec, mode, num_optimizers=None):
             raise errors.ModelFnError(
                 "model_fn returned ModelSpec(loss=None) in TRAIN mode; return the training loss: "
                 "ModelSpec(loss=loss, log_info={'loss': loss})")
+        for index, loss in enumerate(spec.losses):
+            _check_scalar_loss(loss, index if len(spec.losses) > 1 else None)
+        if len(spec.losses) == 1 and spec.var_scopes is not None:
+            scopes = list(spec.var_scopes)
+            if len(scopes) != 1 and not all(isinstance(s, str) for s in scopes):
+                raise errors.ModelFnError(
+                    f"model_fn returned one loss but var_scopes={errors.describe(spec.var_scopes)} holds "
+                    f"{len(scopes)} lists; give one list of variable-name scopes, e.g. var_scopes=[['head']]")
         if len(spec.losses) > 1:
             if spec.var_scopes is None or len(spec.var_scopes) != len(spec.losses):
                 raise errors.ModelFnError(
@@ -56,6 +64,18 @@ def check_spec(spec, mode, num_optimizers=None):
         if not (tf.is_tensor(value) or isinstance(value, (int, float))):
             raise errors.ModelFnError(
                 f"log_info[{name!r}] is {errors.describe(value)}; log_info values must be scalar tensors")
+
+
+def _check_scalar_loss(loss, index):
+    """MoXing's loss is a scalar; a per-example loss would be summed by the gradient, as if the
+    learning rate were multiplied by the batch size."""
+    shape = getattr(loss, "shape", None)
+    if shape is None or shape.rank in (None, 0):
+        return
+    name = "loss" if index is None else f"loss[{index}]"
+    raise errors.ModelFnError(
+        f"model_fn returned a {name} of shape {shape.as_list()}, not a scalar; average it over the batch: "
+        f"ModelSpec(loss=tf.reduce_mean(per_example_loss), ...)")
 
 
 def loss_scale_of(optimizer):

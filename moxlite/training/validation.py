@@ -32,6 +32,17 @@ def _positive_int(name, value, allow_none=True, allow_zero=False):
     return value
 
 
+def check_log_dir(log_dir, error=errors.ArgumentError):
+    """log_dir must be a directory, or not exist yet (it is created)."""
+    if not log_dir:
+        return
+    import tensorflow as tf   # gfile: also object-storage paths
+
+    if tf.io.gfile.exists(log_dir) and not tf.io.gfile.isdir(log_dir):
+        raise error(f"log_dir={log_dir!r} is a file, not a directory; pass a directory (new or of an "
+                    f"earlier run) for checkpoints and summaries")
+
+
 def validate_run_arguments(args):
     """Raise a moxlite error naming the argument, the value and the fix; return the cleaned args.
 
@@ -80,6 +91,7 @@ def validate_run_arguments(args):
         raise errors.ArgumentError(
             "log_dir is required in TRAIN mode (checkpoints and summaries go there); pass log_dir=... "
             "or --log_dir")
+    check_log_dir(args["log_dir"])
     _positive_int("max_number_of_steps", args["max_number_of_steps"], allow_none=False, allow_zero=True)
     for name in ("log_every_n_steps", "output_every_n_steps", "save_summary_steps"):
         _positive_int(name, args[name], allow_none=False, allow_zero=True)
