@@ -114,6 +114,11 @@ def test_train_to_s3_resume_from_it_equals_an_uninterrupted_run(s3, tmp_path, ca
         assert from_checkpoint[name] == pytest.approx(reference[name], abs=1e-6)
     assert any(key.startswith("eval/") for key in remote_keys(s3, bucket, "run/"))  # eval summaries
 
+    exported = mox.run(input_fn=runlib.input_fn_for(*runlib.mnist_rows(16)), model_fn=runlib.mlp_model_fn,
+                       run_mode=mox.ModeKeys.EXPORT, batch_size=BATCH, log_dir=remote)
+    assert exported.startswith(remote + "/")
+    assert mox.file.exists(exported + "/saved_model.pb")
+
 
 def test_checkpoints_reach_object_storage_while_training_runs(s3, tmp_path, cache_dir):
     bucket = s3.new_bucket()
