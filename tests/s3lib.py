@@ -21,6 +21,8 @@ import time
 import urllib.request
 import uuid
 
+import pytest
+
 REGION = "us-east-1"
 
 
@@ -118,3 +120,13 @@ class S3Server:
             yield key["AccessKeyId"], key["SecretAccessKey"]
         finally:
             self._set_auth_count("inf")
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """The server for one test module (import this name into the module to use it)."""
+    server = S3Server().start()
+    try:
+        yield server
+    finally:
+        server.stop()

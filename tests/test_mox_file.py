@@ -16,16 +16,8 @@ from moxlite import file as mox_file
 from moxlite.file import storage
 from moxlite.file.errors import (MissingPathError, ObjectStorageError, StorageAccessError,
                                  StorageUnreachableError)
-from tests.s3lib import S3Server, free_port
-
-
-@pytest.fixture(scope="module")
-def s3():
-    server = S3Server().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+from tests.s3lib import free_port
+from tests.s3lib import s3  # noqa: F401  (the server fixture)
 
 
 @pytest.fixture

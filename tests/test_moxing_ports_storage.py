@@ -17,19 +17,10 @@ import tensorflow as tf
 from moxlite import file as mox_file
 from tests import runlib
 from tests.portlib import run_port
-from tests.s3lib import S3Server
+from tests.s3lib import s3  # noqa: F401  (the server fixture)
 
 BATCH, STEPS, LEARNING_RATE = 16, 40, 0.5
 TRAIN, EVAL = (0, 640), (1000, 200)  # (first row, rows) of the bundled sample
-
-
-@pytest.fixture(scope="module")
-def s3():
-    server = S3Server().start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def mnist_rows(first, count):

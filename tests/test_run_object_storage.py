@@ -5,6 +5,10 @@ Reference: the same training in a local ``log_dir``, uninterrupted.
 
 import dataclasses
 import os
+import re
+import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -14,19 +18,10 @@ import tensorflow as tf
 import moxlite as mox
 from moxlite.file.errors import MissingPathError
 from tests import runlib
-from tests.s3lib import S3Server
+from tests.s3lib import s3  # noqa: F401  (the server fixture)
 
 BATCH = 16
 STEPS = 24
-
-
-@pytest.fixture(scope="module")
-def s3():
-    server = S3Server().start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -157,3 +152,54 @@ def test_recipe_trains_to_s3_and_evaluates_from_it(s3, cache_dir, capsys):
     accuracy = [line.split("accuracy: ")[1].split()[0] for line in (trained + evaluated).splitlines()
                 if line.startswith("[RESULT] accuracy:") or "[RESULT]" in line and "accuracy:" in line]
     assert len(accuracy) == 2 and accuracy[0] == accuracy[1], (trained, evaluated)
+
+
+KILLED_TRAINER = """
+import sys
+import moxlite as mox
+from tests import test_run_object_storage as here
+mox.run(**here.arguments(sys.argv[1], 100000, save_model_steps=5))
+"""
+
+
+def remote_checkpoint_step(s3, bucket, key):
+    """The step TF's ``checkpoint`` index on the server names (-1 if there is none yet)."""
+    try:
+        text = s3.client().get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+    except s3.client().exceptions.NoSuchKey:
+        return -1
+    found = re.search(r'^model_checkpoint_path: ".*-(\d+)"', text, re.MULTILINE)
+    return int(found.group(1)) if found else -1
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_from_what_reached_object_storage(s3, tmp_path, cache_dir):
+    bucket = s3.new_bucket()
+    remote = f"s3://{bucket}/run"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    environ = dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="3")
+    trainer = subprocess.Popen([sys.executable, "-c", KILLED_TRAINER, remote], env=environ, cwd=root,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and trainer.poll() is None:
+            if remote_checkpoint_step(s3, bucket, "run/checkpoint") >= 15:
+                break
+            time.sleep(0.2)
+        assert trainer.poll() is None, trainer.stderr.read().decode()[-3000:]
+        os.kill(trainer.pid, signal.SIGKILL)  # no final sync: only what the background rounds uploaded
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+        trainer.wait()
+    downloaded = tmp_path / "at_kill"
+    mox.file.copy_parallel(remote, str(downloaded))
+    reached = runlib.checkpoint_step(str(downloaded))  # the index names a checkpoint that is all there
+    assert reached >= 15 and reached % 5 == 0
+    result = mox.run(**arguments(remote, reached + 7, save_model_steps=5))
+    assert result["global_step"] == reached + 7
+    mox.run(**arguments(tmp_path / "straight", reached + 7))
+    mox.file.copy_parallel(remote, str(tmp_path / "resumed"))
+    for a, b in zip(runlib.checkpoint_variables(str(tmp_path / "straight")),
+                    runlib.checkpoint_variables(str(tmp_path / "resumed"))):
+        np.testing.assert_allclose(a, b, atol=1e-6)

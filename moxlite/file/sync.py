@@ -3,8 +3,8 @@
 A daemon thread copies, every ``seconds``, the files that are new or changed since its last
 round (size and modification time decide). A round that fails is logged and skipped; the
 next one retries, so a flaky network never stops training. TensorFlow's ``checkpoint``
-index files go last in a round, so the remote index never names a checkpoint whose data
-is not there yet.
+index files are read first and uploaded last in a round, so the remote index never names
+a checkpoint whose data is not there yet (the killed-run test caught an index read late).
 """
 
 import logging
@@ -31,6 +31,20 @@ def _local_state(local_dir):
                 continue
             state[os.path.relpath(path, local_dir)] = (info.st_size, info.st_mtime_ns)
     return state
+
+
+def _index_contents(local_dir):
+    """{relative path: bytes} of TF's ``checkpoint`` index files under ``local_dir``."""
+    contents = {}
+    for folder, _, files in os.walk(local_dir):
+        for name in files:
+            if name in _INDEX_NAMES:
+                try:
+                    with open(os.path.join(folder, name), "rb") as stream:
+                        contents[os.path.relpath(os.path.join(folder, name), local_dir)] = stream.read()
+                except FileNotFoundError:
+                    continue
+    return contents
 
 
 class BackgroundSync:
@@ -78,17 +92,23 @@ class BackgroundSync:
                                self.local_dir, self.remote_dir, str(error).splitlines()[0])
 
     def _upload_changes(self):
+        # Index files are read before anything else: TF rewrites them only after the checkpoint
+        # they name is complete, so this snapshot names files that the walk below will find.
+        indexes = _index_contents(self.local_dir)
         state = _local_state(self.local_dir) if os.path.isdir(self.local_dir) else {}
-        changed = [name for name, signature in state.items() if self._uploaded.get(name) != signature]
-        data = sorted(name for name in changed if os.path.basename(name) not in _INDEX_NAMES)
-        indexes = sorted(name for name in changed if os.path.basename(name) in _INDEX_NAMES)
-        for batch in (data, indexes):
-            copy_files(self.local_dir, self.remote_dir, batch, self.threads)
-            for name in batch:
-                self._uploaded[name] = state[name]
+        data = sorted(name for name, signature in state.items()
+                      if os.path.basename(name) not in _INDEX_NAMES and self._uploaded.get(name) != signature)
+        copy_files(self.local_dir, self.remote_dir, data, self.threads)
+        for name in data:
+            self._uploaded[name] = state[name]
+        for name, content in sorted(indexes.items()):
+            if self._uploaded.get(name) != content:
+                target = locate(join(self.remote_dir, name))
+                target.filesystem.pipe_file(target.path, content)
+                self._uploaded[name] = content
         if self.delete_removed:
-            gone = [name for name in self._uploaded if name not in state]
-            for name in gone:
+            present = set(state) | set(indexes)
+            for name in [name for name in self._uploaded if name not in present]:
                 target = locate(join(self.remote_dir, name))
                 if target.filesystem.exists(target.path):
                     target.filesystem.rm(target.path)
@@ -98,6 +118,7 @@ class BackgroundSync:
         """Take the local folder as already uploaded (it was just downloaded from the remote)."""
         with self._round_lock:
             self._uploaded = _local_state(self.local_dir) if os.path.isdir(self.local_dir) else {}
+            self._uploaded.update(_index_contents(self.local_dir))
 
     def sync_now(self):
         """Run one round now, in this thread; its error, if any, is raised."""
