@@ -203,3 +203,11 @@ def test_a_killed_run_resumes_from_what_reached_object_storage(s3, tmp_path, cac
     for a, b in zip(runlib.checkpoint_variables(str(tmp_path / "straight")),
                     runlib.checkpoint_variables(str(tmp_path / "resumed"))):
         np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_a_log_dir_that_is_an_object_is_refused(s3, cache_dir):
+    bucket = s3.new_bucket()
+    mox.file.write(f"s3://{bucket}/run", "not a folder")
+    with pytest.raises(mox.file.ObjectStorageError, match=r"log_dir='s3://.*/run' is an object, not a folder"):
+        mox.run(**arguments(f"s3://{bucket}/run", 5))
+    assert mox.file.read(f"s3://{bucket}/run") == "not a folder" and os.listdir(cache_dir) == []
