@@ -211,3 +211,13 @@ def test_a_log_dir_that_is_an_object_is_refused(s3, cache_dir):
     with pytest.raises(mox.file.ObjectStorageError, match=r"log_dir='s3://.*/run' is an object, not a folder"):
         mox.run(**arguments(f"s3://{bucket}/run", 5))
     assert mox.file.read(f"s3://{bucket}/run") == "not a folder" and os.listdir(cache_dir) == []
+
+
+def test_moxlite_run_reports_a_missing_bucket_in_one_line(s3, cache_dir, capsys):
+    from moxlite.recipes import cli
+
+    recipe = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "mnist_mlp.yaml")
+    code = cli.main([recipe, "--set", "run.log_dir=obs://no-such-bucket-y/run", "--set", "run.steps=5"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.count("\n") == 0 and "bucket 'no-such-bucket-y' does not exist" in err, err

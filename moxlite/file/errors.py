@@ -1,17 +1,15 @@
 """The errors ``mox.file`` raises: one line each, naming the path, the cause and the fix.
 
-They are moxlite errors (the CLI prints them on one line and exits non-zero) and also the
-built-in ``OSError`` a Python caller would expect, so ``except FileNotFoundError`` keeps
-working in ported scripts.
+They are moxlite user-input errors (a path, a bucket, an endpoint or a key to fix:
+``moxlite-run`` prints them on one line and exits 2) and also the built-in ``OSError`` a
+Python caller would expect, so ``except FileNotFoundError`` keeps working in ported scripts.
 """
 
-from moxlite.errors import MoxliteError
+from moxlite.errors import UserInputError
 
 
-class ObjectStorageError(MoxliteError):
+class ObjectStorageError(UserInputError):
     """A ``mox.file`` operation failed; the message says where and what to change."""
-
-    exit_code = 2
 
 
 class MissingPathError(ObjectStorageError, FileNotFoundError):
