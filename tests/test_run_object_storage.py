@@ -221,3 +221,22 @@ def test_moxlite_run_reports_a_missing_bucket_in_one_line(s3, cache_dir, capsys)
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.count("\n") == 0 and "bucket 'no-such-bucket-y' does not exist" in err, err
+
+
+def test_remote_data_is_copied_once_per_process(s3, tmp_path, cache_dir):
+    from moxlite.file import data_cache
+
+    bucket = s3.new_bucket()
+    for name in ("train-0.rec", "train-1.rec", "eval-0.rec"):
+        s3.client().put_object(Bucket=bucket, Key=f"data/{name}", Body=name.encode())
+    local = data_cache.local_copy(f"obs://{bucket}/data", "train-*")
+    assert sorted(os.listdir(local)) == ["train-0.rec", "train-1.rec"]
+    assert open(os.path.join(local, "train-1.rec"), "rb").read() == b"train-1.rec"
+    s3.client().put_object(Bucket=bucket, Key="data/train-0.rec", Body=b"changed")
+    assert data_cache.local_copy(f"obs://{bucket}/data/", "train-*") == local  # reused, not fetched again
+    assert open(os.path.join(local, "train-0.rec"), "rb").read() == b"train-0.rec"
+    whole = data_cache.local_copy(f"obs://{bucket}/data")
+    assert sorted(os.listdir(whole)) == ["eval-0.rec", "train-0.rec", "train-1.rec"]
+    assert data_cache.local_copy(str(tmp_path)) == str(tmp_path)  # local paths pass through
+    with pytest.raises(MissingPathError, match="no file matches 'test-\\*'"):
+        data_cache.local_copy(f"obs://{bucket}/data", "test-*")
