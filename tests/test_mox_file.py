@@ -309,8 +309,7 @@ def test_unreachable_endpoint_fails_in_bounded_time(s3):
     closed = f"http://127.0.0.1:{free_port()}"
     s3.set_environment(S3_ENDPOINT=closed)
     try:
-        for call in (lambda: mox_file.read("s3://bucket/x"), lambda: mox_file.exists("s3://bucket/x"),
-                     lambda: mox_file.write("s3://bucket/x", "y")):
+        for call in (lambda: mox_file.exists("s3://bucket/x"), lambda: mox_file.write("s3://bucket/x", "y")):
             started = time.monotonic()
             with pytest.raises(StorageUnreachableError) as error:
                 call()
