@@ -115,6 +115,20 @@ def test_train_to_s3_resume_from_it_equals_an_uninterrupted_run(s3, tmp_path, ca
     assert mox.file.exists(exported + "/saved_model.pb")
 
 
+def test_two_replica_training_resumes_from_s3_like_a_local_two_replica_run(s3, tmp_path, cache_dir):
+    mox.set_flag("num_gpus", 2)  # MirroredStrategy on two logical CPU devices (conftest)
+    bucket = s3.new_bucket()
+    remote = f"s3://{bucket}/run"
+    mox.run(**arguments(tmp_path / "local", 7))
+    mox.run(**arguments(tmp_path / "local", 14))
+    mox.run(**arguments(remote, 7))
+    assert mox.run(**arguments(remote, 14))["global_step"] == 14
+    mox.file.copy_parallel(remote, str(tmp_path / "downloaded"))
+    for a, b in zip(runlib.checkpoint_variables(str(tmp_path / "local")),
+                    runlib.checkpoint_variables(str(tmp_path / "downloaded"))):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
 def test_checkpoints_reach_object_storage_while_training_runs(s3, tmp_path, cache_dir):
     bucket = s3.new_bucket()
     seen = []
