@@ -21,7 +21,9 @@ from moxlite.file.sync import BackgroundSync, background_sync_copy
 from moxlite.file.transfer import copy, copy_parallel, rename
 
 __all__ = [
-    "File", "append", "background_sync_copy", "copy", "copy_parallel", "exists", "get_size", "glob",
-    "is_directory", "list_directory", "make_dirs", "mk_dir", "read", "remove", "rename", "scan_dir",
+    "BackgroundSync", "DirEntry", "File", "FileStat", "MissingPathError", "ObjectStorageError",
+    "PathExistsError", "StorageAccessError", "StorageUnreachableError", "append", "background_sync_copy",
+    "copy", "copy_parallel", "endpoint_url", "exists", "get_size", "glob", "is_directory", "is_remote",
+    "list_directory", "make_dirs", "mk_dir", "read", "remove", "rename", "reset_auth", "scan_dir",
     "set_auth", "stat", "walk", "write",
 ]
