@@ -16,6 +16,7 @@ A resume is therefore a plain second ``run`` with the same remote ``log_dir``. S
 ``MOXLITE_CACHE_DIR`` to choose where the local copies go (default: the temp folder).
 """
 
+import inspect
 import logging
 import os
 import shutil
@@ -103,6 +104,9 @@ def run_through_local_cache(run, arguments):
     Returns ``run``'s result; an export path inside the local ``log_dir`` comes back as its
     remote URL.
     """
+    # ``arguments`` is run()'s locals(): keep only its parameters, whatever run() computed before.
+    parameters = inspect.signature(run).parameters
+    arguments = {name: value for name, value in arguments.items() if name in parameters}
     remote_log_dir = arguments.get("log_dir") if is_remote(arguments.get("log_dir")) else None
     remote_checkpoint = arguments.get("checkpoint_path") if is_remote(arguments.get("checkpoint_path")) else None
     seconds = _sync_seconds()
