@@ -257,3 +257,19 @@ def test_remote_data_is_copied_once_per_process(s3, tmp_path, cache_dir):
     assert data_cache.local_copy(str(tmp_path)) == str(tmp_path)  # local paths pass through
     with pytest.raises(MissingPathError, match="no file matches 'test-\\*'"):
         data_cache.local_copy(f"obs://{bucket}/data", "test-*")
+
+
+def test_raw_image_folder_on_object_storage(s3, cache_dir):
+    bucket = s3.new_bucket()
+    images, labels = runlib.mnist_rows(3)
+    uploaded = {}
+    for index, (row, folder) in enumerate(zip(images, ["seven", "two", "seven"])):
+        png = tf.io.encode_png(tf.cast(tf.reshape(row * 255.0, [28, 28, 1]), tf.uint8)).numpy()
+        uploaded[f"{folder}/{index}.png"] = png
+        s3.client().put_object(Bucket=bucket, Key=f"raw/{folder}/{index}.png", Body=png)
+    meta = mox.ImageClassificationRawMetadata(base_dir=f"obs://{bucket}/raw")
+    assert meta.labels == ["seven", "two"] and meta.num_classes == 2 and meta.total_num_samples == 3
+    assert meta.label_ids == [0, 0, 1]
+    for path in meta.file_paths:
+        relative = "/".join(path.split(os.sep)[-2:])
+        assert open(path, "rb").read() == uploaded[relative]
