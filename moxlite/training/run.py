@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from moxlite import context, distribute, errors, flags
 from moxlite.contract import ExportKeys, ModeKeys
+from moxlite.file import training_cache
 from moxlite.optimizers import tf1_adapter
 from moxlite.optimizers.schedules import current_learning_rate
 from moxlite.training import checkpoints, export, input_resume, interrupts, nonfinite, precision, reporting, steps
@@ -39,6 +40,8 @@ def run(input_fn=None, output_fn=None, model_fn=None, optimizer_fn=None, run_mod
     averaged log_info dict (plus ``global_step``); PREDICT, outputs not handed to ``output_fn``;
     EXPORT, the SavedModel path.
     """
+    if training_cache.needs_local_cache(locals()):  # s3:// / obs:// log_dir: run in a local cache
+        return training_cache.run_through_local_cache(run, locals())
     args = validate_run_arguments(dict(
         input_fn=input_fn, output_fn=output_fn, model_fn=model_fn, optimizer_fn=optimizer_fn,
         run_mode=run_mode, inter_mode=inter_mode, batch_size=batch_size, auto_batch=auto_batch,
