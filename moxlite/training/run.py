@@ -14,7 +14,7 @@ import tensorflow as tf
 from moxlite import context, distribute, errors, flags
 from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.optimizers.schedules import current_learning_rate
-from moxlite.training import checkpoints, export, precision, reporting, steps
+from moxlite.training import checkpoints, export, loss_scaling, precision, reporting, steps
 from moxlite.training.evaluation import Evaluator, predict
 from moxlite.training.inputs import call_input_fn, make_dataset_fn, placeholder_batch, as_model_inputs
 from moxlite.training.loop import SyncTrainLoop
@@ -177,14 +177,18 @@ class _Run:
                     raise errors.OptimizerError(
                         f"optimizer_fn returned {errors.describe(optimizer)}, not an optimizer; return a "
                         f"Keras optimizer, e.g. lambda: keras.optimizers.SGD(0.1)")
-                optimizer = precision.with_loss_scaling(optimizer, self.precision)
+                optimizer = precision.optimizer_stack(optimizer, self.precision)
                 optimizer.build(variable_lists[index])
                 optimizers.append(optimizer)
+            # Clipping is a link of each optimizer stack (precision.optimizer_stack), not of the step.
             train_step = steps.TrainStep(self.template, optimizers, variable_lists,
-                                         self.setup.num_replicas_in_sync,
-                                         gradient_clip=self.precision.gradient_clip,
-                                         gradient_clip_type=self.precision.gradient_clip_type)
+                                         self.setup.num_replicas_in_sync)
             return self._train_loop(run_context, spec, optimizers, train_step)
+
+    def _overflow_monitors(self, optimizers, summaries):
+        """A log-line hook per loss-scaled optimizer: scale changes, skipped steps, their scalars."""
+        return [loss_scaling.OverflowMonitor(optimizer, self.logger, summaries)
+                for optimizer in optimizers if loss_scaling.find(optimizer) is not None]
 
     def _variable_lists(self, spec):
         trainable = self.template.trainable_variables + [
@@ -258,7 +262,8 @@ class _Run:
                 step, logs = train(loop, start, target, cadence, checkpointer, summaries,
                                    self.global_batch_size,
                                    learning_rate=lambda: current_learning_rate(optimizers[0]),
-                                   evaluate=evaluate, hooks=list(spec.hooks or []))
+                                   evaluate=evaluate,
+                                   hooks=list(spec.hooks or []) + self._overflow_monitors(optimizers, summaries))
             if hasattr(loop, "finish"):
                 step = loop.finish()
             checkpointer.save(step)
