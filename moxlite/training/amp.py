@@ -107,7 +107,10 @@ def check_layer_name(name):
     known = _keras_layer_names()
     if name == GELU or name in known:
         return name
-    near = difflib.get_close_matches(name, sorted(known) + [GELU], n=1)
+    candidates = sorted(known) + [GELU]
+    lowered = {candidate.lower(): candidate for candidate in candidates}
+    prefixed = [c for c in candidates if c.lower().startswith(name.lower())]   # "Layernorm"
+    near = prefixed[:1] or [lowered[m] for m in difflib.get_close_matches(name.lower(), list(lowered), n=1)]
     hint = f"; did you mean {near[0]!r}?" if near else "; give Keras layer class names, e.g. LayerNormalization"
     raise errors.ArgumentError(f"keep_fp32: {name!r} is not a Keras layer class{hint}")
 
@@ -130,6 +133,11 @@ _active = {"plan": None, "original_call": None, "layers": None}
 
 
 def _cast_back(value, dtype):
+    """``value`` in ``dtype`` if it is a floating tensor (anything else unchanged)."""
+    if isinstance(value, keras.KerasTensor):   # a functional model being built inside model_fn
+        if keras.backend.is_float_dtype(value.dtype) and value.dtype != dtype.name:
+            return keras.ops.cast(value, dtype.name)
+        return value
     if tf.is_tensor(value) and value.dtype.is_floating and value.dtype != dtype:
         return tf.cast(value, dtype)
     return value
@@ -168,10 +176,13 @@ def layer_policies(plan: Optional[AmpPlan]):
             configure(layer, plan)
             seen.append(layer)
             state = layer._moxlite_amp
+        if not state[1]:
+            return original_call(layer, *args, **kwargs)
+        # Cast up here rather than trust the policy: layers that opt out of Keras's input
+        # autocasting (LayerNormalization, BatchNormalization) would otherwise see float16.
+        args = tf.nest.map_structure(lambda value: _cast_back(value, tf.float32), args)
         outputs = original_call(layer, *args, **kwargs)
-        if state[1]:
-            outputs = tf.nest.map_structure(lambda value: _cast_back(value, compute), outputs)
-        return outputs
+        return tf.nest.map_structure(lambda value: _cast_back(value, compute), outputs)
 
     keras.config.set_dtype_policy(plan.policy_name)
     keras.layers.Layer.__call__ = call
