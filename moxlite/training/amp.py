@@ -22,9 +22,10 @@ so the next operation sees the compute dtype whatever it is. "GELU" names any
 ``Activation`` layer whose function is GELU (Keras has no GELU layer class); a GELU
 fused into another layer (``Dense(activation="gelu")``) computes with that layer.
 
-Layers are configured when they are first called inside ``model_fn`` (see
+Layers are configured when they are first called inside ``run`` (see
 ``layer_policies``), which covers layers built in the body and a Keras model
-closed over, built or not.
+closed over, built or not. Keras's preprocessing layers (RandAugment, MixUp, ...)
+are left as they are: they belong to the input pipeline, not to the network.
 """
 
 import contextlib
@@ -171,6 +172,8 @@ def layer_policies(plan: Optional[AmpPlan]):
     seen = []
 
     def call(layer, *args, **kwargs):
+        if _is_data_layer(layer):   # preprocessing/augmentation: input pipeline, not the network
+            return original_call(layer, *args, **kwargs)
         state = getattr(layer, "_moxlite_amp", None)
         if state is None or state[0] is not plan:
             configure(layer, plan)
@@ -193,6 +196,11 @@ def layer_policies(plan: Optional[AmpPlan]):
         keras.layers.Layer.__call__ = original_call
         keras.config.set_dtype_policy(previous_policy)
         _active.update(plan=None, original_call=None, layers=None)
+
+
+def _is_data_layer(layer):
+    """Keras's preprocessing layers (RandAugment, MixUp, Rescaling, ...) share a DataLayer base."""
+    return any(cls.__name__ == "DataLayer" for cls in type(layer).__mro__)
 
 
 def configured_layers():
