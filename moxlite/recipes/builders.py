@@ -112,6 +112,11 @@ def flags_of(recipe: schema.Recipe) -> Dict[str, Any]:
         "tpu": dist.tpu,
         "log_first_clone": dist.log_first_clone,
         "use_fp16": precision.use_fp16,
+        "amp_level": precision.amp_level,
+        "compute_dtype": precision.compute_dtype,
+        "keep_fp32": "" if precision.keep_fp32 is None else (",".join(precision.keep_fp32) or "none"),
+        "keep_batchnorm_fp32": "" if precision.keep_batchnorm_fp32 is None else str(precision.keep_batchnorm_fp32).lower(),
+        "drop_overflow_update": precision.drop_overflow_update,
         "loss_scale": _loss_scale_text(precision.loss_scale),
         "gradient_clip": precision.gradient_clip,
         "gradient_clip_type": precision.gradient_clip_type,
@@ -148,6 +153,10 @@ def _build_input(loaded):
                 return function(mode, **kwargs)
         else:
             input_fn = function
+        if any(dataclasses.asdict(section.augment)[key] for key in
+               ("rand_augment_ops", "random_erasing", "mixup_alpha", "cutmix_alpha")):
+            raise loaded.error(("input", "augment"), "applies to the built-in data sets only; augment inside "
+                                                     "your input_fn (moxlite.data.augment.augmented_input_fn)")
         return input_fn, {"num_samples": section.num_samples}
     from moxlite.data import datasets  # imports TensorFlow: only once the recipe is checked
 
@@ -159,7 +168,10 @@ def _build_input(loaded):
     except datasets.DataOptionError as error:
         raise loaded.error(("input", section.name, error.option), error.detail) from None
     num_samples = section.num_samples if section.num_samples is not None else data.num_samples
-    return data.input_fn, {"num_samples": num_samples, "image_shape": data.image_shape,
+    from moxlite.data import augment
+
+    augmentation = augment.Augmentation(**dataclasses.asdict(section.augment), seed=seed)
+    return augment.augmented_input_fn(data.input_fn, data.num_classes, augmentation), {"num_samples": num_samples, "image_shape": data.image_shape,
                            "num_classes": data.num_classes}
 
 
@@ -203,13 +215,14 @@ def _build_model(loaded, data_facts):
     if section.name == "resnet50" and image_shape is not None and min(image_shape[:2]) < 32:
         raise loaded.error(("model", "name"), f"resnet50 needs images of at least 32x32, the data set gives "
                                               f"{list(image_shape)}; use small_resnet, lenet or mlp")
-    if section.name in ("lenet", "small_resnet", "resnet50") and image_shape is not None and len(image_shape) != 3:
+    if section.name in ("lenet", "small_resnet", "resnet50", "swin_tiny", "vit_tiny") and image_shape is not None and len(image_shape) != 3:
         raise loaded.error(("model", "name"), f"{section.name} needs [height, width, channels] images, the data "
                                               f"set gives {list(image_shape)}")
     options = dataclasses.asdict(getattr(section, section.name))
     from moxlite import models
 
-    return lambda: models.build_model_fn(section.name, num_classes, weight_decay=section.weight_decay, **options)
+    return lambda: models.build_model_fn(section.name, num_classes, weight_decay=section.weight_decay,
+                                         label_smoothing=section.label_smoothing, **options)
 
 
 # ----------------------------------------------------------------- optimizer

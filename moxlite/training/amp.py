@@ -154,16 +154,17 @@ def configure(layer, plan):
 
 
 @contextlib.contextmanager
-def layer_policies(plan: Optional[AmpPlan]):
+def layer_policies(plan: Optional[AmpPlan], record=False):
     """While the body runs, the plan's global policy and each layer configured at its first call.
 
     Keras fixes a layer's policy at construction; a keep-list needs it per layer class, and
     a model closed over was constructed before this plan existed. So ``Layer.__call__`` is
     wrapped for the duration: a layer not yet configured for ``plan`` gets its policy
     first, and a keep-list layer's floating outputs are cast back to the compute dtype.
-    Outside the body, Keras is untouched.
+    Outside the body, Keras is untouched. ``record`` installs the wrapper at O0 too, so
+    that ``configured_layers`` lists the layers called (for ``--dry-run``).
     """
-    if plan is None or not plan.mixed or _active["plan"] is not None:
+    if plan is None or (not plan.mixed and not record) or _active["plan"] is not None:
         yield
         return
     previous_policy = keras.config.dtype_policy()
@@ -213,7 +214,7 @@ def layer_dtypes(layers):
     rows = []
     for layer in layers:
         variable_dtypes = sorted({str(v.dtype) for v in layer.weights}) if layer.weights else ["-"]
-        rows.append((getattr(layer, "path", None) or layer.name, type(layer).__name__,
+        rows.append((getattr(layer, "path", None) or layer.name, type(getattr(layer, "_layer", layer)).__name__,
                      layer.compute_dtype, ",".join(variable_dtypes)))
     return rows
 
