@@ -2,6 +2,7 @@
 
 import os
 
+import keras
 import numpy as np
 import pytest
 
@@ -13,10 +14,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VIT_RECIPE = os.path.join(REPO, "recipes", "vit_digits_amp.yaml")
 SWIN_RECIPE = os.path.join(REPO, "recipes", "swin_tiny_imagenet.yaml")
 # The recipe's ViT, made smaller and shorter so that four levels fit in a test.
-QUICK_VIT = ("run.steps=150", "run.batch_size=32", "run.log_every_n_steps=50", "run.save_model_steps=150",
-             "model.vit_tiny.patch_size=7", "model.vit_tiny.embed_dim=32", "model.vit_tiny.depth=2",
-             "model.vit_tiny.num_heads=2", "optimizer.learning_rate.warmup_steps=15",
-             "optimizer.learning_rate.decay_steps=135")
+QUICK_VIT = ("run.steps=300", "run.batch_size=32", "run.log_every_n_steps=100", "run.save_model_steps=300",
+             "model.vit_tiny.embed_dim=32", "model.vit_tiny.depth=2", "model.vit_tiny.num_heads=2",
+             "optimizer.learning_rate.warmup_steps=30", "optimizer.learning_rate.decay_steps=270",
+             "optimizer.learning_rate.warmup_target=0.004")
 # O3 computes LayerNorm and Softmax in float16 too; on these digits its measured gap to O0
 # is within this bound (see README, "Mixed precision").
 O3_ALLOWED_GAP = 0.05
@@ -32,7 +33,7 @@ def accuracy_at(capsys, tmp_path, level, compute="float16"):
 @pytest.mark.slow
 def test_o1_and_bfloat16_reach_float32_accuracy_and_o3_is_within_its_stated_gap(capsys, tmp_path):
     baseline = accuracy_at(capsys, tmp_path, "O0")
-    assert baseline > 0.75                                     # it trained (chance is 0.1)
+    assert baseline > 0.8                                     # it trained (chance is 0.1)
     o1 = accuracy_at(capsys, tmp_path, "O1")
     bf16 = accuracy_at(capsys, tmp_path, "O1", "bfloat16")
     o3 = accuracy_at(capsys, tmp_path, "O3")
@@ -54,9 +55,10 @@ def test_two_replicas_equal_one_at_double_batch_under_o1(tmp_path):
                 run_mode=mox.ModeKeys.TRAIN, batch_size=32 // num_gpus, log_dir=str(log_dir),
                 max_number_of_steps=8)
         results.append(runlib.checkpoint_variables(log_dir))
-    initial = runlib.mlp_initial_weights() if hasattr(runlib, "mlp_initial_weights") else None
-    moved = max(np.max(np.abs(w)) for w in results[0])
-    assert moved > 0.05
+    # runlib.mlp_model_fn's first kernel before training: training moved it far beyond the tolerance.
+    initial = np.asarray(keras.initializers.GlorotUniform(seed=1)(shape=(runlib.NUM_FEATURES, 32)))
+    kernel = next(w for w in results[0] if w.shape == initial.shape)
+    assert np.max(np.abs(kernel - initial)) > 10 * 2e-3
     for one, two in zip(*results):
         # float16 products are rounded per replica's half batch: equal to float16 precision.
         np.testing.assert_allclose(two, one, atol=2e-3)
