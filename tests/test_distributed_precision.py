@@ -8,8 +8,10 @@ to float16 precision (float16 products are rounded per replica's share of the ba
 import numpy as np
 import pytest
 
+from moxlite import flags
 from tests import distlib, runlib
 from tests.dist_scripts import train_mnist
+from tests.test_loss_scaling import loss_scale_state
 
 pytestmark = pytest.mark.slow  # real multi-process clusters on loopback
 
@@ -18,11 +20,9 @@ PRECISION = ["--amp_level=O1", "--gradient_clip=0.05"]
 TOLERANCE = 3e-3
 
 
-def single_process_reference(log_dir, steps, batch, num_batches):
-    from moxlite import flags
-
+def single_process_reference(log_dir, steps, batch, num_batches, clip=0.05):
     flags.set_flag("amp_level", "O1")
-    flags.set_flag("gradient_clip", 0.05)
+    flags.set_flag("gradient_clip", clip)
     train_mnist.train(str(log_dir), steps, batch, save_steps=steps, optimizer="momentum_lars",
                       num_batches=num_batches)
     return runlib.checkpoint_variables(str(log_dir))
@@ -42,7 +42,11 @@ def test_two_multi_worker_mirrored_workers_equal_one_process_at_double_batch_und
                    + PRECISION, timeout=150)
     assert run.wait() == 0, run.output()
     reference = single_process_reference(tmp_path / "single", steps, 2 * batch, num_batches=2)
-    assert_close(runlib.checkpoint_variables(str(tmp_path / "cluster")), reference)
+    cluster = runlib.checkpoint_variables(str(tmp_path / "cluster"))
+    assert_close(cluster, reference)
+    assert loss_scale_state(tmp_path / "cluster")["scale"] == 2.0 ** 15    # the cluster ran loss-scaled O1
+    unclipped = single_process_reference(tmp_path / "unclipped", steps, 2 * batch, num_batches=2, clip=0.0)
+    assert max(np.max(np.abs(a - b)) for a, b in zip(cluster, unclipped)) > 10 * TOLERANCE   # clipping bit
 
 
 def test_a_parameter_server_worker_equals_one_process_at_the_whole_batch_under_o1(launches, tmp_path):
@@ -55,3 +59,4 @@ def test_a_parameter_server_worker_equals_one_process_at_the_whole_batch_under_o
     assert run.wait() == 0, run.output()
     reference = single_process_reference(tmp_path / "single", updates, num_batches * micro_batch, num_batches=1)
     assert_close(runlib.checkpoint_variables(str(tmp_path / "cluster")), reference)
+    assert loss_scale_state(tmp_path / "cluster")["scale"] == 2.0 ** 15
