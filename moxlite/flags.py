@@ -34,7 +34,7 @@ FLAG_TABLE = {
     "steps_per_loop": ("integer", 1, "Training steps run inside one traced call."),
     "num_samples": ("integer", 0, "Training samples per epoch, for epoch-based learning-rate strings when the input is infinite (0: from the input)."),
     "keep_checkpoint_max": ("integer", 5, "Checkpoints kept in log_dir."),
-    "loss_scale": ("string", "0", "Loss scale for fp16: 0 (off; dynamic when computing in float16), a number (fixed, never changes) or 'dynamic'."),
+    "loss_scale": ("string", "0", "Loss scale for fp16: 0 (off; dynamic when computing in float16), a number (fixed, never changes), 'dynamic' or 'dynamic:<start>'."),
     "use_fp16": ("boolean", False, "Compute in float16 with float32 variables: an alias of --amp_level=O3 --compute_dtype=float16."),
     "amp_level": ("string", "", "Mixed-precision level, MindSpore's meaning: O0 (float32), O1 (fp32 keep-list), O2 (all but BatchNorm), O3 (all); '' is O0 unless --use_fp16."),
     "compute_dtype": ("string", "float16", "Compute dtype of the mixed levels: float16 (with loss scaling) or bfloat16."),

@@ -4,7 +4,8 @@
   policy, with the fp32 keep-list ``keep_fp32`` / ``keep_batchnorm_fp32``: see
   ``moxlite.training.amp``. ``use_fp16`` is an alias of O3 in float16, the old
   behaviour (every layer in Keras's ``mixed_float16``).
-- ``loss_scale``: ``dynamic``, a fixed number that never changes, or 0 (off; a
+- ``loss_scale``: ``dynamic`` (``dynamic:<start>`` from another starting scale), a
+  fixed number that never changes, or 0 (off; a
   float16 compute dtype then gets ``dynamic``, bfloat16 needs none), with
   ``drop_overflow_update``: see ``moxlite.training.loss_scaling``.
 - ``gradient_clip`` / ``gradient_clip_type``: on unscaled gradients, after
@@ -38,6 +39,16 @@ def _loss_scale_from_flag():
         return None
     if text == "dynamic":
         return "dynamic"
+    if text.startswith("dynamic:"):   # a dynamic scale from another start (MindSpore's default is 2**24)
+        try:
+            start = float(text.split(":", 1)[1])
+        except ValueError:
+            start = -1.0
+        if start > 0:
+            return f"dynamic:{start:g}"
+        raise errors.ArgumentError(
+            f"--loss_scale={flags.get_flag('loss_scale')!r} is not valid; 'dynamic:<start>' needs a positive "
+            f"starting scale, e.g. dynamic:16777216")
     try:
         loss_scale = float(text)
     except ValueError:
@@ -89,7 +100,7 @@ def from_flags():
     if loss_scale is None and plan.mixed and plan.compute_dtype == "float16":
         loss_scale = "dynamic"
     drop = bool(flags.get_flag("drop_overflow_update"))
-    if not drop and loss_scale in (None, "dynamic"):
+    if not drop and (loss_scale is None or str(loss_scale).startswith("dynamic")):
         raise errors.ArgumentError(
             f"--nodrop_overflow_update needs a fixed --loss_scale (a number); with loss_scale="
             f"{loss_scale or 'off'} overflowing steps are always dropped")
@@ -119,5 +130,7 @@ def optimizer_stack(optimizer, settings):
         return optimizer
     if settings.loss_scale == "dynamic":
         return loss_scaling.LossScale(optimizer)
+    if str(settings.loss_scale).startswith("dynamic:"):
+        return loss_scaling.LossScale(optimizer, initial_scale=float(settings.loss_scale.split(":")[1]))
     return loss_scaling.LossScale(optimizer, initial_scale=float(settings.loss_scale), dynamic=False,
                                   drop_overflow_update=settings.drop_overflow_update)
