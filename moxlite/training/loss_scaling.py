@@ -41,6 +41,9 @@ class LossScale(wrapper_lib.OptimizerWrapper):
 
     NAME = "loss_scale"
     WARN_WHEN_SYNC = False   # moxlite's own wrapper, not a MoXing optimizer wrapper
+    # Read by other parts of the loop (a non-finite guard): an overflowing scaled gradient is
+    # expected under this wrapper, which handles it.
+    HANDLES_OVERFLOW = True
     PARAMETERS = {
         "initial_scale": wrapper_lib.Parameter(
             DEFAULT_INITIAL_SCALE, "the loss scale at step 0", "a positive number", _positive_number),

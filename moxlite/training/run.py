@@ -257,19 +257,19 @@ class _Run:
                          self.setup.num_replicas_in_sync, self.batch_size, self.global_batch_size, start)
         cadence = Cadence(args["steps_per_loop"], args["log_every_n_steps"], args["save_summary_steps"])
         user_summaries = loop.user_summaries() if hasattr(loop, "user_summaries") else contextlib.ExitStack()
+        monitors = self._overflow_monitors(optimizers, summaries)
         try:
             with user_summaries:
                 step, logs = train(loop, start, target, cadence, checkpointer, summaries,
                                    self.global_batch_size,
                                    learning_rate=lambda: current_learning_rate(optimizers[0]),
-                                   evaluate=evaluate,
-                                   hooks=list(spec.hooks or []) + self._overflow_monitors(optimizers, summaries))
+                                   evaluate=evaluate, hooks=list(spec.hooks or []) + monitors)
             if hasattr(loop, "finish"):
                 step = loop.finish()
             checkpointer.save(step)
             if evaluate is not None:
                 evaluate(step)
-            for hook in spec.hooks or []:
+            for hook in list(spec.hooks or []) + monitors:
                 hook(step, logs)
         finally:
             loop.close()
