@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import moxlite as mox
+from moxlite.recipes import cli
 from tests import runlib
 from tests.test_recipe_run import RESULT, checkpoint_model_weights, run_recipe
 
@@ -80,3 +81,18 @@ def test_the_swin_recipe_shortened_trains_on_the_digits_with_every_step_of_its_p
     weights = checkpoint_model_weights(log_dir)
     assert all(np.all(np.isfinite(w)) for w in weights)
     assert "step: 8(global step: 8)" in out
+
+
+@pytest.mark.parametrize("level, softmax, dense", [("O0", "float32", "float32"), ("O1", "float32", "float16"),
+                                                   ("O3", "float16", "float16")])
+def test_dry_run_prints_every_layers_compute_and_variable_dtype(capsys, tmp_path, level, softmax, dense):
+    code = cli.main([VIT_RECIPE, "--dry-run", "--set", f"run.log_dir={tmp_path / 'never'}",
+                     "--set", "model.vit_tiny.depth=1", "--set", f"precision.amp_level={level}"])
+    out = capsys.readouterr().out
+    assert code == 0
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("  block0/")}
+    assert rows["block0/attention/softmax"] == ["Softmax", softmax, "-"]
+    assert rows["block0/attention/query"] == ["Dense", dense, "float32"]
+    assert rows["block0/norm1"][1] == ("float16" if level == "O3" else "float32")
+    assert f"Precision: amp_level {level}" in out
+    assert not (tmp_path / "never").exists()
