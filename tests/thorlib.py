@@ -75,12 +75,7 @@ def thor_optimizer_fn(lr=0.05, momentum=0.9, **thor):
 
 def model_variables(log_dir):
     """model_fn's variables in the newest checkpoint, in creation order."""
-    reader = tf.train.load_checkpoint(str(log_dir))
-    out = {}
-    for key in reader.get_variable_to_shape_map():
-        if key.startswith("model/") and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE"):
-            out[key] = reader.get_tensor(key)
-    return [out[k] for k in sorted(out)]
+    return runlib.checkpoint_variables(str(log_dir))
 
 
 # ---- numpy THOR -------------------------------------------------------------------------------

@@ -20,8 +20,9 @@ each tracked layer's input and output gradient and calls
 collecting update each replica computes its factor sums locally; then, in
 cross-replica context, one all-reduce of all factors packed into one vector
 sums them across replicas into the accumulators, so R replicas x B equal one
-replica x R*B. Non-finite statistics (an fp16 overflow step) are dropped, not
-added. The refresh divides by the rows counted, inverts with
+replica x R*B. The statistics of a step whose gradients or factors are not
+finite on some replica (an fp16 overflow step, which the loss-scale optimizer
+skips) are dropped, not added. The refresh divides by the rows counted, inverts with
 ``thor_inverse.guarded_inverse`` (fallbacks counted and printed) and clears
 the accumulators.
 
@@ -220,7 +221,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         self._slots.append(slot)
         return slot
 
-    def set_layer_statistics(self, statistics):
+    def set_layer_statistics(self, statistics, gradients=()):
         """Replica context: this replica's LayerRecords (loop side: moxlite.training.layer_statistics)."""
         by_slot = {}
         for record in statistics:
@@ -234,6 +235,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         # sums are computed there, per replica, and only on a collecting update.
         tensors = [[(record.inputs, _or_zero(record.output_gradients), record.batch_size)
                     for record in by_slot[slot.index][1]] for slot in slots]
+        tensors = (tensors, [wrapper_lib.dense(g) for g in gradients])
         replica_context = tf.distribute.get_replica_context()
         if replica_context is None:
             self._collect(tf.distribute.get_strategy(), slots, tensors)
@@ -242,12 +244,16 @@ class THOR(wrapper_lib.OptimizerWrapper):
                                        args=(tensors,))
 
     def _local_sums(self, slots, tensors):
-        """Replica context: this replica's factor sums of every slot, packed into one vector."""
+        """Replica context: this replica's factor sums of every slot, packed into one vector,
+        then 1 if this replica's gradients overflowed (the step will not apply), else 0."""
+        tensors, gradients = tensors
         per_sample = self.loss_reduction == "mean"
         parts = []
         for slot, calls in zip(slots, tensors):
             sums = [thor_factors.local_sums(slot.geometry, thor_factors.Call(*call), per_sample) for call in calls]
             parts.extend(tf.reshape(tf.add_n(list(column)), [-1]) for column in zip(*sums))
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in gradients]) if gradients else True
+        parts.append(tf.where(finite, 0.0, 1.0)[None])
         return tf.concat(parts, 0)
 
     def _collect(self, distribution, slots, tensors):
@@ -262,7 +268,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
             total = distribution.extended.reduce_to(tf.distribute.ReduceOp.SUM, packed,
                                                     destinations=destination.value)
             total = distribution.experimental_local_results(total)[0]
-            finite = tf.reduce_all(tf.math.is_finite(total))
+            finite = tf.logical_and(tf.reduce_all(tf.math.is_finite(total)), total[-1] == 0.0)
             total = tf.where(finite, total, tf.zeros_like(total))
             offset = 0
             for slot in slots:
@@ -386,7 +392,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
         if self._announced:
             return
         self._announced = True
-        chosen = [f"{slot.name} ({slot.kind}: {slot.geometry.describe()})" for slot in self._slots]
+        chosen = [f"{slot.name} ({slot.kind}: {slot.geometry.describe()}{self._blocks_note(slot)})"
+                  for slot in self._slots]
         plain = [variable_path(v) for v in variables if self._slot_covering(v) is None]
         if not self._slots:
             logger.warning("thor: no layer statistics reached the optimizer; every variable gets the plain "
@@ -398,6 +405,12 @@ class THOR(wrapper_lib.OptimizerWrapper):
                      "get_variable variables): %s%s", len(plain), ", ".join(plain) or "none",
                      f"; layers not preconditioned: {'; '.join(skipped)}" if skipped else "")
 
+    @staticmethod
+    def _blocks_note(slot):
+        split = [f"{name} in {blocks} blocks of {side}" for name, (blocks, side) in
+                 (("A", slot.a_layout), ("G", slot.g_layout)) if blocks > 1 and slot.kind != "Embedding"]
+        return f"; {', '.join(split)}" if split else ""
+
     def fallback_counts(self):
         """(inversions retried, inversions that kept the previous inverse, statistics dropped as non-finite)."""
         return int(self._retries.numpy()), int(self._kept.numpy()), int(self._dropped.numpy())
@@ -406,4 +419,13 @@ class THOR(wrapper_lib.OptimizerWrapper):
         config = super().get_config()
         for key in ("weight_decay_exclude", "include", "exclude"):
             config[key] = list(config[key])
+        if isinstance(self.damping, keras.optimizers.schedules.LearningRateSchedule):
+            config["damping"] = keras.saving.serialize_keras_object(self.damping)
         return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        if isinstance(config.get("damping"), dict):
+            config["damping"] = keras.saving.deserialize_keras_object(config["damping"], custom_objects=custom_objects)
+        return super().from_config(config, custom_objects=custom_objects)
