@@ -82,3 +82,81 @@ def test_steps_per_epoch_of_a_user_input_without_num_samples_is_asked_for(capsys
     assert code == 2
     assert err.endswith("optimizer.learning_rate.steps_per_epoch: schedule 'thor_damping' needs steps_per_epoch, "
                         "and the number of training samples is unknown; set it, or input.num_samples"), err
+
+
+CNN_THOR = os.path.join(REPO, "recipes", "mnist_cnn_thor.yaml")
+# 4,000 digits // 500 = 8 updates an epoch, and lr 0 at epoch 1: the schedules move fast enough to tell apart.
+FAST_SCHEDULES = ["run.batch_size=500", "run.steps=6", "run.evaluate=false", "model.lenet.filters=[4]",
+                  "model.lenet.dense_units=16", "optimizer.wrappers.0.frequency=2",
+                  "optimizer.learning_rate.lr_end_epoch=1", "optimizer.wrappers.0.damping.decay_rate=0.01"]
+
+
+def _recipe_model_weights(log_dir):
+    reader = tf.train.load_checkpoint(str(log_dir))
+    names = sorted(name for name, _ in tf.train.list_variables(str(log_dir)) if name.startswith("model/"))
+    return [reader.get_tensor(name) for name in names]
+
+
+def test_cnn_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_path):
+    """The recipe's schedule blocks reach momentum and thor as the Python API would build them."""
+    import keras
+    import numpy as np
+
+    import moxlite as mox
+    from moxlite.optimizers import thor_schedules
+    from moxlite.recipes import execution
+
+    overrides = FAST_SCHEDULES + [f"run.log_dir={tmp_path / 'recipe'}"]
+    assert cli.main([CNN_THOR] + [a for o in overrides for a in ("--set", o)]) == 0
+    capsys.readouterr()
+    plan = builders.build_plan(loader.load([CNN_THOR], overrides[:-1] + [f"run.log_dir={tmp_path / 'python'}"]))
+    learning_rate = thor_schedules.ThorLearningRate(0.01, 1.0, lr_end_epoch=1, steps_per_epoch=8)
+    damping = thor_schedules.ThorDamping(0.03, 0.01, steps_per_epoch=8)
+    optimizer_fn = mox.get_optimizer_wrapper_fn(
+        "thor", mox.get_optimizer_fn("momentum", learning_rate, momentum=0.9), damping=damping, frequency=2,
+        block_size=128)
+    execution.apply_flags(plan)
+    keras.utils.set_random_seed(plan.seed)
+    mox.run(**dict(plan.arguments(), optimizer_fn=optimizer_fn))
+    recipe_weights, python_weights = _recipe_model_weights(tmp_path / "recipe"), _recipe_model_weights(tmp_path / "python")
+    assert len(recipe_weights) == len(python_weights) == 6
+    for a, b in zip(recipe_weights, python_weights):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    # It trained, and the step count is the recipe's.
+    assert tf.train.load_checkpoint(str(tmp_path / "recipe")).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 6
+
+
+@pytest.mark.slow
+def test_resnet50_thor_recipe_runs_shortened_on_two_replicas(capsys, tmp_path):
+    """MindSpore's ResNet-50 THOR configuration on the real network, synthetic data, 2 logical devices.
+
+    3 steps at frequency 2: a refresh (step 1), a step on stale inverses (2), a refresh (3).
+    Every factor keeps its shape at 64x64 images (kernel shapes fix them; only the im2col
+    rows shrink), which keeps the test to a few minutes. fp16 is switched off: on CPU it is
+    emulated and makes the test several times slower (the recipe header gives the fp16 run).
+    """
+    import keras
+    import numpy as np
+
+    log_dir = tmp_path / "r50"
+    recipe = os.path.join(REPO, "recipes", "resnet50_imagenet_thor.yaml")
+    overrides = ["input.name=synthetic", "input.synthetic.num_classes=10", "input.synthetic.num_samples=16",
+                 "input.synthetic.image_shape=[64, 64, 3]",
+                 "input.shuffle_buffer=0", "distribute.num_gpus=2", "run.batch_size=2", "run.steps=3",
+                 "optimizer.wrappers.0.frequency=2", "run.evaluate=false", "run.log_every_n_steps=1",
+                 "precision.use_fp16=false", f"run.log_dir={log_dir}"]
+    code = cli.main([recipe] + [a for o in overrides for a in ("--set", o)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "step: 3(global step: 3)" in out
+    reader = tf.train.load_checkpoint(str(log_dir))
+    assert reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 3
+    weights = _recipe_model_weights(log_dir)
+    reference = keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3), include_top=False)
+    assert sum(w.size for w in weights) == reference.count_params() + 2048 * 10 + 10
+    assert all(np.all(np.isfinite(w)) for w in weights)
+    # The published schedules, steps_per_epoch derived from 16 samples // (2 x 2) = 4 updates an epoch.
+    loaded = loader.load([recipe], overrides)
+    schedule = builders._learning_rate(loaded, builders.flags_of(loaded.recipe), 16)
+    assert schedule.get_config() == dict(lr_init=0.05672, lr_decay=4.9687, lr_end_epoch=50.0, steps_per_epoch=4.0,
+                                         decay_epochs=39.0)
