@@ -17,12 +17,15 @@ is not counted).
 
 Printed per model and optimizer (median over seeds, [min-max]): steps and
 seconds to the target (95 % test for the CNN, 93 % for the MLP), final test
-accuracy, the ratios to momentum, and the step times: momentum's step against
-THOR's plain step (inverses reused) and refresh step (factors recomputed and
-inverted). Those come from the same runs, whose order alternates over seeds
-(each seed runs the optimizers in a rotated order), as medians over steps of
-per-run medians with their spread. The first step of a run carries graph
-tracing: it is timed as the run's median step of the same kind instead.
+accuracy and the ratios to momentum. Then the step times, measured side by
+side: a few rounds of short runs of every optimizer at its best setting, back
+to back, the order rotated each round; per run the median plain step (THOR:
+inverses reused) and the median refresh step (THOR: factors recomputed and
+inverted); per round the ratios to momentum's step of that round; printed as
+the median and [min-max] over rounds, so a change of load between rounds
+cancels out. The first step of a run carries graph tracing: it is timed as the
+run's median step of the same kind instead, in both the step times and the
+seconds to target.
 
 A plot (test accuracy against steps and against seconds, one line per
 optimizer: the median over seeds) is written with matplotlib when it is
@@ -34,6 +37,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,14 +50,14 @@ FREQUENCY = 50
 
 # optimizer -> settings swept on seed 0; THOR settings are (learning rate, damping), around momentum 0.9.
 REDUCED = dict(
-    steps={"cnn": 300, "mlp": 300}, seeds=3, eval_every=10,
+    steps={"cnn": 300, "mlp": 300}, seeds=3, eval_every=10, timing_rounds=4, timing_steps=110,
     sweeps={
         "momentum": [0.02, 0.05, 0.1],
         "adam": [1e-3, 3e-3],
         "thor": [(0.01, 0.03), (0.02, 0.1)],
     })
 FULL = dict(
-    steps={"cnn": 600, "mlp": 800}, seeds=5, eval_every=10,
+    steps={"cnn": 600, "mlp": 800}, seeds=5, eval_every=10, timing_rounds=10, timing_steps=210,
     sweeps={
         "momentum": [0.01, 0.02, 0.05, 0.1, 0.2],
         "adam": [3e-4, 1e-3, 3e-3, 1e-2],
@@ -142,7 +146,8 @@ def train_once(model_name, kind, setting, seed, steps, eval_every, data, log_roo
         loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
         return mox.ModelSpec(loss=loss, log_info={"loss": loss}, hooks=[recorder])
 
-    log_dir = os.path.join(log_root, f"{model_name}_{kind}_{setting}_{seed}".replace(" ", ""))
+    # A fresh directory per run: a log_dir holding a checkpoint would resume instead of training.
+    log_dir = tempfile.mkdtemp(prefix=f"{model_name}_{kind}_{setting}_{seed}_".replace(" ", ""), dir=log_root)
     mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=optimizer_fn_for(kind, setting, steps),
             run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=log_dir, max_number_of_steps=steps,
             log_every_n_steps=1, save_summary_steps=10 ** 9, save_model_steps=10 ** 9)
@@ -204,9 +209,28 @@ def benchmark(config, models, log_root, print_fn=print):
                 best[kind][1].append(train_once(model_name, kind, setting, seed, steps, config["eval_every"], data,
                                                 log_root))
         results[model_name] = best
-        for line in report(model_name, best, target):
+        rounds = timing_rounds(model_name, best, config["timing_rounds"], config["timing_steps"], data, log_root)
+        for line in report(model_name, best, target) + step_time_lines(rounds, config["timing_steps"]):
             print_fn(line)
     return results
+
+
+def timing_rounds(model_name, best, rounds, steps, data, log_root):
+    """Short runs of every optimizer at its best setting, back to back, the order rotated each round.
+
+    Returns one dict per round: kind -> (median plain step, median refresh step) in seconds.
+    Ratios are taken within a round, so a change of load between rounds cancels out.
+    """
+    kinds = list(best)
+    measured = []
+    for number in range(rounds):
+        this_round = {}
+        for kind in rotated(kinds, number):
+            run = train_once(model_name, kind, best[kind][0], 100 + number, steps, steps + 1, data, log_root)
+            this_round[kind] = (statistics.median(run["plain"]),
+                                statistics.median(run["refresh"]) if run["refresh"] else None)
+        measured.append(this_round)
+    return measured
 
 
 def _median_range(values, form="{:.0f}"):
@@ -236,7 +260,6 @@ def report(model_name, best, target):
         steps, seconds, finals = summary[kind]
         lines.append(f"   {kind} / momentum: steps {_ratio(steps, base_steps)}, seconds {_ratio(seconds, base_seconds)}, "
                      f"final accuracy {statistics.median(finals) - statistics.median(base_finals):+.4f}")
-    lines += step_time_lines(best)
     return lines
 
 
@@ -247,24 +270,27 @@ def _ratio(values, base):
     return f"{statistics.median(values) / statistics.median(base):.2f}x"
 
 
-def step_time_lines(best):
-    """Momentum's step against THOR's plain and refresh steps: per-run medians, their median and range."""
-    def per_run(kind, key):
-        return [statistics.median(run[key]) * 1e3 for run in best[kind][1] if run[key]]
+def step_time_lines(rounds, steps):
+    """Each optimizer's plain (and THOR's refresh) step against momentum's step of the same round."""
+    def ratios(kind, which):
+        return [r[kind][which] / r["momentum"][0] for r in rounds if r[kind][which] is not None]
 
-    momentum = per_run("momentum", "plain")
-    lines = [f"   step time, ms (median of per-run medians [range], {len(momentum)} runs each): "
-             f"momentum {_median_range(momentum, '{:.2f}')}"]
-    if "thor" in best:
-        plain, refresh = per_run("thor", "plain"), per_run("thor", "refresh")
-        lines.append(f"      thor plain step {_median_range(plain, '{:.2f}')} = "
-                     f"{statistics.median(plain) / statistics.median(momentum):.2f}x momentum; "
-                     f"refresh step {_median_range(refresh, '{:.2f}')} = "
-                     f"{statistics.median(refresh) / statistics.median(momentum):.2f}x momentum")
-    if "adam" in best:
-        adam = per_run("adam", "plain")
-        lines.append(f"      adam step {_median_range(adam, '{:.2f}')} = "
-                     f"{statistics.median(adam) / statistics.median(momentum):.2f}x momentum")
+    momentum = [r["momentum"][0] * 1e3 for r in rounds]
+    lines = [f"   step times: {len(rounds)} rounds of {steps}-step runs, optimizers back to back in rotated order; "
+             f"ratios to momentum's step within each round, median [min-max]",
+             f"      momentum step {_median_range(momentum, '{:.2f}')} ms"]
+    for kind in rounds[0]:
+        if kind == "momentum":
+            continue
+        plain = [r[kind][0] * 1e3 for r in rounds]
+        line = (f"      {kind} step {_median_range(plain, '{:.2f}')} ms = "
+                f"{_median_range(ratios(kind, 0), '{:.2f}')}x momentum")
+        refresh = [r[kind][1] * 1e3 for r in rounds if r[kind][1] is not None]
+        if refresh:
+            line = (f"      {kind} plain step {_median_range(plain, '{:.2f}')} ms = "
+                    f"{_median_range(ratios(kind, 0), '{:.2f}')}x momentum; refresh step "
+                    f"{_median_range(refresh, '{:.1f}')} ms = {_median_range(ratios(kind, 1), '{:.1f}')}x")
+        lines.append(line)
     return lines
 
 
@@ -333,6 +359,7 @@ def main(argv=None):
     print(f"{'Full' if args.full else 'Reduced'} run: {config['seeds']} seeds, sweeps {config['sweeps']}, "
           f"THOR frequency {FREQUENCY}, steps {config['steps']}, test accuracy every {config['eval_every']} steps")
     started = time.time()
+    os.makedirs(args.log_root, exist_ok=True)
     results = benchmark(config, [m.strip() for m in args.models.split(",")], args.log_root)
     os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
     plot(results, args.plot)
