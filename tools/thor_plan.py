@@ -57,18 +57,22 @@ def _blocks(dimension, block_size):
 
 
 def factor_entries(layer, block_size):
-    """Floats in the A and G a refresh all-reduces (full matrices, or their diagonal blocks)."""
+    """Floats in the A and G a refresh all-reduces (full matrices, or only their diagonal blocks)."""
     a_entries = layer.d_a if layer.diagonal_a else sum(b * b for b in _blocks(layer.d_a, block_size))
     return a_entries + sum(b * b for b in _blocks(layer.d_g, block_size))
 
 
-def refresh_flops(layer, block_size):
-    """Forming A and G from one device's batch, then inverting them (or their diagonal blocks)."""
-    forming = sum(2 * layer.rows * b * b for b in _blocks(layer.d_g, block_size))
+def refresh_flops(layer, block_size, formed_block_size=None):
+    """Forming A and G from one device's batch, then inverting them (or their diagonal blocks).
+
+    formed_block_size: the blocks formed (default block_size; 0 forms the full factors).
+    """
+    formed = block_size if formed_block_size is None else formed_block_size
+    forming = sum(2 * layer.rows * b * b for b in _blocks(layer.d_g, formed))
     if layer.diagonal_a:
         forming += layer.rows
     else:
-        forming += sum(2 * layer.rows * b * b for b in _blocks(layer.d_a, block_size))
+        forming += sum(2 * layer.rows * b * b for b in _blocks(layer.d_a, formed))
     inverting = sum(7 / 3 * b ** 3 for b in _blocks(layer.d_g, block_size))
     if not layer.diagonal_a:
         inverting += sum(7 / 3 * b ** 3 for b in _blocks(layer.d_a, block_size))
@@ -173,9 +177,12 @@ def plan_lines(title, layers, parameter_count, frequency, note, block_size=128):
              f"gradient all-reduce per step: {_size(gradient_bytes, 'B')}",
              f"   {'':<16}{'factor bytes':>14}{'refresh FLOPs':>16}{'precond./step':>16}"
              f"{f'amortised/step @f={frequency}':>34}{'factor bytes/step':>20}"]
-    for label, size in (("full inverses", 0), (f"{block_size}-blocks", block_size)):
-        factor_bytes = sum(factor_entries(layer, size) for layer in layers) * BYTES
-        refresh = sum(refresh_flops(layer, size) for layer in layers)
+    # (label, block size inverted, block size formed and all-reduced)
+    variants = (("full inverses", 0, 0), (f"{block_size}-blocks", block_size, block_size),
+                (f"{block_size}-blocks*", block_size, 0))
+    for label, size, formed in variants:
+        factor_bytes = sum(factor_entries(layer, formed) for layer in layers) * BYTES
+        refresh = sum(refresh_flops(layer, size, formed) for layer in layers)
         precondition = sum(precondition_flops(layer, size) for layer in layers)
         amortised = precondition + refresh / frequency
         lines.append(f"   {label:<16}{_size(factor_bytes, 'B'):>14}{_size(refresh, 'FLOP'):>16}"
@@ -183,8 +190,9 @@ def plan_lines(title, layers, parameter_count, frequency, note, block_size=128):
                      f"{_size(amortised, 'FLOP') + f' ({100 * amortised / step:.1f}% of step)':>34}"
                      f"{_size(factor_bytes / frequency, 'B'):>20}")
     lines.append(f"   (factor bytes/step: one refresh's all-reduce spread over {frequency} steps, against "
-                 f"{_size(gradient_bytes, 'B')} of gradients every step; 128-blocks: only the diagonal blocks "
-                 f"formed and sent)")
+                 f"{_size(gradient_bytes, 'B')} of gradients every step. {block_size}-blocks: only the diagonal "
+                 f"blocks formed and all-reduced; {block_size}-blocks*: full factors formed and all-reduced, "
+                 f"blocks inverted, as moxlite's thor does now)")
     return lines
 
 
