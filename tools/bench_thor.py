@@ -34,6 +34,7 @@ still prints the tables.
 """
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -210,7 +211,8 @@ def benchmark(config, models, log_root, print_fn=print):
                                                 log_root))
         results[model_name] = best
         rounds = timing_rounds(model_name, best, config["timing_rounds"], config["timing_steps"], data, log_root)
-        for line in report(model_name, best, target) + step_time_lines(rounds, config["timing_steps"]):
+        lines = report(model_name, best, target) + step_time_lines(rounds, config["timing_steps"])
+        for line in lines + estimated_time_lines(best, rounds, target):
             print_fn(line)
     return results
 
@@ -302,6 +304,32 @@ def step_time_lines(rounds, steps):
     fast = [f"{kind} {_median_range([r[kind][2] / r['momentum'][2] for r in rounds], '{:.2f}')}x"
             for kind in rounds[0] if kind != "momentum"]
     lines.append(f"      10th-percentile plain steps against momentum's (less sensitive to load): {'; '.join(fast)}")
+    return lines
+
+
+def estimated_time_lines(best, rounds, target):
+    """Time to target rebuilt from the step counts and each round's paired step times (less load noise).
+
+    THOR's steps to target include one refresh per ``FREQUENCY`` updates (the first included).
+    """
+    def median_steps(kind):
+        reached = [reach(run["curve"], target) for run in best[kind][1]]
+        steps = [r[0] for r in reached if r]
+        return statistics.median(steps) if steps else None
+
+    base = median_steps("momentum")
+    lines = []
+    for kind in best:
+        steps = median_steps(kind)
+        if kind == "momentum" or steps is None or base is None:
+            continue
+        refreshes = math.ceil(steps / FREQUENCY) if kind == "thor" else 0
+        ratios = []
+        for r in rounds:
+            refresh = r[kind][1] if r[kind][1] is not None else r[kind][0]
+            ratios.append(((steps - refreshes) * r[kind][0] + refreshes * refresh) / (base * r["momentum"][0]))
+        lines.append(f"   {kind} time to target rebuilt from its {steps:g} steps ({refreshes} refreshes) and the paired "
+                     f"step times, against momentum's {base:g}: {_median_range(ratios, '{:.2f}')}x")
     return lines
 
 
