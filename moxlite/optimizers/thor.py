@@ -20,8 +20,9 @@ each tracked layer's input and output gradient and calls
 collecting update each replica computes its factor sums locally; then, in
 cross-replica context, one all-reduce of all factors packed into one vector
 sums them across replicas into the accumulators, so R replicas x B equal one
-replica x R*B. Non-finite statistics (an fp16 overflow step) are dropped, not
-added. The refresh divides by the rows counted, inverts with
+replica x R*B. The statistics of a step whose gradients or factors are not
+finite on some replica (an fp16 overflow step, which the loss-scale optimizer
+skips) are dropped, not added. The refresh divides by the rows counted, inverts with
 ``thor_inverse.guarded_inverse`` (fallbacks counted and printed) and clears
 the accumulators.
 
@@ -31,16 +32,18 @@ counters. Per-layer variables are created when the first step is traced
 (only then are the layers known).
 """
 
+import logging
 import re
 import sys
 
 import keras
 import tensorflow as tf
-from absl import logging
 
 from moxlite.optimizers import thor_factors, thor_inverse
 from moxlite.optimizers import wrapper as wrapper_lib
 from moxlite.optimizers.lars import DEFAULT_EXCLUDE, _patterns, variable_path
+
+logger = logging.getLogger("moxlite.thor")
 
 TRACKED_KINDS = ("Dense", "Conv2D", "Embedding", "EinsumDense", "LayerNormalization")
 
@@ -67,6 +70,10 @@ def _identities(variable):
     if inner is not None:
         found.add(id(inner))
     return found
+
+
+def _or_zero(tensor):
+    return tf.zeros([]) if tensor is None else tensor
 
 
 class _Slot:
@@ -214,7 +221,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         self._slots.append(slot)
         return slot
 
-    def set_layer_statistics(self, statistics):
+    def set_layer_statistics(self, statistics, gradients=()):
         """Replica context: this replica's LayerRecords (loop side: moxlite.training.layer_statistics)."""
         by_slot = {}
         for record in statistics:
@@ -224,44 +231,44 @@ class THOR(wrapper_lib.OptimizerWrapper):
         if not by_slot:
             return
         slots = [by_slot[index][0] for index in sorted(by_slot)]
-        per_sample = self.loss_reduction == "mean"
-
-        def local_sums():
-            sums = []
-            for slot in slots:
-                parts = [thor_factors.local_sums(slot.geometry, record, per_sample)
-                         for record in by_slot[slot.index][1]]
-                sums.extend(tf.add_n(list(column)) for column in zip(*parts))
-            return sums
-
-        def zeros():
-            shapes = []
-            for slot in slots:
-                shapes += [slot.geometry.a_shape, slot.geometry.g_shape, ()]
-            return [tf.zeros(shape) for shape in shapes]
-
-        collecting = self._is_collecting()
-        local = tf.cond(collecting, local_sums, zeros)
+        # Only tensors cross into cross-replica context (layers differ per replica); the factor
+        # sums are computed there, per replica, and only on a collecting update.
+        tensors = [[(record.inputs, _or_zero(record.output_gradients), record.batch_size)
+                    for record in by_slot[slot.index][1]] for slot in slots]
+        tensors = (tensors, [wrapper_lib.dense(g) for g in gradients])
         replica_context = tf.distribute.get_replica_context()
         if replica_context is None:
-            self._collect(tf.distribute.get_strategy(), slots, local)
+            self._collect(tf.distribute.get_strategy(), slots, tensors)
         else:
-            replica_context.merge_call(lambda distribution, local: self._collect(distribution, slots, local),
-                                       args=(local,))
+            replica_context.merge_call(lambda distribution, tensors: self._collect(distribution, slots, tensors),
+                                       args=(tensors,))
 
-    def _collect(self, distribution, slots, local):
+    def _local_sums(self, slots, tensors):
+        """Replica context: this replica's factor sums of every slot, packed into one vector,
+        then 1 if this replica's gradients overflowed (the step will not apply), else 0."""
+        tensors, gradients = tensors
+        per_sample = self.loss_reduction == "mean"
+        parts = []
+        for slot, calls in zip(slots, tensors):
+            sums = [thor_factors.local_sums(slot.geometry, thor_factors.Call(*call), per_sample) for call in calls]
+            parts.extend(tf.reshape(tf.add_n(list(column)), [-1]) for column in zip(*sums))
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in gradients]) if gradients else True
+        parts.append(tf.where(finite, 0.0, 1.0)[None])
+        return tf.concat(parts, 0)
+
+    def _collect(self, distribution, slots, tensors):
         """Cross-replica context: one all-reduce of every slot's sums, added to the accumulators."""
         for slot in slots:
             self._ensure_slot_state(slot)
 
         def reduce_and_add():
             packed = distribution.extended.call_for_each_replica(
-                lambda parts: tf.concat([tf.reshape(p, [-1]) for p in parts], 0), args=(local,))
+                lambda tensors: self._local_sums(slots, tensors), args=(tensors,))
             destination = slots[0].state["rows"]
             total = distribution.extended.reduce_to(tf.distribute.ReduceOp.SUM, packed,
                                                     destinations=destination.value)
             total = distribution.experimental_local_results(total)[0]
-            finite = tf.reduce_all(tf.math.is_finite(total))
+            finite = tf.logical_and(tf.reduce_all(tf.math.is_finite(total)), total[-1] == 0.0)
             total = tf.where(finite, total, tf.zeros_like(total))
             offset = 0
             for slot in slots:
@@ -385,17 +392,24 @@ class THOR(wrapper_lib.OptimizerWrapper):
         if self._announced:
             return
         self._announced = True
-        chosen = [f"{slot.name} ({slot.kind}: {slot.geometry.describe()})" for slot in self._slots]
+        chosen = [f"{slot.name} ({slot.kind}: {slot.geometry.describe()}{self._blocks_note(slot)})"
+                  for slot in self._slots]
         plain = [variable_path(v) for v in variables if self._slot_covering(v) is None]
         if not self._slots:
-            logging.warning("thor: no layer statistics reached the optimizer; every variable gets the plain "
+            logger.warning("thor: no layer statistics reached the optimizer; every variable gets the plain "
                             "gradient (THOR needs the synchronous loop and Dense/Conv2D/Embedding/EinsumDense/"
                             "LayerNormalization layers)")
-        logging.info("thor: preconditioning %d layer(s): %s", len(chosen), "; ".join(chosen) or "none")
+        logger.info("thor: preconditioning %d layer(s): %s", len(chosen), "; ".join(chosen) or "none")
         skipped = [f"{path} ({why})" for path, why in self._skipped.items()]
-        logging.info("thor: plain gradient for %d variable(s) (biases, normalization, other layers, bare "
+        logger.info("thor: plain gradient for %d variable(s) (biases, normalization, other layers, bare "
                      "get_variable variables): %s%s", len(plain), ", ".join(plain) or "none",
                      f"; layers not preconditioned: {'; '.join(skipped)}" if skipped else "")
+
+    @staticmethod
+    def _blocks_note(slot):
+        split = [f"{name} in {blocks} blocks of {side}" for name, (blocks, side) in
+                 (("A", slot.a_layout), ("G", slot.g_layout)) if blocks > 1 and slot.kind != "Embedding"]
+        return f"; {', '.join(split)}" if split else ""
 
     def fallback_counts(self):
         """(inversions retried, inversions that kept the previous inverse, statistics dropped as non-finite)."""
@@ -405,4 +419,13 @@ class THOR(wrapper_lib.OptimizerWrapper):
         config = super().get_config()
         for key in ("weight_decay_exclude", "include", "exclude"):
             config[key] = list(config[key])
+        if isinstance(self.damping, keras.optimizers.schedules.LearningRateSchedule):
+            config["damping"] = keras.saving.serialize_keras_object(self.damping)
         return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        if isinstance(config.get("damping"), dict):
+            config["damping"] = keras.saving.deserialize_keras_object(config["damping"], custom_objects=custom_objects)
+        return super().from_config(config, custom_objects=custom_objects)

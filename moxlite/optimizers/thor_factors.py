@@ -32,6 +32,15 @@ import tensorflow as tf
 
 
 @dataclasses.dataclass
+class Call:
+    """The tensors of one recorded layer call that the factor sums need."""
+
+    inputs: tf.Tensor
+    output_gradients: tf.Tensor
+    batch_size: tf.Tensor
+
+
+@dataclasses.dataclass
 class Geometry:
     """What THOR needs to know about one preconditioned layer (static, from its first record)."""
 
@@ -127,16 +136,16 @@ def im2col(inputs, conv):
 
 
 def local_sums(geometry, record, per_sample):
-    """This replica's (A sum, G sum, rows) for one record, in float32.
+    """This replica's (A sum, G sum, rows) for one recorded call (a ``Call``), in float32.
 
-    per_sample: True to multiply the output gradients by the batch size (the
-    loss was a mean over the batch: the rows of ds must be per-sample gradients).
+    per_sample: True to multiply the output gradients by the replica's batch size
+    (the loss was a mean over the batch: the rows of ds must be per-sample gradients).
     """
     if geometry.kind == "LayerNormalization":
         return tf.zeros([0]), tf.zeros([0, 0]), tf.cast(tf.shape(record.inputs)[0], tf.float32)
     gradients = record.output_gradients
     if per_sample:
-        gradients = gradients * tf.cast(tf.shape(gradients)[0], tf.float32)
+        gradients = gradients * record.batch_size
     ds = tf.reshape(gradients, [-1, geometry.d_out])
     g_sum = tf.matmul(ds, ds, transpose_a=True)
     inputs = record.inputs

@@ -65,7 +65,8 @@ loop can record those, so the contract between the two is:
    every trace, their variables are not), its input and the gradient of
    model_fn's loss *as returned* with respect to its pre-activation output
    (loss scale and the loop's division by the replica count taken out,
-   float32). Each replica hands its local values; the wrapper reduces them
+   float32), and the step's gradients (a wrapper may drop the statistics of a
+   step whose gradients overflowed). Each replica hands its local values; the wrapper reduces them
    across replicas itself. The loop records on every step (a zero probe per
    layer costs next to nothing); the wrapper decides when to use them.
    Both functions look through a Keras ``LossScaleOptimizer``.
@@ -84,6 +85,7 @@ import tensorflow as tf
 from absl import logging
 
 from moxlite import context, errors, flags
+from moxlite.optimizers import tf1_adapter
 
 SYNC_REPLICAS_WARNING = "Using OptimizerWrapper when sync_replicas is True may cause performance loss."
 _warning_lock = threading.Lock()
@@ -169,11 +171,12 @@ def layer_statistics_request(optimizer) -> Optional[LayerStatisticsRequest]:
     return None
 
 
-def set_layer_statistics(optimizer, statistics):
-    """Hand the loop's per-layer records to the stack ``optimizer`` (see the module docstring)."""
+def set_layer_statistics(optimizer, statistics, gradients=()):
+    """Hand the loop's per-layer records (and this step's gradients, whose finiteness decides
+    whether the step counts) to the stack ``optimizer`` (see the module docstring)."""
     optimizer = _through_loss_scaling(optimizer)
     if isinstance(optimizer, OptimizerWrapper):
-        optimizer.set_layer_statistics(statistics)
+        optimizer.set_layer_statistics(statistics, gradients)
 
 
 def sum_across_replicas(distribution, grads, variables):
@@ -244,8 +247,9 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
     def __init__(self, inner_optimizer, name=None, **parameters):
         if callable(inner_optimizer) and not isinstance(inner_optimizer, keras.optimizers.Optimizer):
             inner_optimizer = inner_optimizer()
+        inner_optimizer = tf1_adapter.as_keras_optimizer(inner_optimizer)
         if not isinstance(inner_optimizer, keras.optimizers.Optimizer):
-            raise TypeError(
+            raise errors.OptimizerTypeError(
                 f"{self.NAME}: expected a Keras 3 optimizer (or a zero-argument factory of one) "
                 f"to wrap, got {type(inner_optimizer).__name__}: {errors.describe(inner_optimizer)}")
         values = self.validate_parameters(parameters)
@@ -350,9 +354,9 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
     def layer_statistics_request(self):
         return layer_statistics_request(self.inner_optimizer)
 
-    def set_layer_statistics(self, statistics):
+    def set_layer_statistics(self, statistics, gradients=()):
         if isinstance(self.inner_optimizer, OptimizerWrapper):
-            self.inner_optimizer.set_layer_statistics(statistics)
+            self.inner_optimizer.set_layer_statistics(statistics, gradients)
 
     # Serialisation: the inner optimizer is serialised inside the wrapper's config.
 

@@ -44,6 +44,7 @@ class LayerRecord:
     inputs: Optional[tf.Tensor]
     probe: Optional[tf.Tensor] = None
     output_gradients: Optional[tf.Tensor] = None
+    batch_size: Optional[tf.Tensor] = None   # samples model_fn's loss averages over (this replica)
 
 
 def underlying_variable(variable):
@@ -156,11 +157,13 @@ def probes_of(records):
     return [record.probe for record in records if record.probe is not None]
 
 
-def with_output_gradients(records, probe_gradients, unscale):
+def with_output_gradients(records, probe_gradients, unscale, batch_size):
     """The records with ``output_gradients`` set: each probe's gradient times ``unscale``
-    (replicas / loss scale: the gradient of model_fn's loss as returned), in float32."""
+    (replicas / loss scale: the gradient of model_fn's loss as returned), in float32;
+    and ``batch_size``, this replica's batch."""
     gradients = iter(probe_gradients)
     for record in records:
+        record.batch_size = tf.cast(batch_size, tf.float32)
         if record.probe is None:
             continue
         gradient = next(gradients)

@@ -13,7 +13,7 @@ import tensorflow as tf
 from moxlite import errors
 from moxlite.contract import ModeKeys
 from moxlite.optimizers import wrapper as wrapper_lib
-from moxlite.training import layer_statistics
+from moxlite.training import layer_statistics, nonfinite
 from moxlite.training.inputs import as_model_inputs, batch_size_of
 
 
@@ -34,6 +34,14 @@ def check_spec(spec, mode, num_optimizers=None):
             raise errors.ModelFnError(
                 "model_fn returned ModelSpec(loss=None) in TRAIN mode; return the training loss: "
                 "ModelSpec(loss=loss, log_info={'loss': loss})")
+        for index, loss in enumerate(spec.losses):
+            _check_scalar_loss(loss, index if len(spec.losses) > 1 else None)
+        if len(spec.losses) == 1 and spec.var_scopes is not None:
+            scopes = list(spec.var_scopes)
+            if len(scopes) != 1 and not all(isinstance(s, str) for s in scopes):
+                raise errors.ModelFnError(
+                    f"model_fn returned one loss but var_scopes={errors.describe(spec.var_scopes)} holds "
+                    f"{len(scopes)} lists; give one list of variable-name scopes, e.g. var_scopes=[['head']]")
         if len(spec.losses) > 1:
             if spec.var_scopes is None or len(spec.var_scopes) != len(spec.losses):
                 raise errors.ModelFnError(
@@ -62,6 +70,18 @@ def check_spec(spec, mode, num_optimizers=None):
                 f"log_info[{name!r}] is {errors.describe(value)}; log_info values must be scalar tensors")
 
 
+def _check_scalar_loss(loss, index):
+    """MoXing's loss is a scalar; a per-example loss would be summed by the gradient, as if the
+    learning rate were multiplied by the batch size."""
+    shape = getattr(loss, "shape", None)
+    if shape is None or shape.rank in (None, 0):
+        return
+    name = "loss" if index is None else f"loss[{index}]"
+    raise errors.ModelFnError(
+        f"model_fn returned a {name} of shape {shape.as_list()}, not a scalar; average it over the batch: "
+        f"ModelSpec(loss=tf.reduce_mean(per_example_loss), ...)")
+
+
 def loss_scale_of(optimizer):
     """The factor ``optimizer.scale_loss`` multiplies a loss by (1 without loss scaling)."""
     scale_loss = getattr(optimizer, "scale_loss", None)
@@ -78,19 +98,25 @@ class TrainStep:
     """
 
     def __init__(self, template, optimizers, variable_lists, num_replicas, gradient_clip=0.0,
-                 gradient_clip_type="global_norm"):
+                 gradient_clip_type="global_norm", skip_nonfinite=False):
         self.template = template
         self.optimizers = optimizers
         self.variable_lists = variable_lists
         self.num_replicas = num_replicas
         self.gradient_clip = gradient_clip
         self.gradient_clip_type = gradient_clip_type
+        # nonfinite_policy=skip: a step whose loss is non-finite hands NaN gradients to the
+        # optimizer stack, whose SkipNonFinite then skips it (see moxlite.training.nonfinite).
+        self.skip_nonfinite = skip_nonfinite
 
     def __call__(self, inputs):
         spec, gradient_lists = self._gradients(inputs)
+        guard = nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers)
+        if self.skip_nonfinite:
+            gradient_lists = nonfinite.poison_gradients(gradient_lists, guard[nonfinite.FLAG_KEY])
         for optimizer, gradients, variables in zip(self.optimizers, gradient_lists, self.variable_lists):
             self._apply(optimizer, optimizer, list(zip(gradients, variables)))
-        return log_values(spec)
+        return {**log_values(spec), **guard}
 
     def _gradients(self, inputs):
         """model_fn's spec and, per optimizer, the gradients of its (scaled) loss / replicas
@@ -103,7 +129,7 @@ class TrainStep:
             losses = [tf.cast(loss, tf.float32) / self.num_replicas for loss in spec.losses]
             # A LossScaleOptimizer multiplies here and divides the gradients in apply_gradients.
             scaled = [optimizer.scale_loss(loss) for loss, optimizer in zip(losses, self.optimizers)]
-        gradient_lists = [self._gradients_and_statistics(tape, loss, variables, optimizer, records)
+        gradient_lists = [self._gradients_and_statistics(tape, loss, variables, optimizer, records, inputs)
                           for loss, variables, optimizer in zip(scaled, self.variable_lists, self.optimizers)]
         del tape
         return spec, gradient_lists
@@ -119,15 +145,16 @@ class TrainStep:
             kinds.update(request.layer_types if request else ())
         return layer_statistics.recording(tape, kinds) if kinds else contextlib.nullcontext([])
 
-    def _gradients_and_statistics(self, tape, loss, variables, optimizer, records):
+    def _gradients_and_statistics(self, tape, loss, variables, optimizer, records, inputs):
         """Gradients of ``loss``; a requesting optimizer also gets the records with output gradients."""
         probes = layer_statistics.probes_of(records)
         if not records or wrapper_lib.layer_statistics_request(optimizer) is None:
             return tape.gradient(loss, variables)
         gradients = tape.gradient(loss, list(variables) + probes)
         unscale = self.num_replicas / loss_scale_of(optimizer)
-        records = layer_statistics.with_output_gradients(records, gradients[len(variables):], unscale)
-        wrapper_lib.set_layer_statistics(optimizer, records)
+        records = layer_statistics.with_output_gradients(records, gradients[len(variables):], unscale,
+                                                         batch_size_of(inputs))
+        wrapper_lib.set_layer_statistics(optimizer, records, [g for g in gradients[:len(variables)] if g is not None])
         return gradients[:len(variables)]
 
     def _apply(self, optimizer, apply_optimizer, pairs):
@@ -161,7 +188,7 @@ class TrainStep:
                 spec, gradient_lists = self._gradients(micro_batch)
             finally:
                 self._no_statistics = False
-            logs = log_values(spec)
+            logs = {**log_values(spec), **nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers)}
             new_sums = []
             for number, (sums, gradients) in enumerate(zip(gradient_sums, gradient_lists)):
                 added = []
