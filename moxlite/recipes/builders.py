@@ -69,7 +69,7 @@ def build_plan(loaded: LoadedRecipe) -> Plan:
     flags["num_samples"] = data_facts.get("num_samples") or 0
     make_model_fn = _build_model(loaded, data_facts)
     training = recipe.run.mode == "train"
-    optimizer_fn = _build_optimizer_fn(loaded) if training else None
+    optimizer_fn = _build_optimizer_fn(loaded, flags, data_facts.get("num_samples")) if training else None
     facts = batch_facts(loaded, flags, data_facts.get("num_samples"))
     output_fn = _resolve(loaded, ("run", "output_fn"), recipe.run.output_fn) if recipe.run.output_fn else None
     run = recipe.run
@@ -230,10 +230,11 @@ def _build_model(loaded, data_facts):
 
 # ----------------------------------------------------------------- optimizer
 
-def _build_optimizer_fn(loaded):
+def _build_optimizer_fn(loaded, flags=None, num_samples=None):
     """optimizer_fn(): the base optimizer, then each wrapper around the previous one (innermost first).
 
     Every name and parameter is checked here, before anything is written.
+    flags and num_samples let THOR's schedules derive their steps_per_epoch.
     """
     from moxlite import optimizers
     from moxlite.optimizers import factory, schedules
@@ -250,7 +251,7 @@ def _build_optimizer_fn(loaded):
                                                       f"{did_you_mean(section.name, list(optimizers.OPTIMIZER_NAMES))}; "
                                                       f"accepted: {', '.join(optimizers.OPTIMIZER_NAMES)} "
                                                       f"or a 'package.module:function' reference")
-        learning_rate = _learning_rate(loaded)
+        learning_rate = _learning_rate(loaded, flags, num_samples)
         try:
             schedules.check_learning_rate(learning_rate)
         except errors.UserInputError as error:
@@ -276,37 +277,70 @@ def _build_optimizer_fn(loaded):
             if key not in accepted:
                 raise loaded.error(path + (key,), f"wrapper {wrapper.name!r} takes no parameter {key!r}"
                                                   f"{did_you_mean(key, list(accepted))}; accepted: {', '.join(accepted)}")
+        params = dict(wrapper.params)
+        if isinstance(params.get("damping"), dict):
+            params["damping"] = _schedule(loaded, path + ("damping",), params["damping"], flags, num_samples)
         try:
             # Each factory wraps the previous one: the stack is built innermost first when called.
-            optimizer_fn = optimizers.get_optimizer_wrapper_fn(wrapper.name, optimizer_fn, **wrapper.params)
+            optimizer_fn = optimizers.get_optimizer_wrapper_fn(wrapper.name, optimizer_fn, **params)
         except errors.UserInputError as error:
             named = [key for key in wrapper.params if f" {key}=" in str(error)]
             raise loaded.error(path + tuple(named[:1]), str(error)) from None
     return optimizer_fn
 
 
-def _learning_rate(loaded):
-    """A float, MoXing's epoch string, or a Keras schedule built from a schedule block."""
+def _learning_rate(loaded, flags=None, num_samples=None):
+    """A float, MoXing's epoch string, or a Keras (or THOR) schedule built from a schedule block."""
     value = loaded.recipe.optimizer.learning_rate
     if not isinstance(value, schema.ScheduleBlock):
         return value
+    return _schedule(loaded, ("optimizer", "learning_rate"), dict(value.params, schedule=value.schedule),
+                     flags, num_samples)
+
+
+def _schedule(loaded, path, block, flags, num_samples):
+    """The schedule a block ``{schedule: <kind>, <its arguments>}`` names, its arguments checked."""
     import keras
 
-    path = ("optimizer", "learning_rate")
-    schedule_class = getattr(keras.optimizers.schedules, schema.SCHEDULES[value.schedule])
+    from moxlite.optimizers import thor_schedules
+
+    params = dict(block)
+    kind = params.pop("schedule", None)
+    kinds = list(schema.SCHEDULES) + list(schema.THOR_SCHEDULES)
+    if kind not in kinds:
+        raise loaded.error(path + ("schedule",), f"{kind!r} is not a schedule{did_you_mean(str(kind), kinds)}; "
+                                                 f"accepted: {', '.join(kinds)}")
+    if kind in schema.THOR_SCHEDULES:
+        schedule_class = thor_schedules.SCHEDULE_CLASSES[kind]
+    else:
+        schedule_class = getattr(keras.optimizers.schedules, schema.SCHEDULES[kind])
     parameters = inspect.signature(schedule_class.__init__).parameters
     accepted = [n for n in parameters if n not in ("self", "name")]
-    for key in value.params:
+    for key in params:
         if key not in accepted:
-            raise loaded.error(path + (key,), f"schedule {value.schedule!r} takes no argument {key!r}"
+            raise loaded.error(path + (key,), f"schedule {kind!r} takes no argument {key!r}"
                                               f"{did_you_mean(key, accepted)}; accepted: {', '.join(accepted)}")
-    for name in accepted:
-        if parameters[name].default is inspect.Parameter.empty and name not in value.params:
-            raise loaded.error(path + (name,), f"missing: schedule {value.schedule!r} needs {', '.join(n for n in accepted if parameters[n].default is inspect.Parameter.empty)}")
+    if kind in schema.THOR_SCHEDULES and "steps_per_epoch" in accepted and "steps_per_epoch" not in params:
+        params["steps_per_epoch"] = _updates_per_epoch(loaded, path, kind, flags, num_samples)
+    required = [n for n in accepted if parameters[n].default is inspect.Parameter.empty]
+    for name in required:
+        if name not in params:
+            raise loaded.error(path + (name,), f"missing: schedule {kind!r} needs {', '.join(required)}")
     try:
-        return schedule_class(**value.params)
+        return schedule_class(**params)
+    except errors.UserInputError as error:
+        raise loaded.error(path, str(error)) from None
     except (TypeError, ValueError) as error:
-        raise loaded.error(path, f"schedule {value.schedule!r}: {error}") from None
+        raise loaded.error(path, f"schedule {kind!r}: {error}") from None
+
+
+def _updates_per_epoch(loaded, path, kind, flags, num_samples):
+    """Applied updates in one epoch, as MindSpore counts them: samples // samples per update."""
+    if not num_samples or flags is None:
+        raise loaded.error(path + ("steps_per_epoch",), f"schedule {kind!r} needs steps_per_epoch, and the number of "
+                                                        f"training samples is unknown; set it, or input.num_samples")
+    facts = batch_facts(loaded, flags, num_samples)
+    return max(num_samples // facts.update_batch, 1)
 
 
 def optimizer_stack_lines(loaded):

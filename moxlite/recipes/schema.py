@@ -48,6 +48,14 @@ SCHEDULES = {
     "polynomial": "PolynomialDecay",
     "inverse_time": "InverseTimeDecay",
 }
+# THOR's schedules (moxlite.optimizers.thor_schedules), for the learning rate
+# and for the thor wrapper's damping; steps_per_epoch may be left out (derived
+# from the run: training samples // samples per applied update).
+THOR_SCHEDULES = {
+    "thor": "lr_init, lr_decay, lr_end_epoch, decay_epochs (MindSpore's get_thor_lr)",
+    "thor_damping": "damping_init, decay_rate (get_thor_damping)",
+    "thor_polynomial": "initial_value, end_value, total_steps, power (the BERT lr and damping)",
+}
 
 REQUIRED = dataclasses.MISSING
 
@@ -276,8 +284,10 @@ class ModelSection:
 class ScheduleBlock:
     """A Keras learning-rate schedule; its parameters are the class's arguments."""
 
-    schedule: str = setting(REQUIRED, "Schedule kind (keras.optimizers.schedules).", tuple(SCHEDULES))
-    params: Dict[str, Any] = params_field("The schedule's arguments, e.g. initial_learning_rate, decay_steps.")
+    schedule: str = setting(REQUIRED, "Schedule kind (keras.optimizers.schedules, or THOR's).", tuple(SCHEDULES) + tuple(THOR_SCHEDULES))
+    params: Dict[str, Any] = params_field("The schedule's arguments, e.g. initial_learning_rate, decay_steps; "
+                                          + "; ".join(f"{kind}: {keys}" for kind, keys in THOR_SCHEDULES.items())
+                                          + "; steps_per_epoch of thor and thor_damping defaults to the run's.")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -401,8 +411,16 @@ def _describe_class(cls, prefix, lines):
             lines.append(f"  {key} ({type_name(field.type).replace('WrapperBlock', 'wrapper')}, {default}): {help_text}")
             lines.append(f"    each wrapper: name (required): {WrapperBlock.__dataclass_fields__['name'].metadata['help']}")
             lines.append("                  <other keys>: the wrapper's parameters, e.g. ratio, num_batches.")
+            lines.append("                  thor's damping: a number or a schedule block, e.g. {schedule: thor_damping, "
+                         "damping_init: 0.03, decay_rate: 0.5}.")
             continue
         lines.append(f"  {key} ({_short_type(field.type)}, {default}): {help_text}{allowed}")
+        if field.type == Union[float, str, ScheduleBlock]:
+            for block_field in dataclasses.fields(ScheduleBlock):
+                block_choices = block_field.metadata.get("choices")
+                block_allowed = f" One of: {', '.join(repr(c) for c in block_choices)}." if block_choices else ""
+                lines.append(f"    schedule block: {block_field.name if not block_field.metadata.get('rest') else '<other keys>'}: "
+                             f"{block_field.metadata['help']}{block_allowed}")
 
 
 def _yaml_text(value):
