@@ -5,7 +5,8 @@
             run_mode=mox.ModeKeys.TRAIN, batch_size=64, log_dir="/tmp/run", max_number_of_steps=1000)
 """
 
-from moxlite import errors
+from moxlite import errors, file
+from moxlite.file import File
 from moxlite.contract import ExportKeys, ExportSpec, ModeKeys, ModelSpec
 from moxlite.data.augmentation import get_data_augmentation_fn
 from moxlite.data.raw_images import AsyncRawGenerator, ImageClassificationRawDataset, ImageClassificationRawMetadata

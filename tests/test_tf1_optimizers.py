@@ -185,18 +185,33 @@ def schedule_made_before_run(boundary, values):
     return lambda: tf.compat.v1.train.MomentumOptimizer(learning_rate, momentum=0.9)
 
 
-@pytest.mark.parametrize("where", ["inside optimizer_fn", "before run"])
-def test_moxlite_run_follows_a_tf1_piecewise_schedule_of_the_global_step(tmp_path, where):
+def lambda_over_the_tf1_step(boundary, values):
+    """A learning rate written by hand over get_or_create_global_step(), not a TF1 decay function."""
+
+    def optimizer_fn():
+        step = tf.compat.v1.train.get_or_create_global_step()
+        return tf.compat.v1.train.MomentumOptimizer(
+            lambda: tf.where(step <= boundary, values[0], values[1]), momentum=0.9)
+
+    return optimizer_fn
+
+
+@pytest.mark.parametrize("where, replicas", [("inside optimizer_fn", 1), ("before run", 1),
+                                             ("inside optimizer_fn", 2), ("lambda", 1)])
+def test_moxlite_run_follows_a_tf1_piecewise_schedule_of_the_global_step(tmp_path, where, replicas):
     """MoXing's own example through moxlite.run, with the rate dropping after global step 5."""
     images, labels = runlib.mnist_rows(320)
     log_dir = str(tmp_path / "run")
+    mox.set_flag("num_gpus", replicas)   # 2 x 16 rows per step: the same 32 rows as 1 x 32
     if where == "before run":
         optimizer_fn = schedule_made_before_run(5, [0.1, 0.01])
+    elif where == "lambda":
+        optimizer_fn = lambda_over_the_tf1_step(5, [0.1, 0.01])
     else:
         optimizer_fn = piecewise_tf1_fn("Momentum", 5, [0.1, 0.01], momentum=0.9)
     mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.softmax_model_fn,
             optimizer_fn=optimizer_fn,
-            run_mode=mox.ModeKeys.TRAIN, batch_size=32, max_number_of_steps=10, log_dir=log_dir,
+            run_mode=mox.ModeKeys.TRAIN, batch_size=32 // replicas, max_number_of_steps=10, log_dir=log_dir,
             save_summary_steps=0, log_every_n_steps=0)
     batches = [(images[s:s + 32], labels[s:s + 32]) for s in range(0, 320, 32)]
     start = [np.zeros((784, 10)), np.zeros(10)]
@@ -226,6 +241,13 @@ def test_an_untranslatable_tf1_optimizer_is_a_type_error_naming_the_supported_on
         tf1_adapter.as_keras_optimizer(tf.compat.v1.train.MomentumOptimizer(0.1, lambda: 0.9))
 
 
+def test_a_wrapper_factory_takes_a_tf1_instance_and_translates_it_afresh_each_call():
+    factory = get_optimizer_wrapper_fn("lars", tf.compat.v1.train.AdamOptimizer(0.01, epsilon=1e-3))
+    first, second = factory(), factory()
+    assert isinstance(first.inner_optimizer, tf1.TF1Adam) and first.inner_optimizer.epsilon == 1e-3
+    assert first.inner_optimizer is not second.inner_optimizer
+
+
 def test_errors_about_the_kind_of_an_argument_are_type_errors(tmp_path):
     images, labels = runlib.mnist_rows(64)
     common = dict(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.softmax_model_fn,
@@ -246,3 +268,47 @@ def test_errors_about_the_kind_of_an_argument_are_type_errors(tmp_path):
         get_optimizer_wrapper_fn("lars", 3)
     with pytest.raises(TypeError, match="is not a number"):
         mox.get_optimizer_fn("sgd", [0.1])
+
+
+def recipe_optimizer_fn():
+    """A recipe's optimizer.name reference to a MoXing-style optimizer_fn returning a TF1 optimizer."""
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    return tf.compat.v1.train.MomentumOptimizer(
+        tf.compat.v1.train.piecewise_constant(global_step, [2], [0.1, 0.01]), momentum=0.9)
+
+
+def test_a_recipe_stacks_lars_over_an_optimizer_fn_returning_a_tf1_optimizer(capsys, tmp_path):
+    from moxlite.recipes import cli
+
+    log_dir = tmp_path / "recipe"
+    recipe = tmp_path / "tf1.yaml"
+    recipe.write_text(f"run: {{steps: 4, batch_size: 32, eval_steps: 1, log_dir: {log_dir}}}\n"
+                      "input: {name: mnist}\nmodel: {name: mlp, mlp: {hidden_units: [16]}}\n"
+                      "optimizer:\n  name: tests.test_tf1_optimizers:recipe_optimizer_fn\n"
+                      "  wrappers: [{name: lars, ratio: 0.01}]\n")
+    arguments = [str(recipe)]
+    assert cli.main(arguments + ["--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "1. lars(ratio=0.01" in out and "recipe_optimizer_fn" in out and "-> keras.optimizers.TF1Momentum" in out, out
+    assert not log_dir.exists()
+    assert cli.main(arguments) == 0, capsys.readouterr().err
+    assert runlib.checkpoint_step(str(log_dir)) == 4
+
+
+@pytest.mark.parametrize("name, hyperparameters", [("Adam", {}), ("RMSProp", {"momentum": 0.5, "centered": True})],
+                         ids=["Adam", "RMSProp-centered"])
+def test_a_resumed_tf1_run_equals_the_uninterrupted_numpy_run(tmp_path, name, hyperparameters):
+    """Slots, and Adam's step count (its bias correction), come back from the checkpoint."""
+    images, labels = runlib.mnist_rows(320)
+    log_dir = str(tmp_path / "resumed")
+    for steps in (4, 10):   # a run of 4 steps, then the same log_dir continued to 10
+        mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.softmax_model_fn,
+                optimizer_fn=lambda: tf1_optimizer(name, 0.01, **hyperparameters), run_mode=mox.ModeKeys.TRAIN,
+                batch_size=32, max_number_of_steps=steps, log_dir=log_dir, save_summary_steps=0,
+                log_every_n_steps=0)
+    assert runlib.checkpoint_step(log_dir) == 10
+    batches = [(images[s:s + 32], labels[s:s + 32]) for s in range(0, 320, 32)]
+    expected = numpy_softmax_tf1(name, hyperparameters, [np.zeros((784, 10)), np.zeros(10)], batches, [0.01] * 10)
+    kernel, bias = _kernel_and_bias(log_dir)
+    np.testing.assert_allclose(kernel, expected[0], atol=2e-6)
+    np.testing.assert_allclose(bias, expected[1], atol=2e-6)

@@ -13,6 +13,7 @@ import tensorflow as tf
 from moxlite import errors
 from moxlite.data.datasets import IMAGE_EXTENSIONS
 from moxlite.data.feature_dataset import FeatureDataset
+from moxlite.file import data_cache
 
 
 class ImageClassificationRawMetadata:
@@ -24,6 +25,8 @@ class ImageClassificationRawMetadata:
     """
 
     def __init__(self, base_dir, redirect_dir=None, **unused):
+        if isinstance(base_dir, str):
+            base_dir = data_cache.local_copy(base_dir)  # s3:// / obs://: TF reads a local copy
         if not base_dir or not isinstance(base_dir, str) or not tf.io.gfile.isdir(base_dir):
             raise errors.ArgumentError(
                 f"ImageClassificationRawMetadata: base_dir={errors.describe(base_dir)} is not a folder; give "

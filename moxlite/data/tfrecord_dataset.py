@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from moxlite import errors
 from moxlite.data.feature_dataset import FeatureDataset
+from moxlite.file import data_cache
 
 DEFAULT_SHUFFLE_BUFFER = 10000
 
@@ -46,7 +47,8 @@ class ImageClassificationTFRecordMetadata:
         self.total_num_samples = num_samples
         self.num_classes = num_classes
         self.redirect_dir = redirect_dir
-        self.file_paths = sorted(tf.io.gfile.glob(tf.io.gfile.join(data_dir, file_pattern)))
+        local_dir = data_cache.local_copy(data_dir, file_pattern)  # s3:// / obs://: TF reads a local copy
+        self.file_paths = sorted(tf.io.gfile.glob(tf.io.gfile.join(local_dir, file_pattern)))
         if not self.file_paths:
             raise errors.ArgumentError(
                 f"ImageClassificationTFRecordMetadata: file_pattern {file_pattern!r} matches no file in "

@@ -69,10 +69,10 @@ def probe_optimizer(plan):
 
 def check_trained_model(plan):
     """Eval, predict and export need a checkpoint: say so before log_dir is written to."""
-    from moxlite.training import checkpoints
+    from moxlite.file import training_cache
 
     run = plan.loaded.recipe.run
-    if run.mode != "train" and not checkpoints.has_checkpoint(run.log_dir, run.checkpoint_path):
+    if run.mode != "train" and not training_cache.has_checkpoint(run.log_dir, run.checkpoint_path):
         raise plan.loaded.error(
             ("run", "mode"), f"{run.mode!r} needs a trained model, but run.log_dir={run.log_dir!r} holds no "
                              f"checkpoint and run.checkpoint_path={run.checkpoint_path!r}; train first "
@@ -103,6 +103,8 @@ def dry_run_report(plan):
                      f"(ceil({facts.num_samples} samples / global batch {facts.global_batch}))")
     else:
         lines.append("Steps per epoch: unknown (set the data set's num_samples or input.num_samples)")
+    from moxlite.recipes.precision_report import layer_dtype_lines
+    lines += layer_dtype_lines(plan)
     lines.append("Dry run: the recipe is valid; nothing was trained and nothing was written.")
     return "\n".join(lines)
 
@@ -112,23 +114,25 @@ def write_resolved_recipe(plan, file_name="recipe.yaml"):
 
     An earlier run's different record is kept, renamed to the next free
     ``recipe.<n>.yaml`` (1 is the oldest); an identical one (a resumed run) is left as is.
+    Through ``mox.file``, so an ``s3://`` / ``obs://`` log_dir works the same.
     """
+    from moxlite import file as mox_file
+    from moxlite.file.storage import join
+
     log_dir = plan.loaded.recipe.run.log_dir
-    os.makedirs(log_dir, exist_ok=True)
-    path = os.path.join(log_dir, file_name)
+    mox_file.make_dirs(log_dir)
+    path = join(log_dir, file_name)
     text = (f"# Resolved by moxlite-run from: {', '.join(plan.loaded.sources)}\n"
             + plan.loaded.resolved_yaml())
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as handle:
-            if handle.read() == text:
-                return path
+    if mox_file.exists(path):
+        if mox_file.read(path) == text:
+            return path
         stem, extension = os.path.splitext(file_name)
         number = 1
-        while os.path.exists(os.path.join(log_dir, f"{stem}.{number}{extension}")):
+        while mox_file.exists(join(log_dir, f"{stem}.{number}{extension}")):
             number += 1
-        os.replace(path, os.path.join(log_dir, f"{stem}.{number}{extension}"))
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
+        mox_file.rename(path, join(log_dir, f"{stem}.{number}{extension}"))
+    mox_file.write(path, text)
     return path
 
 

@@ -31,6 +31,22 @@ def variable_keys(variables):
     return {f"v{index:04d}": variable for index, variable in enumerate(variables)}
 
 
+class _KeyList(tf.__internal__.tracking.Trackable):
+    """The model keys in creation order, saved as a constant string tensor (not a variable:
+    a string variable cannot be created under MultiWorkerMirroredStrategy, whose variable
+    creation broadcasts the initial value)."""
+
+    def __init__(self, keys):
+        self._keys = list(keys) or [""]
+
+    def _serialize_to_tensors(self):
+        with tf.device("/cpu:0"):
+            return {"VARIABLE_VALUE": tf.constant(self._keys, dtype=tf.string)}
+
+    def _restore_from_tensors(self, restored_tensors):
+        return tf.no_op()
+
+
 def _unescape(name):
     """A checkpoint object name as it was given (TF writes '.' as '..' and '/' as '.S')."""
     out, index = [], 0
@@ -115,12 +131,12 @@ class Checkpointer:
         else:
             self._variables, self._ambiguous = naming.keyed(list(variables), {})
         self._names = {key: v.name for key, v in self._variables.items()}
-        with tf.init_scope(), tf.device("/cpu:0"):
-            order = tf.Variable(list(self._variables) or [""], dtype=tf.string, trainable=False,
-                                name=ORDER_KEY)
+        order = _KeyList(list(self._variables))
         self._global_step_trackables = dict(global_step=global_step)
         trackables = dict(global_step=global_step, model=dict(self._variables))
         trackables[ORDER_KEY] = order
+        self._order = order
+        self.iterator_mismatch = None
         for index, optimizer in enumerate(optimizers):
             trackables["optimizer" if index == 0 else f"optimizer_{index}"] = optimizer
         self._state = {k: v for k, v in trackables.items() if k != ORDER_KEY}
@@ -232,14 +248,31 @@ class Checkpointer:
         return {key: v for key, v in by_order.items() if id(v) in wanted_ids}
 
     def _read_iterator(self, prefix):
-        self._read(tf.train.Checkpoint(iterator=self._iterator), prefix, partial=False)
+        """Restore the input position; one that does not fit input_fn's pipeline is recorded in
+        ``iterator_mismatch`` for the run to decide (see ``input_resume``), not raised."""
+        try:
+            status = tf.train.Checkpoint(iterator=self._iterator).read(prefix)
+            status.expect_partial()
+            status.assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.OpError) as error:
+            text = str(getattr(error, "message", None) or error).strip().splitlines()
+            self.iterator_mismatch = text[0][:200] if text else type(error).__name__
+
+    def replace_iterator(self, iterator):
+        """Save ``iterator`` from now on (a restarted input) instead of the one given at first."""
+        self._iterator = iterator
+        trackables = dict(self._state, iterator=iterator)
+        trackables[ORDER_KEY] = self._order
+        self._checkpoint = tf.train.Checkpoint(**trackables)
+        if self._manager is not None:
+            self._manager = None
 
     def _read(self, checkpoint, prefix, partial):
         try:
             status = checkpoint.read(prefix)
+            status.expect_partial()  # bookkeeping such as save_counter is not ours to restore
             if not partial:
                 status.assert_existing_objects_matched()
-            status.expect_partial()  # bookkeeping such as save_counter is not ours to restore
         except (AssertionError, ValueError, tf.errors.OpError) as error:
             raise errors.CheckpointError(
                 f"checkpoint {prefix!r} does not fit this model_fn: {str(error).splitlines()[0]}; "

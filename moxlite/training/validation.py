@@ -36,9 +36,9 @@ def check_log_dir(log_dir, error=errors.ArgumentError):
     """log_dir must be a directory, or not exist yet (it is created)."""
     if not log_dir:
         return
-    import tensorflow as tf   # gfile: also object-storage paths
+    from moxlite import file as mox_file  # local, s3:// and obs:// (TF's gfile has no s3 in 2.21)
 
-    if tf.io.gfile.exists(log_dir) and not tf.io.gfile.isdir(log_dir):
+    if mox_file.exists(log_dir) and not mox_file.is_directory(log_dir):
         raise error(f"log_dir={log_dir!r} is a file, not a directory; pass a directory (new or of an "
                     f"earlier run) for checkpoints and summaries")
 
