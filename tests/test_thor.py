@@ -151,12 +151,12 @@ def test_guarded_inverse_keeps_the_previous_inverse_when_every_attempt_fails():
 
 
 def test_fp16_dynamic_loss_scaling_factors_finite_overflow_steps_skip_the_refresh(tmp_path):
-    """fp16 compute with a loss scale of 1e6: the first steps overflow (the scale halves each
-    time) and the loss-scale optimizer skips them; THOR drops their statistics and refreshes on
+    """fp16 compute with a dynamic loss scale starting at 1e6: the first steps overflow (the scale
+    halves each time) and the loss-scale optimizer skips them; THOR drops their statistics and refreshes on
     the first update that applies."""
     images, labels = thorlib.small_digits(BATCH * 12)
     mox.set_flag("use_fp16", True)
-    mox.set_flag("loss_scale", "1e6")
+    mox.set_flag("loss_scale", "dynamic:1e6")   # a fixed scale never halves (issue 11)
     _conv_run(tmp_path / "thor", thorlib.thor_optimizer_fn(damping=0.05, frequency=3), BATCH, 12, images, labels)
     state = _optimizer_state(tmp_path / "thor")
     for weight in thorlib.model_variables(tmp_path / "thor"):

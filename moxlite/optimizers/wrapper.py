@@ -243,6 +243,7 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
 
     NAME = "wrapper"
     PARAMETERS = {}
+    WARN_WHEN_SYNC = True   # MoXing's sync_replicas warning; False for moxlite's internal links
 
     def __init__(self, inner_optimizer, name=None, **parameters):
         if callable(inner_optimizer) and not isinstance(inner_optimizer, keras.optimizers.Optimizer):
@@ -259,7 +260,8 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
             setattr(self, key, value)
         if not isinstance(inner_optimizer, OptimizerWrapper):
             _install_reduction_switch(inner_optimizer)
-        _warn_if_sync_replicas()
+        if self.WARN_WHEN_SYNC:
+            _warn_if_sync_replicas()
 
     @classmethod
     def validate_parameters(cls, parameters):

@@ -519,9 +519,9 @@ def _check_precision(loaded):
     scale = precision.loss_scale
     if isinstance(scale, str) and scale != "dynamic":
         try:
-            float(scale)
+            float(scale[len("dynamic:"):] if scale.startswith("dynamic:") else scale)
         except ValueError:
-            raise error(("precision", "loss_scale"), f"{scale!r} must be 0 (off), a number or 'dynamic'") from None
+            raise error(("precision", "loss_scale"), f"{scale!r} must be 0 (off), a number, 'dynamic' or 'dynamic:<start>'") from None
     if isinstance(scale, float) and scale < 0:
         raise error(("precision", "loss_scale"), f"{scale} must be 0 (off), a positive number or 'dynamic'")
     if precision.gradient_clip < 0:
