@@ -27,6 +27,7 @@ import dataclasses
 
 import keras
 
+from moxlite.optimizers import schedules
 from moxlite.optimizers import wrapper as wrapper_lib
 from moxlite.optimizers.batch_gradients import BatchGradients
 
@@ -37,6 +38,10 @@ class Accumulation:
 
     num_batches: int
     apply_optimizer: keras.optimizers.Optimizer
+
+    def counting_updates(self):
+        """The scope to apply ``apply_optimizer`` in: its schedule counts one update per num_batches."""
+        return schedules.micro_steps_per_update(self.num_batches)
 
 
 class _SharedLossScale(keras.optimizers.LossScaleOptimizer):
