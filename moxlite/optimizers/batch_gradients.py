@@ -31,8 +31,8 @@ cross-replica context, on this wrapper's own micro-step counter.
 
 import keras
 import tensorflow as tf
-from tensorflow.python.distribute import numpy_dataset
 
+from moxlite import compat
 from moxlite.optimizers import schedules
 from moxlite.optimizers import wrapper as wrapper_lib
 
@@ -94,7 +94,7 @@ class BatchGradients(wrapper_lib.OptimizerWrapper):
             accumulator = keras.Variable(
                 initializer="zeros", shape=variable.shape, dtype=variable.dtype, trainable=False,
                 synchronization=synchronization, aggregation=aggregation, name=name)
-        self._track_variable(accumulator)
+        compat.track_optimizer_variable(self, accumulator)
         return accumulator
 
     @staticmethod
@@ -108,12 +108,7 @@ class BatchGradients(wrapper_lib.OptimizerWrapper):
         if tf.distribute.has_strategy():
             worker = distribution.extended.worker_devices[0]
             host = worker.rsplit("/device:", 1)[0] + host
-
-        def single_device_creator(next_creator, **kwargs):
-            kwargs["colocate_with"] = numpy_dataset.SingleDevice(host)
-            return next_creator(**kwargs)
-
-        return tf.variable_creator_scope(single_device_creator)
+        return compat.single_device_variables(host)
 
     # The step.
 

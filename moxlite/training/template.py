@@ -17,7 +17,7 @@ import inspect
 import keras
 import tensorflow as tf
 
-from moxlite import errors
+from moxlite import compat, errors
 from moxlite.contract import ModelSpec
 from moxlite.training.calling import call_with_accepted_kwargs
 
@@ -155,7 +155,7 @@ def _identities(variable):
     if _is_sharded(variable):
         return {id(variable)}.union(*(_identities(shard) for shard in variable.variables))
     wrapped = list(getattr(variable, "values", ()))
-    inner = getattr(variable, "_v", None)
+    inner = compat.wrapped_variable(variable)
     if inner is not None:
         wrapped.append(inner)
     return {id(variable)} | {id(component) for component in wrapped}
@@ -176,6 +176,4 @@ def _referenced_keras_variables(function):
 
 def _backing_variable(variable):
     """The tf.Variable behind a Keras 3 variable (or the variable itself)."""
-    # Keras 3 keeps the backend variable in ``_value``; it has no public accessor that does
-    # not autocast to a tensor.
-    return getattr(variable, "_value", variable) if isinstance(variable, keras.Variable) else variable
+    return compat.backing_variable(variable)

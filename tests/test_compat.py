@@ -1,0 +1,93 @@
+"""moxlite.compat: one test per private TensorFlow/Keras API moxlite relies on.
+
+Each test checks that the pinned versions still behave as the helper
+assumes, so an upgrade that changes one fails here, by name.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from moxlite import compat
+
+
+def test_replaced_gradient_all_reduce_is_what_apply_uses():
+    optimizer = keras.optimizers.SGD(learning_rate=0.5)
+    weight = tf.Variable([1.0, 2.0])
+    optimizer.build([weight])
+    original = compat.gradient_all_reduce(optimizer)
+    seen = []
+
+    def doubled(grads_and_vars):
+        seen.append(len(grads_and_vars))
+        return [(2.0 * g, v) for g, v in original(grads_and_vars)]
+
+    compat.replace_gradient_all_reduce(optimizer, doubled)
+    optimizer.apply([tf.constant([1.0, -1.0])], [weight])
+    assert seen == [1]
+    np.testing.assert_allclose(weight.numpy(), [1.0 - 0.5 * 2.0, 2.0 + 0.5 * 2.0])
+
+
+def test_an_optimizer_without_the_all_reduce_hook_is_named_in_the_error():
+    class Plain:
+        pass
+
+    with pytest.raises(compat.CompatibilityError, match="Plain has no _all_reduce_sum_gradients"):
+        compat.replace_gradient_all_reduce(Plain(), lambda pairs: pairs)
+
+
+def test_tracked_variable_is_one_of_the_optimizer_variables():
+    optimizer = keras.optimizers.SGD(learning_rate=0.1)
+    optimizer.build([tf.Variable([1.0])])
+    extra = keras.Variable(np.zeros(3, np.float32), trainable=False, name="extra")
+    compat.track_optimizer_variable(optimizer, extra)
+    assert any(variable is extra for variable in optimizer.variables)
+
+
+def test_shared_loss_scale_state_unscales_and_counts_on_the_source(two_device_strategy):
+    del two_device_strategy  # only the logical devices; one replica context here
+    weight = keras.Variable(np.array([1.0, 2.0], np.float32))
+    source = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.5), initial_scale=8.0)
+    source.build([weight])
+    sharing = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.5), initial_scale=8.0)
+    compat.share_loss_scale_state(sharing, source)
+    assert sharing.built and sharing.dynamic_scale is source.dynamic_scale
+    sharing.inner_optimizer.build([weight])
+    sharing.apply([tf.constant([8.0, -8.0])], [weight])   # gradients of the loss scaled by 8
+    np.testing.assert_allclose(weight.numpy(), [0.5, 2.5])
+    assert int(source.step_counter.numpy()) == 1
+
+
+def test_backing_variable_is_the_tf_variable_behind_a_keras_variable():
+    variable = keras.Variable(np.array([3.0], np.float32))
+    backing = compat.backing_variable(variable)
+    assert isinstance(backing, tf.Variable) and not isinstance(backing, keras.Variable)
+    backing.assign([4.0])
+    assert float(variable.numpy()[0]) == 4.0
+    plain = tf.Variable(1.0)
+    assert compat.backing_variable(plain) is plain
+
+
+def test_wrapped_variable_of_a_parameter_server_aggregating_variable():
+    from tensorflow.python.distribute import ps_values  # the class ParameterServerStrategy creates
+
+    inner = tf.Variable(1.0)
+    aggregating = ps_values.AggregatingVariable(tf.distribute.get_strategy(), inner, tf.VariableAggregation.SUM)
+    assert compat.wrapped_variable(aggregating) is inner
+    assert compat.wrapped_variable(inner) is None
+    assert compat.created_under_a_strategy(aggregating)
+
+
+def test_created_under_a_strategy_tells_mirrored_from_plain_variables(two_device_strategy):
+    with two_device_strategy.scope():
+        mirrored = tf.Variable(1.0)
+    assert compat.created_under_a_strategy(mirrored)
+    assert not compat.created_under_a_strategy(tf.Variable(1.0))
+
+
+def test_single_device_variables_are_not_mirrored(two_device_strategy):
+    with two_device_strategy.scope(), compat.single_device_variables("/device:CPU:0"):
+        variable = tf.Variable(np.zeros(2, np.float32))
+    assert not isinstance(variable, tf.distribute.DistributedValues)
+    assert variable.device.endswith("device:CPU:0")
