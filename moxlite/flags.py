@@ -129,3 +129,23 @@ def reset_flags():
     for name in FLAG_TABLE:
         FLAGS[name].unparse()
         FLAGS[name].value = FLAG_TABLE[name][1]
+
+
+def parse_loss_scale(value):
+    """The ``loss_scale`` flag's meaning: None (off), ``"dynamic"`` or a positive float.
+
+    Off is 0 or an empty, "none" or "off" value. Raises ValueError for
+    anything else. The one reading of the value, for the recipe check and the run.
+    """
+    text = str(value).strip().lower()
+    if text in ("0", "0.0", "", "none", "off"):
+        return None
+    if text == "dynamic":
+        return "dynamic"
+    try:
+        scale = float(text)
+    except ValueError:
+        scale = -1.0
+    if not scale > 0:
+        raise ValueError(f"loss_scale {value!r} is neither 0 (off), a positive number nor 'dynamic'")
+    return scale

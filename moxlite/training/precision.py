@@ -33,20 +33,12 @@ class PrecisionSettings:
 
 def from_flags():
     """The precision settings the flags ask for, checked."""
-    text = str(flags.get_flag("loss_scale")).strip().lower()
-    if text in ("0", "0.0", "", "none", "off"):
-        loss_scale = None
-    elif text == "dynamic":
-        loss_scale = "dynamic"
-    else:
-        try:
-            loss_scale = float(text)
-        except ValueError:
-            loss_scale = -1.0
-        if not loss_scale > 0:
-            raise errors.ArgumentError(
-                f"--loss_scale={flags.get_flag('loss_scale')!r} is not valid; use 0 (off), a positive "
-                f"number (a fixed starting scale) or 'dynamic'")
+    try:
+        loss_scale = flags.parse_loss_scale(flags.get_flag("loss_scale"))
+    except ValueError:
+        raise errors.ArgumentError(
+            f"--loss_scale={flags.get_flag('loss_scale')!r} is not valid; use 0 (off), a positive "
+            f"number (a fixed starting scale) or 'dynamic'") from None
     use_fp16 = bool(flags.get_flag("use_fp16"))
     if use_fp16 and loss_scale is None:
         loss_scale = "dynamic"
