@@ -123,14 +123,6 @@ def set_flag(name, value):
             f"{FLAG_TABLE[name][0]}: {error}") from None
 
 
-def reset_flags():
-    """Put every moxlite flag back to its default (for tests and repeated runs)."""
-    _ensure_parsed()
-    for name in FLAG_TABLE:
-        FLAGS[name].unparse()
-        FLAGS[name].value = FLAG_TABLE[name][1]
-
-
 def parse_loss_scale(value):
     """The ``loss_scale`` flag's meaning: None (off), ``"dynamic"`` or a positive float.
 
@@ -149,3 +141,11 @@ def parse_loss_scale(value):
     if not scale > 0:
         raise ValueError(f"loss_scale {value!r} is neither 0 (off), a positive number nor 'dynamic'")
     return scale
+
+
+def reset_flags():
+    """Put every moxlite flag back to its default (for tests and repeated runs)."""
+    _ensure_parsed()
+    for name in FLAG_TABLE:
+        FLAGS[name].unparse()
+        FLAGS[name].value = FLAG_TABLE[name][1]
