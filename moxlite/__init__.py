@@ -15,6 +15,7 @@ module (``mox.file``, ``mox.errors``). Do not import it at the top of this file.
 """
 
 import importlib
+import importlib.util
 
 # MoXing defines its flags (--num_gpus, --batch_size, ...) on import, so scripts can parse
 # them before calling anything; absl alone is cheap to import.
@@ -39,10 +40,16 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name):
-    """Import a public name on first use and keep it, so later lookups cost nothing."""
+    """Import a public name on first use and keep it, so later lookups cost nothing.
+
+    A subpackage (``moxlite.training``, ``moxlite.optimizers``, ...) is imported on first
+    access too, as it was when this file imported the runner eagerly.
+    """
     target = _EXPORTS.get(name)
     if target is None:
-        raise AttributeError(f"module 'moxlite' has no attribute {name!r}")
+        if name.startswith("_") or importlib.util.find_spec(f"{__name__}.{name}") is None:
+            raise AttributeError(f"module 'moxlite' has no attribute {name!r}")
+        target = f"{__name__}.{name}"
     module_name, _, attribute = target.partition(":")
     value = importlib.import_module(module_name)
     if attribute:

@@ -87,3 +87,12 @@ def test_every_exported_name_resolves_to_its_target():
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'rnu'"):
         moxlite.rnu  # noqa: B018
+
+
+def test_a_subpackage_is_imported_on_first_access():
+    # As when moxlite/__init__.py imported the runner eagerly: moxlite.optimizers works after import moxlite.
+    environ = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = "import moxlite; assert callable(moxlite.optimizers.get_optimizer_fn); print('ok')"
+    finished = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=environ, capture_output=True,
+                              text=True, timeout=120)
+    assert finished.stdout.strip().splitlines()[-1:] == ["ok"], finished.stderr[-2000:]
