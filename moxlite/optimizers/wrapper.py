@@ -75,6 +75,7 @@ from typing import Any, Callable, Optional, Tuple
 
 import keras
 import tensorflow as tf
+
 from moxlite import compat, context, errors, flags, logs
 
 SYNC_REPLICAS_WARNING = "Using OptimizerWrapper when sync_replicas is True may cause performance loss."
