@@ -138,7 +138,8 @@ def _build_setup(view, timeout_seconds, variable_partitioner, environ):
 
         if view.coordinator_spawns_worker0:
             worker0_server = server.spawn_worker0_server(view)
-            logs.get_logger().info("coordinator at %s; worker:0 served by child pid %d", view.address(), worker0_server.pid)
+            logs.get_logger().info("coordinator at %s; worker:0 served by child pid %d",
+                                   view.address(), worker0_server.pid)
         strategy, coordinator = strategy_module.build(view, timeout_seconds, variable_partitioner)
         replicas = strategy.num_replicas_in_sync
     return DistributionSetup(
