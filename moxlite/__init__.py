@@ -25,15 +25,29 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "errors": "moxlite.errors",
+    "file": "moxlite.file",
+    "File": "moxlite.file:File",
     "ExportKeys": "moxlite.contract:ExportKeys",
     "ExportSpec": "moxlite.contract:ExportSpec",
     "ModeKeys": "moxlite.contract:ModeKeys",
     "ModelSpec": "moxlite.contract:ModelSpec",
+    "get_data_augmentation_fn": "moxlite.data.augmentation:get_data_augmentation_fn",
+    "AsyncRawGenerator": "moxlite.data.raw_images:AsyncRawGenerator",
+    "ImageClassificationRawDataset": "moxlite.data.raw_images:ImageClassificationRawDataset",
+    "ImageClassificationRawMetadata": "moxlite.data.raw_images:ImageClassificationRawMetadata",
+    "BaseTFRecordDataset": "moxlite.data.tfrecord_dataset:BaseTFRecordDataset",
+    "ImageClassificationTFRecordMetadata": "moxlite.data.tfrecord_dataset:ImageClassificationTFRecordMetadata",
+    "var_scope": "moxlite.dtype_scope:var_scope",
     "get_flag": "moxlite.flags:get_flag",
     "set_flag": "moxlite.flags:set_flag",
+    "add_to_collection": "moxlite.graph_collections:add_to_collection",
+    "get_collection": "moxlite.graph_collections:get_collection",
     "get_optimizer_fn": "moxlite.optimizers:get_optimizer_fn",
     "get_optimizer_wrapper_fn": "moxlite.optimizers:get_optimizer_wrapper_fn",
     "run": "moxlite.training.run:run",
+    "NetworkKeys": "moxlite.zoo:NetworkKeys",
+    "get_model_fn": "moxlite.zoo:get_model_fn",
+    "get_model_meta": "moxlite.zoo:get_model_meta",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -24,6 +24,8 @@ class RunContext:
         worker exactly (micro-batches included); schedules read it.
     global_batch_size: samples consumed by one global step, over all replicas.
     num_samples: training samples in one epoch, or None when unknown.
+    num_samples_inferred: True when num_samples is the length of input_fn's dataset (repeats
+        included) rather than the ``num_samples`` flag, which always wins.
     num_replicas: replicas in sync within one step.
     num_workers: worker processes.
     sync_replicas: False under parameter-server (asynchronous) training.
@@ -33,6 +35,7 @@ class RunContext:
     global_step: Any
     global_batch_size: int
     num_samples: Optional[int] = None
+    num_samples_inferred: bool = False
     num_replicas: int = 1
     num_workers: int = 1
     sync_replicas: bool = True
@@ -53,3 +56,34 @@ def activate(context: RunContext):
         yield context
     finally:
         _local.context = previous
+
+
+_start_listeners = []
+
+
+@contextlib.contextmanager
+def on_training_started(listener):
+    """Call ``listener()`` once, when a ``run`` in the body has restored its state and is about to train.
+
+    The recipe CLI records ``log_dir/recipe.yaml`` this way, so that a run that
+    fails its checks (a checkpoint of another network, a bad argument) leaves
+    the record of the run whose checkpoints are there untouched.
+    """
+    called = []
+
+    def once():
+        if not called:
+            called.append(True)
+            listener()
+
+    _start_listeners.append(once)
+    try:
+        yield
+    finally:
+        _start_listeners.remove(once)
+
+
+def training_started():
+    """Told by ``run`` once its checks and its restore have passed, before the first step."""
+    for listener in list(_start_listeners):
+        listener()

@@ -38,6 +38,18 @@ class ExportError(UserInputError):
     """An export cannot be written as asked (for example, the version exists)."""
 
 
+class ArgumentTypeError(ArgumentError, TypeError):
+    """An argument is the wrong kind of object (MoXing raised TypeError; ``except TypeError`` still works)."""
+
+
+class ModelFnTypeError(ModelFnError, TypeError):
+    """``model_fn`` returned the wrong kind of object."""
+
+
+class OptimizerTypeError(OptimizerError, TypeError):
+    """``optimizer_fn`` is, or returned, the wrong kind of object."""
+
+
 class RecipeError(UserInputError):
     """A recipe file or override is wrong; the message gives file, line and key."""
 

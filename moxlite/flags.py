@@ -6,6 +6,8 @@ on the command line (``python train.py --num_gpus=2``). Flags that moxlite
 does not know are left for the script's own parser.
 """
 
+import json
+import os
 import sys
 
 from absl import flags as absl_flags
@@ -40,6 +42,9 @@ FLAG_TABLE = {
     "gradient_clip": ("float", 0.0, "Clip threshold; 0 disables clipping."),
     "log_first_clone": ("boolean", True, "Log the first replica's log_info (True) or the mean over replicas (False)."),
     "checkpoint_exclude_patterns": ("string", "", "Comma-separated variable-name patterns not restored from checkpoint_path."),
+    "nonfinite_policy": ("string", "stop", "At a non-finite loss or gradient: 'stop' (one line, the last finite checkpoint kept) or 'skip' the step."),
+    "max_consecutive_nonfinite": ("integer", 10, "With nonfinite_policy=skip: stop after this many non-finite steps in a row."),
+    "allow_input_restart": ("boolean", True, "Resume with the input restarted when the saved input position no longer fits input_fn's pipeline (False: stop)."),
     "trainable_exclude_patterns": ("string", "", "Comma-separated variable-name patterns left out of training."),
     "data_url": ("string", "", "Data location passed by the platform to every job."),
     "train_url": ("string", "", "Output location passed by the platform to every job."),
@@ -53,10 +58,41 @@ _DEFINERS = {
 }
 
 
+# The Flag objects moxlite defined. ModelArts scripts define --data_url, --train_url,
+# often --batch_size or --num_gpus themselves after importing MoXing; moxlite's flags
+# allow override, so the script's definition replaces moxlite's instead of raising
+# DuplicateFlagError, and get_flag reads the script's flag in moxlite's kind.
+_OWN_FLAGS = {}
+
+
 def _define_all():
     for name, (kind, default, help_text) in FLAG_TABLE.items():
         if name not in FLAGS:
-            _DEFINERS[kind](name, default, help_text)
+            _DEFINERS[kind](name, default, help_text, allow_override=True)
+            _OWN_FLAGS[name] = FLAGS[name]
+
+
+def _in_moxlite_kind(name, value):
+    """A script-defined flag's value as moxlite reads the flag (``--num_gpus`` as an integer, ...)."""
+    kind = FLAG_TABLE[name][0]
+    if value is None or FLAGS[name] is _OWN_FLAGS.get(name):
+        return value
+    try:
+        if kind == "integer" and not isinstance(value, bool) and float(value) == int(float(value)):
+            return int(float(value))
+        if kind == "float" and not isinstance(value, bool):
+            return float(value)
+        if kind == "boolean":
+            text = str(value).strip().lower()
+            if text in ("true", "1", "yes", "false", "0", "no"):
+                return text in ("true", "1", "yes")
+        if kind == "string":
+            return str(value)
+    except (TypeError, ValueError):
+        pass
+    raise errors.ArgumentError(
+        f"--{name}={value!r}: the script defines this flag itself, and moxlite reads it as "
+        f"{'an' if kind == 'integer' else 'a'} {kind}; pass a value of that kind or define the flag as one")
 
 
 _define_all()
@@ -97,13 +133,42 @@ def _ensure_parsed():
         raise errors.ArgumentError(f"command-line flag: {error}") from None
 
 
-def get_flag(name):
-    """The value of MoXing flag ``name``."""
+def flag_value(name):
+    """The value of MoXing flag ``name`` exactly as set (what the cluster resolver reads)."""
     if name not in FLAG_TABLE:
         raise errors.ArgumentError(
             f"get_flag: unknown flag {name!r}; known flags: {', '.join(sorted(FLAG_TABLE))}")
     _ensure_parsed()
-    return FLAGS[name].value
+    return _in_moxlite_kind(name, FLAGS[name].value)
+
+
+def get_flag(name):
+    """The value of MoXing flag ``name``, as scripts read it.
+
+    ``worker_hosts`` and ``ps_hosts`` come without empty entries or spaces, and
+    ``worker_hosts`` describes the cluster however it was given (the flag, or
+    TF_CONFIG's chief and workers), so that MoXing's
+    ``len(mox.get_flag('worker_hosts').split(','))`` counts the workers: '' (one
+    entry) in a single process.
+    """
+    value = flag_value(name)
+    if name in ("worker_hosts", "ps_hosts"):
+        value = ",".join(host.strip() for host in (value or "").split(",") if host.strip())
+        if name == "worker_hosts" and not value:
+            value = _tf_config_workers()
+    return value
+
+
+def _tf_config_workers():
+    """TF_CONFIG's worker hosts (with the chief, which is a worker unless parameter servers are used)."""
+    try:
+        cluster = json.loads(os.environ.get("TF_CONFIG", "") or "{}").get("cluster", {})
+    except (ValueError, AttributeError):
+        return ""   # the cluster resolver reports a malformed TF_CONFIG with the fix
+    if not isinstance(cluster, dict):
+        return ""
+    jobs = ("worker",) if cluster.get("ps") else ("chief", "worker")
+    return ",".join(str(host) for job in jobs for host in (cluster.get(job) or []))
 
 
 def set_flag(name, value):
@@ -148,4 +213,4 @@ def reset_flags():
     _ensure_parsed()
     for name in FLAG_TABLE:
         FLAGS[name].unparse()
-        FLAGS[name].value = FLAG_TABLE[name][1]
+        FLAGS[name].value = FLAG_TABLE[name][1] if FLAGS[name] is _OWN_FLAGS.get(name) else FLAGS[name].default

@@ -73,11 +73,24 @@ def mlp_model_fn(inputs, mode):
 
 
 def checkpoint_variables(log_dir):
-    """model_fn's variables from the newest checkpoint in ``log_dir``, in creation order."""
+    """model_fn's variables from the newest checkpoint in ``log_dir``, in creation order
+    (the order the checkpoint records next to its name-keyed variables)."""
+    return list(checkpoint_by_name(log_dir).values())
+
+
+def checkpoint_by_name(log_dir):
+    """{stable name: value} of model_fn's variables in the newest checkpoint, in creation order."""
+    from moxlite.training.checkpoints import ORDER_KEY
+
     reader = tf.train.load_checkpoint(log_dir)
-    keys = sorted(k for k in reader.get_variable_to_shape_map()
-                  if k.startswith("model/") and k.endswith("/.ATTRIBUTES/VARIABLE_VALUE"))
-    return [reader.get_tensor(k) for k in keys]
+    order = reader.get_tensor(f"{ORDER_KEY}/.ATTRIBUTES/VARIABLE_VALUE")
+    escaped = {k: k for k in reader.get_variable_to_shape_map()}
+    result = {}
+    for key in (name.decode() for name in order):
+        # TF writes '.' as '..' and '/' as '.S' in object names.
+        stored = "model/" + key.replace(".", "..").replace("/", ".S") + "/.ATTRIBUTES/VARIABLE_VALUE"
+        result[key] = reader.get_tensor(escaped[stored])
+    return result
 
 
 def checkpoint_step(log_dir):

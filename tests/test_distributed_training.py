@@ -28,9 +28,7 @@ def _single_process_weights(log_dir, steps, global_batch):
 
 def _softmax_loss(checkpoint_prefix):
     """Mean cross-entropy of a saved softmax regression on the training rows, in numpy."""
-    reader = tf.train.load_checkpoint(checkpoint_prefix)
-    kernel = reader.get_tensor("model/v0000/.ATTRIBUTES/VARIABLE_VALUE")
-    bias = reader.get_tensor("model/v0001/.ATTRIBUTES/VARIABLE_VALUE")
+    kernel, bias = runlib.checkpoint_variables(checkpoint_prefix)
     images, labels = runlib.mnist_rows(train_mnist.NUM_ROWS)
     logits = images.astype(np.float64) @ kernel + bias
     logits -= logits.max(axis=1, keepdims=True)

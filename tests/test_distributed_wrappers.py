@@ -5,7 +5,6 @@ accumulation interface between the asynchronous loop and the wrapper stack, in p
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import moxlite as mox
 from moxlite import errors
@@ -88,9 +87,7 @@ def test_async_batch_gradients_on_one_worker_equals_a_single_process_run_at_the_
 
 def _mlp_loss(checkpoint_prefix):
     """Mean cross-entropy of a saved ``runlib.mlp_model_fn`` on the training rows, in numpy."""
-    reader = tf.train.load_checkpoint(checkpoint_prefix)
-    kernel1, bias1, kernel2, bias2 = (reader.get_tensor(f"model/v000{i}/.ATTRIBUTES/VARIABLE_VALUE").astype(np.float64)
-                                      for i in range(4))
+    kernel1, bias1, kernel2, bias2 = (v.astype(np.float64) for v in runlib.checkpoint_variables(checkpoint_prefix))
     images, labels = runlib.mnist_rows(train_mnist.NUM_ROWS)
     hidden = np.maximum(images @ kernel1 + bias1, 0.0)
     probabilities = runlib.softmax_probabilities(hidden @ kernel2 + bias2)

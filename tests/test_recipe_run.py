@@ -18,6 +18,7 @@ import moxlite
 from moxlite.data import datasets, mnist
 from moxlite.models import build_model_fn
 from moxlite.recipes import cli, loader
+from tests import runlib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK_START = os.path.join(REPO, "recipes", "mnist_mlp.yaml")
@@ -37,9 +38,7 @@ def run_recipe(capsys, recipe, log_dir, *overrides, mode=None):
 
 def checkpoint_model_weights(log_dir):
     """The model variables of the latest checkpoint, in creation order."""
-    reader = tf.train.load_checkpoint(str(log_dir))
-    names = sorted(name for name, _ in tf.train.list_variables(str(log_dir)) if name.startswith("model/"))
-    return [reader.get_tensor(name) for name in names]
+    return runlib.checkpoint_variables(str(log_dir))
 
 
 def numpy_mlp_accuracy(weights, images, labels):

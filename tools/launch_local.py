@@ -10,6 +10,8 @@ Ports are free loopback ports picked here. Every line a task prints is
 echoed with its task as prefix (``[worker:0] ...``). The launcher returns the
 chief's exit code and, when the run ends, times out or is interrupted
 (SIGINT/SIGTERM), kills every task's process group: nothing outlives it.
+An interrupt is first forwarded to the tasks that train, which save a
+checkpoint at their current step and exit (up to SAVE_GRACE_SECONDS).
 
 Who runs the script as chief:
 * ``--sync``: all workers train; worker 0 is the chief. ps tasks, if any, exit at once.
@@ -32,6 +34,8 @@ import time
 # Seconds a task gets to exit after SIGTERM before SIGKILL. TensorFlow
 # processes blocked in a collective or a server join may ignore SIGTERM.
 KILL_GRACE_SECONDS = 3.0
+# Seconds the training tasks get to save a checkpoint after a forwarded SIGINT/SIGTERM.
+SAVE_GRACE_SECONDS = 60.0
 # Seconds the other synchronous workers get to finish after the chief did.
 PEER_EXIT_SECONDS = 30.0
 
@@ -139,6 +143,25 @@ def stop(tasks):
             task.process.wait()
 
 
+def forward(tasks, chief, sync, signum):
+    """Send ``signum`` to the processes that run the training loop and wait for them to exit.
+
+    Synchronous: every worker (they agree on the step to stop at). Asynchronous: only the
+    chief, the coordinator; the servers it trains on must stay up while it saves. Only the
+    task's own process is signalled (an asynchronous chief's child serves worker 0).
+    """
+    trainers = [t for t in tasks if t.process is not None and
+                (t.name == chief or (sync and t.job in ("worker", "chief")))]
+    for task in trainers:
+        try:
+            os.kill(task.process.pid, signum)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + SAVE_GRACE_SECONDS
+    while time.monotonic() < deadline and any(t.process.poll() is None for t in trainers):
+        time.sleep(0.1)
+
+
 def supervise(tasks, chief, sync, timeout, out=sys.stdout):
     """Wait for the chief; return its exit code (124 on timeout).
 
@@ -209,7 +232,10 @@ def main(argv=None):
     except KeyboardInterrupt as interrupt:
         signum = interrupt.args[0] if interrupt.args else signal.SIGINT
         code = 128 + int(signum)
-        sys.stdout.write(f"[launch_local] interrupted by signal {int(signum)}; stopping every task\n")
+        sys.stdout.write(f"[launch_local] interrupted by signal {int(signum)}; forwarding it to the tasks that "
+                         f"train, which save a checkpoint and exit, then stopping every task\n")
+        sys.stdout.flush()
+        forward(tasks, chief, args.sync, signum)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -110,7 +110,7 @@ def setup(timeout_seconds=None, variable_partitioner="min_size", get_flag=None, 
     """
     if local_only:
         if get_flag is None:
-            from moxlite.flags import get_flag as flag_value
+            from moxlite.flags import flag_value
         else:
             flag_value = get_flag
 

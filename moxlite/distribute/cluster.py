@@ -184,7 +184,7 @@ def _check_address(flag, value, entry):
 def resolve(get_flag=None, environ=None):
     """The ``ClusterView`` described by MoXing's flags or by ``TF_CONFIG``."""
     if get_flag is None:
-        from moxlite.flags import get_flag
+        from moxlite.flags import flag_value as get_flag   # the flags as set, not the scripts' view
     environ = os.environ if environ is None else environ
     num_gpus = int(get_flag("num_gpus"))
     if num_gpus_problem(num_gpus):

@@ -6,7 +6,7 @@ for ``--dry-run``.
 """
 
 from moxlite import errors
-from moxlite.optimizers import wrapper as wrapper_lib
+from moxlite.optimizers import tf1_adapter, wrapper as wrapper_lib
 from moxlite.optimizers.batch_gradients import BatchGradients
 from moxlite.optimizers.lars import LARS
 
@@ -38,13 +38,13 @@ def get_optimizer_wrapper_fn(name, opt, **kwargs):
     """
     cls = wrapper_class(name)
     cls.validate_parameters(kwargs)
-    if not (wrapper_lib.is_optimizer(opt) or callable(opt)):
-        raise TypeError(
+    if not (wrapper_lib.is_optimizer(opt) or callable(opt) or tf1_adapter.is_tf1_optimizer(opt)):
+        raise errors.OptimizerTypeError(
             f"{name}: expected a Keras 3 optimizer or a zero-argument factory of one to wrap, "
             f"got {type(opt).__name__}: {errors.describe(opt)}")
 
     def wrapper_fn():
-        inner = opt if wrapper_lib.is_optimizer(opt) else opt()
+        inner = opt if wrapper_lib.is_optimizer(opt) or tf1_adapter.is_tf1_optimizer(opt) else opt()
         return cls(inner, **kwargs)
 
     return wrapper_fn

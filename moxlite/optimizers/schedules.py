@@ -163,12 +163,20 @@ def steps_per_epoch_of(run_context, spec):
     if not run_context.num_samples:
         raise errors.OptimizerError(
             f"learning_rate: the epoch string {spec!r} needs the number of training samples, "
-            "which this run does not know; give run() num_samples (or a finite input), "
+            "which this run does not know (input_fn's dataset has no known length); set it: "
+            "moxlite.set_flag('num_samples', N) or --num_samples=N (recipes: input.num_samples), "
             "or use a float or a Keras schedule keyed on steps")
     if not run_context.global_batch_size:
         raise errors.OptimizerError(
             f"learning_rate: the epoch string {spec!r} needs global_batch_size, which is "
             f"{run_context.global_batch_size!r} in this run; set batch_size")
+    if run_context.num_samples_inferred:
+        from moxlite.training.reporting import get_logger
+
+        get_logger().info(
+            "learning_rate %r: an epoch is %d samples, the length of input_fn's TRAIN dataset (repeats "
+            "included); if an epoch is fewer, set num_samples: moxlite.set_flag('num_samples', N), "
+            "--num_samples=N or the recipe's input.num_samples", spec, run_context.num_samples)
     return run_context.num_samples / run_context.global_batch_size
 
 
@@ -247,13 +255,13 @@ def check_learning_rate(learning_rate):
     Accepts a positive number, a Keras ``LearningRateSchedule`` or a MoXing
     epoch string (parsed here so that a typo fails before the run starts).
     """
-    if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+    if isinstance(learning_rate, (keras.optimizers.schedules.LearningRateSchedule, GlobalStepLearningRate)):
         return learning_rate
     if isinstance(learning_rate, str):
         parse_piecewise(learning_rate)
         return learning_rate
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)):
-        raise errors.OptimizerError(
+        raise errors.OptimizerTypeError(
             f"learning_rate={errors.describe(learning_rate)} is not a number; give a positive "
             "float, a keras.optimizers.schedules.LearningRateSchedule or an epoch string "
             "such as '5:0.1->0.4,10:0.4'")
@@ -272,6 +280,8 @@ def resolve_learning_rate(learning_rate):
     """
     learning_rate = check_learning_rate(learning_rate)
     run_context = context.current()
+    if isinstance(learning_rate, GlobalStepLearningRate):   # already bound to the run's step
+        return learning_rate
     if isinstance(learning_rate, float):
         return learning_rate
     if isinstance(learning_rate, str):
@@ -279,7 +289,9 @@ def resolve_learning_rate(learning_rate):
         return GlobalStepLearningRate(schedule, run_context.global_step, counts="micro_steps")
     if run_context is None:
         return learning_rate
-    return GlobalStepLearningRate(learning_rate, run_context.global_step, counts="updates")
+    # A schedule that counts samples (learning_rate_scheduler.piecewise_lr) says so in ``counts``.
+    counts = getattr(learning_rate, "counts", "updates")
+    return GlobalStepLearningRate(learning_rate, run_context.global_step, counts=counts)
 
 
 def current_learning_rate(optimizer):

@@ -77,6 +77,7 @@ import keras
 import tensorflow as tf
 
 from moxlite import compat, context, errors, flags, logs
+from moxlite.optimizers import tf1_adapter
 
 SYNC_REPLICAS_WARNING = "Using OptimizerWrapper when sync_replicas is True may cause performance loss."
 _warning_lock = threading.Lock()
@@ -218,8 +219,9 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
     def __init__(self, inner_optimizer, name=None, **parameters):
         if callable(inner_optimizer) and not isinstance(inner_optimizer, keras.optimizers.Optimizer):
             inner_optimizer = inner_optimizer()
+        inner_optimizer = tf1_adapter.as_keras_optimizer(inner_optimizer)
         if not isinstance(inner_optimizer, keras.optimizers.Optimizer):
-            raise TypeError(
+            raise errors.OptimizerTypeError(
                 f"{self.NAME}: expected a Keras 3 optimizer (or a zero-argument factory of one) "
                 f"to wrap, got {type(inner_optimizer).__name__}: {errors.describe(inner_optimizer)}")
         values = self.validate_parameters(parameters)

@@ -121,6 +121,9 @@ def flags_of(recipe: schema.Recipe) -> Dict[str, Any]:
         "gradient_clip_type": precision.gradient_clip_type,
         "checkpoint_exclude_patterns": ",".join(recipe.run.checkpoint_exclude_patterns),
         "trainable_exclude_patterns": ",".join(recipe.run.trainable_exclude_patterns),
+        "nonfinite_policy": recipe.run.nonfinite_policy,
+        "allow_input_restart": recipe.run.allow_input_restart,
+        "max_consecutive_nonfinite": recipe.run.max_consecutive_nonfinite,
     }
 
 

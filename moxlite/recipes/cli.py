@@ -11,7 +11,9 @@ Nothing is written before the whole recipe has been checked.
 """
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 
 from moxlite import errors
@@ -88,12 +90,38 @@ def _main_returning(argv):
         sys.path.insert(0, os.getcwd())
     try:
         arguments.overrides = list(arguments.overrides) + cluster_flag_overrides(extra)
-        return _main(arguments)
+        with _terminate_as_exception():
+            return _main(arguments)
+    except (KeyboardInterrupt, _Terminated) as interrupt:
+        # A training run has saved a checkpoint and said where before this reaches us.
+        name, code = ("SIGTERM", 143) if isinstance(interrupt, _Terminated) else ("SIGINT", 130)
+        print(f"moxlite-run: stopped by {name}", file=sys.stderr)
+        return code
     except errors.UserInputError as error:
         if arguments.debug:
             raise
         print(f"moxlite-run: error: {error}", file=sys.stderr)
         return error.exit_code
+
+
+class _Terminated(Exception):
+    """SIGTERM, raised in the main thread so that moxlite-run ends with exit code 143."""
+
+
+@contextlib.contextmanager
+def _terminate_as_exception():
+    def terminated(_signum, _frame):
+        raise _Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminated)
+    except ValueError:   # not the main thread: leave SIGTERM as it is
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _main(arguments):
@@ -114,9 +142,13 @@ def _main(arguments):
         return 0
     execution.probe_optimizer(plan)
     execution.check_trained_model(plan)
-    if setup.is_chief:
-        execution.write_resolved_recipe(plan, RECIPE_FILE_NAME)
-    execution.execute(plan)
+    from moxlite.training.validation import check_log_dir
+
+    check_log_dir(plan.loaded.recipe.run.log_dir, errors.RecipeError)
+    # The record is written once the run has started, so a run that fails its checks
+    # leaves the record of the run whose checkpoints are in log_dir as it was.
+    record = (lambda: execution.write_resolved_recipe(plan, RECIPE_FILE_NAME)) if setup.is_chief else None
+    execution.execute(plan, on_training_started=record)
     return 0
 
 

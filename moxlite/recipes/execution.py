@@ -56,7 +56,7 @@ def probe_optimizer(plan):
         num_workers=facts.num_workers, sync_replicas=plan.flags["sync_replicas"])
     try:
         with context.activate(run_context):
-            optimizer = plan.optimizer_fn()
+            optimizer = optimizers.tf1_adapter.call_optimizer_fn(plan.optimizer_fn)
     except errors.UserInputError as error:
         raise plan.loaded.error(("optimizer",), str(error)) from None
     # Wrappers as the optimizers package describes them (every parameter, defaults
@@ -69,10 +69,12 @@ def probe_optimizer(plan):
 
 def check_trained_model(plan):
     """Eval, predict and export need a checkpoint: say so before log_dir is written to."""
+    from moxlite.file import training_cache
     from moxlite.training import checkpoints
 
     run = plan.loaded.recipe.run
-    missing = run.mode != "train" and checkpoints.missing_trained_model(run.log_dir, run.checkpoint_path, "run.")
+    missing = run.mode != "train" and checkpoints.missing_trained_model(
+        run.log_dir, run.checkpoint_path, "run.", exists=training_cache.has_checkpoint)
     if missing:
         raise plan.loaded.error(("run", "mode"), f"{run.mode!r} {missing}; train first (--mode train) or set "
                                                  f"run.checkpoint_path to a trained run's log_dir")
@@ -107,13 +109,29 @@ def dry_run_report(plan):
 
 
 def write_resolved_recipe(plan, file_name="recipe.yaml"):
-    """Write the fully resolved recipe to ``log_dir/file_name`` (the run's own reproducible copy)."""
+    """Write the fully resolved recipe to ``log_dir/file_name`` (the run's own reproducible copy).
+
+    An earlier run's different record is kept, renamed to the next free
+    ``recipe.<n>.yaml`` (1 is the oldest); an identical one (a resumed run) is left as is.
+    Through ``mox.file``, so an ``s3://`` / ``obs://`` log_dir works the same.
+    """
+    from moxlite import file as mox_file
+    from moxlite.file.storage import join
+
     log_dir = plan.loaded.recipe.run.log_dir
-    os.makedirs(log_dir, exist_ok=True)
-    path = os.path.join(log_dir, file_name)
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(f"# Resolved by moxlite-run from: {', '.join(plan.loaded.sources)}\n")
-        handle.write(plan.loaded.resolved_yaml())
+    mox_file.make_dirs(log_dir)
+    path = join(log_dir, file_name)
+    text = (f"# Resolved by moxlite-run from: {', '.join(plan.loaded.sources)}\n"
+            + plan.loaded.resolved_yaml())
+    if mox_file.exists(path):
+        if mox_file.read(path) == text:
+            return path
+        stem, extension = os.path.splitext(file_name)
+        number = 1
+        while mox_file.exists(join(log_dir, f"{stem}.{number}{extension}")):
+            number += 1
+        mox_file.rename(path, join(log_dir, f"{stem}.{number}{extension}"))
+    mox_file.write(path, text)
     return path
 
 
@@ -121,17 +139,23 @@ def _is_chief(flags):
     return flags["job_name"] in ("", "worker", "chief") and (flags["job_name"] == "chief" or flags["task_index"] == 0)
 
 
-def execute(plan, print_fn=print):
-    """Set the flags and the seed, run, then (train mode) evaluate; returns the final metrics dict or None."""
+def execute(plan, print_fn=print, on_training_started=None):
+    """Set the flags and the seed, run, then (train mode) evaluate; returns the final metrics dict or None.
+
+    on_training_started: called once when the training run has passed its checks and restored
+        its state (the CLI writes log_dir/recipe.yaml then); not called in other modes.
+    """
     import keras
 
     import moxlite
+    from moxlite import context
 
     apply_flags(plan)
     if plan.seed is not None:
         keras.utils.set_random_seed(plan.seed)
     arguments = plan.arguments()
-    result = moxlite.run(**arguments)
+    with context.on_training_started(on_training_started or (lambda: None)):
+        result = moxlite.run(**arguments)
     mode = arguments["run_mode"]
     if mode == ModeKeys.PREDICT and isinstance(arguments["output_fn"], builders.PredictionTally):
         print_fn(f"[RESULT] {arguments['output_fn'].summary()}")

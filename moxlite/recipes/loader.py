@@ -11,6 +11,7 @@ one line as ``file:line: dotted.key: what is wrong; what is accepted``.
 
 import dataclasses
 import difflib
+import os
 import typing
 from typing import Any, Dict, List, Optional, Union
 
@@ -113,7 +114,7 @@ def parse_yaml_text(text, source, locations):
             raise errors.RecipeError(
                 f"{source}:{node.start_mark.line + 1}: a recipe must be a mapping of sections "
                 f"(run, input, model, ...), not a {_node_kind(node)}")
-        return _to_data(node, (), loader, source, locations)
+        return _to_data(node, (), loader, source, locations, _Expansion(source))
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -132,7 +133,30 @@ def _node_kind(node):
 _PLAIN_TAGS = {yaml.MappingNode: "tag:yaml.org,2002:map", yaml.SequenceNode: "tag:yaml.org,2002:seq"}
 
 
-def _to_data(node, path, loader, source, locations):
+class _Expansion:
+    """Bounds what YAML aliases can expand to, so that a few nested anchors (a "billion
+    laughs" file) fail at once instead of exhausting memory. Real recipes use a few
+    hundred values; the bound is far above that."""
+
+    MAX_VALUES = 20_000
+    MAX_DEPTH = 64
+
+    def __init__(self, source):
+        self.source = source
+        self.values = 0
+
+    def count(self, node, path):
+        self.values += 1
+        if self.values > self.MAX_VALUES or len(path) > self.MAX_DEPTH:
+            what = (f"expands to more than {self.MAX_VALUES} values" if self.values > self.MAX_VALUES
+                    else f"nests deeper than {self.MAX_DEPTH} levels")
+            raise errors.RecipeError(
+                f"{self.source}:{node.start_mark.line + 1}: {dotted(path)}: the recipe {what} through YAML "
+                "aliases (*name); write the values out or use fewer nested aliases")
+
+
+def _to_data(node, path, loader, source, locations, expansion):
+    expansion.count(node, path)
     locations.record(path, Origin(source, node.start_mark.line + 1))
     if type(node) in _PLAIN_TAGS and node.tag != _PLAIN_TAGS[type(node)]:
         # Collections are walked here, not by the constructor, so tags must be refused here.
@@ -151,11 +175,12 @@ def _to_data(node, path, loader, source, locations):
                     f"{source}:{key_node.start_mark.line + 1}: {dotted(path + (key,))}: duplicate key "
                     f"(first given on line {locations.origin(path + (key,)).line}); keep one")
             locations.record(path + (key,), Origin(source, key_node.start_mark.line + 1))
-            result[key] = _to_data(value_node, path + (key,), loader, source, locations)
+            result[key] = _to_data(value_node, path + (key,), loader, source, locations, expansion)
             locations.record(path + (key,), Origin(source, key_node.start_mark.line + 1))
         return result
     if isinstance(node, yaml.SequenceNode):
-        return [_to_data(item, path + (index,), loader, source, locations) for index, item in enumerate(node.value)]
+        return [_to_data(item, path + (index,), loader, source, locations, expansion)
+                for index, item in enumerate(node.value)]
     return loader.construct_object(node, deep=True)
 
 
@@ -359,6 +384,18 @@ def _accepted(cls):
     return ", ".join(_declared(cls))
 
 
+def shadowed_package(log_dir, cwd=None):
+    """'moxlite' when ``log_dir`` lies in a directory of that name right in the current directory.
+
+    Python puts the current (or the script's) directory first on sys.path, so such a
+    directory, which a run creates, would be imported instead of the package.
+    """
+    cwd = os.path.abspath(cwd or os.getcwd())
+    relative = os.path.relpath(os.path.abspath(os.path.expanduser(log_dir)), cwd)
+    first = relative.split(os.sep)[0]
+    return first if first == "moxlite" else None
+
+
 def did_you_mean(word, candidates):
     close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -384,6 +421,11 @@ def check(loaded):
             raise error(("run", name), f"{getattr(run, name)} must be a positive integer or null")
     if not run.log_dir.strip():
         raise error(("run", "log_dir"), "must name a directory")
+    shadowing = shadowed_package(run.log_dir)
+    if shadowing:
+        raise error(("run", "log_dir"), f"{run.log_dir!r} would make a directory {shadowing!r} in the current "
+                                        f"directory, which hides the installed {shadowing} package from scripts "
+                                        f"and recipes run here; use e.g. runs/<name>")
     if run.output_fn is not None and not schema.is_reference(run.output_fn):
         raise error(("run", "output_fn"), f"{run.output_fn!r} must be a 'package.module:function' reference")
     if run.mode == "train" and recipe.input.epochs is None and run.steps == 0:

@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from moxlite import errors
 from moxlite.optimizers import accumulation as accumulation_lib
+from moxlite.training import nonfinite
 
 
 class _RemoteScalar:
@@ -62,6 +63,12 @@ class AsyncTrainLoop:
             return strategy.distribute_datasets_from_function(dataset_fn)
 
         self.iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+        # Non-finite steps (nonfinite_policy=stop), counted on the parameter servers and read
+        # once per run_steps call, after the scheduled steps are done.
+        with strategy.scope():
+            self._nonfinite_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_steps")
+            self._nonfinite_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_step")
+            self._nonfinite_loss = tf.Variable(0.0, trainable=False, name="nonfinite_loss")
         self._step_fn = tf.function(self._one_step)
         self._scheduled = 0
 
@@ -88,8 +95,20 @@ class AsyncTrainLoop:
             return self._one_accumulated_step(iterator)
         per_replica = self.strategy.run(self._train_step, args=(next(iterator),))
         self.global_step.assign_add(1)
-        return {key: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica[key], axis=None)
+        return self._reduced_logs(per_replica)
+
+    def _reduced_logs(self, per_replica):
+        """The step's log values (mean over replicas); a non-finite step is counted."""
+        logs = {key: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica[key], axis=None)
                 for key in self._log_keys}
+        if nonfinite.FLAG_KEY in logs:
+            bad = logs.pop(nonfinite.FLAG_KEY) > 0
+            loss = logs.pop(nonfinite.LOSS_KEY)
+            self._nonfinite_count.assign_add(tf.cast(bad, tf.int64))
+            first = tf.logical_and(bad, tf.equal(self._nonfinite_step, 0))
+            self._nonfinite_step.assign(tf.where(first, self.global_step.read_value(), self._nonfinite_step))
+            self._nonfinite_loss.assign(tf.where(first, loss, self._nonfinite_loss))
+        return logs
 
     def _one_accumulated_step(self, iterator):
         batches = tuple(next(iterator) for _ in range(self.num_batches))
@@ -97,8 +116,7 @@ class AsyncTrainLoop:
             self._train_step.accumulated, args=(batches, self._accumulations, self._log_keys))
         # After the update: its learning rate read the step before these micro-batches.
         self.global_step.assign_add(self.num_batches)
-        return {key: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica[key], axis=None)
-                for key in self._log_keys}
+        return self._reduced_logs(per_replica)
 
     def run_steps(self, num_steps):
         """Schedule ``num_steps`` global steps (rounded up to whole updates of ``num_batches``
@@ -115,8 +133,12 @@ class AsyncTrainLoop:
             self.coordinator.done()   # raises the error of a failed step (end of input), if any
         except tf.errors.OutOfRangeError:
             return self._drain(), {}
+        if int(self._nonfinite_count.read_value()):
+            raise nonfinite.NonFiniteStep(int(self._nonfinite_step.read_value()),
+                                          float(self._nonfinite_loss.read_value()))
         scheduled = -(-num_steps // self.num_batches) * self.num_batches
-        return scheduled, {key: _RemoteScalar(last, key) for key in self._log_keys}
+        keys = [k for k in self._log_keys if k not in nonfinite.PRIVATE_KEYS]
+        return scheduled, {key: _RemoteScalar(last, key) for key in keys}
 
     def _drain(self):
         try:

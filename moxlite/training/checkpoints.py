@@ -17,14 +17,66 @@ import time
 import tensorflow as tf
 
 from moxlite import errors
+from moxlite.training import hyperparameters, naming
 from moxlite.training.reporting import get_logger
 
 CHECKPOINT_NAME = "model.ckpt"
 
 
+ORDER_KEY = "model_variable_order"
+
+
 def variable_keys(variables):
-    """Stable checkpoint keys for model_fn's variables: their creation order."""
+    """Checkpoint keys of the moxlite versions that keyed variables by creation order."""
     return {f"v{index:04d}": variable for index, variable in enumerate(variables)}
+
+
+class _KeyList(tf.__internal__.tracking.Trackable):
+    """The model keys in creation order, saved as a constant string tensor (not a variable:
+    a string variable cannot be created under MultiWorkerMirroredStrategy, whose variable
+    creation broadcasts the initial value)."""
+
+    def __init__(self, keys):
+        self._keys = list(keys) or [""]
+
+    def _serialize_to_tensors(self):
+        with tf.device("/cpu:0"):
+            return {"VARIABLE_VALUE": tf.constant(self._keys, dtype=tf.string)}
+
+    def _restore_from_tensors(self, restored_tensors):
+        return tf.no_op()
+
+
+def _unescape(name):
+    """A checkpoint object name as it was given (TF writes '.' as '..' and '/' as '.S')."""
+    out, index = [], 0
+    while index < len(name):
+        if name[index] == "." and index + 1 < len(name):
+            out.append("/" if name[index + 1] == "S" else name[index + 1])
+            index += 2
+        else:
+            out.append(name[index])
+            index += 1
+    return "".join(out)
+
+
+def saved_model_variables(prefix):
+    """{key: shape} of the model variables in checkpoint ``prefix``, and whether it keys
+    them by name (False: by creation order, as moxlite did before)."""
+    suffix = "/.ATTRIBUTES/VARIABLE_VALUE"
+    shapes, by_name = {}, False
+    for name, shape in tf.train.list_variables(prefix):
+        if name.startswith(ORDER_KEY + "/"):
+            by_name = True
+        elif name.startswith("model/") and name.endswith(suffix):
+            shapes[_unescape(name[len("model/"):-len(suffix)])] = tuple(shape)
+    return shapes, by_name
+
+
+def _listed(names, limit=12):
+    names = list(names)
+    shown = ", ".join(names[:limit])
+    return f"[{shown}{', ...' if len(names) > limit else ''}] ({len(names)})"
 
 
 def latest_checkpoint(path):
@@ -68,15 +120,28 @@ class Checkpointer:
 
     def __init__(self, log_dir, global_step, variables, optimizers=(), iterator=None,
                  save_model_secs=None, save_model_steps=None, keep_checkpoint_max=5,
-                 is_chief=True):
+                 is_chief=True, ambiguous=()):
+        """``variables``: {stable key: variable} (see ``ModelTemplate.checkpoint_keys``), or a
+        list keyed by the variables' own names; ``ambiguous``: keys shared by several."""
         self.log_dir = log_dir
         self._training = bool(optimizers)
         self.global_step = global_step
-        self._variables = variable_keys(variables)
+        if isinstance(variables, dict):
+            self._variables, self._ambiguous = dict(variables), list(ambiguous)
+        else:
+            self._variables, self._ambiguous = naming.keyed(list(variables), {})
         self._names = {key: v.name for key, v in self._variables.items()}
+        order = _KeyList(list(self._variables))
+        self._global_step_trackables = dict(global_step=global_step)
         trackables = dict(global_step=global_step, model=dict(self._variables))
+        trackables[ORDER_KEY] = order
+        self._order = order
+        self.iterator_mismatch = None
         for index, optimizer in enumerate(optimizers):
             trackables["optimizer" if index == 0 else f"optimizer_{index}"] = optimizer
+        self._state = {k: v for k, v in trackables.items() if k != ORDER_KEY}
+        self._optimizers = list(optimizers)
+        self._iterator = iterator
         if iterator is not None:
             trackables["iterator"] = iterator
         self._checkpoint = tf.train.Checkpoint(**trackables)
@@ -97,14 +162,22 @@ class Checkpointer:
         From ``log_dir`` everything is restored (step, model, optimizer, iterator). From
         ``checkpoint_path`` only model variables not matching ``exclude_patterns`` are, and the
         global step too when ``warm_start_step`` (evaluation and prediction report it).
+        Model variables are matched by stable name and shape (see ``naming``); what does not
+        match fails with the lists, never by guessing.
         """
         own = latest_checkpoint(self.log_dir) if self.log_dir else None
         if own:
             if checkpoint_path:
                 get_logger().info("Ignoring --checkpoint_path because a checkpoint already exists in %s",
                                   self.log_dir)
+            model = self._matched_model(own, self._variables, own_run=True)
+            trackables = dict(self._state, model=model) if self._training else dict(
+                global_step=self.global_step, model=model)
             # Inference runs hold no optimizer or iterator: they read the model part only.
-            self._read(self._checkpoint, own, partial=not self._training)
+            with hyperparameters.kept(self._optimizers):
+                self._read(tf.train.Checkpoint(**trackables), own, partial=not self._training)
+            if self._iterator is not None:
+                self._read_iterator(own)
             self._last_saved_step = int(self.global_step.numpy())
             return own
         if not checkpoint_path:
@@ -116,21 +189,90 @@ class Checkpointer:
                 f"moxlite TRAIN run (or a checkpoint prefix)")
         excluded = split_patterns(exclude_patterns)
         kept = {key: v for key, v in self._variables.items() if not matches_any(self._names[key], excluded)}
-        trackables = dict(model=kept)
+        trackables = dict(model=self._matched_model(source, kept, own_run=False))
         if warm_start_step:
             trackables["global_step"] = self.global_step
         self._read(tf.train.Checkpoint(**trackables), source, partial=True)
         skipped = len(self._variables) - len(kept)
-        get_logger().info("Restored %d variables from %s%s", len(kept), source,
+        get_logger().info("Restored %d variables by name from %s%s", len(kept), source,
                           f" ({skipped} excluded by checkpoint_exclude_patterns)" if skipped else "")
         return source
+
+    def _matched_model(self, prefix, wanted, own_run):
+        """The ``model`` trackable that reads ``wanted`` ({key: variable}) from ``prefix``."""
+        saved, by_name = saved_model_variables(prefix)
+        if not by_name:
+            return self._matched_by_order(prefix, saved, wanted)
+        fix = ("use a new log_dir, or start from this one with checkpoint_path and "
+               "checkpoint_exclude_patterns for the variables that changed" if own_run else
+               "exclude them with checkpoint_exclude_patterns (new or changed layers), or give the Keras "
+               "layers and get_variable calls the names they had when the checkpoint was written")
+        ambiguous = [k for k in self._ambiguous if any(key.startswith(k + "~") for key in wanted)]
+        if ambiguous and not own_run:
+            raise errors.CheckpointError(
+                f"checkpoint {prefix!r}: several variables of this model_fn are named {_listed(ambiguous)}, "
+                f"so a warm start cannot tell which is which; name them apart (Keras name=..., "
+                f"get_variable scopes) or exclude them with checkpoint_exclude_patterns")
+        missing = [k for k in wanted if k not in saved]
+        reshaped = [f"{k} {tuple(wanted[k].shape)} vs {saved[k]}" for k in wanted
+                    if k in saved and tuple(wanted[k].shape) != saved[k]]
+        unused = [k for k in saved if k not in wanted] if own_run and self._training else []
+        if missing or reshaped or unused:
+            parts = []
+            if missing:
+                parts.append(f"not in the checkpoint: {_listed(missing)}")
+            if reshaped:
+                parts.append(f"shape differs (model vs checkpoint): {_listed(reshaped)}")
+            if unused:
+                parts.append(f"in the checkpoint but not created by model_fn: {_listed(unused)}")
+            raise errors.CheckpointError(
+                f"checkpoint {prefix!r} does not fit this model_fn by variable name: {'; '.join(parts)}; "
+                f"the checkpoint holds {_listed(sorted(saved))}; {fix}")
+        return dict(wanted)
+
+    def _matched_by_order(self, prefix, saved, wanted):
+        """A checkpoint of the earlier moxlite (keys v0000... in creation order): readable
+        only when this model_fn's variables line up with it one by one."""
+        by_order = variable_keys(self._variables.values())
+        shapes = [tuple(v.shape) for v in self._variables.values()]
+        saved_shapes = [saved.get(key) for key in sorted(saved)]
+        if len(saved) != len(shapes) or saved_shapes != shapes:
+            raise errors.CheckpointError(
+                f"checkpoint {prefix!r} was written by an earlier moxlite that keyed variables by creation "
+                f"order, and this model_fn's {len(shapes)} variables do not line up with its {len(saved)}; "
+                f"convert it first: resume its log_dir once with the model_fn that wrote it (TRAIN with "
+                f"max_number_of_steps at its step), which rewrites it keyed by name")
+        get_logger().warning("Reading %s by creation order (written by an earlier moxlite); its next "
+                             "checkpoint is keyed by variable name", prefix)
+        wanted_ids = {id(v) for v in wanted.values()}
+        return {key: v for key, v in by_order.items() if id(v) in wanted_ids}
+
+    def _read_iterator(self, prefix):
+        """Restore the input position; one that does not fit input_fn's pipeline is recorded in
+        ``iterator_mismatch`` for the run to decide (see ``input_resume``), not raised."""
+        try:
+            status = tf.train.Checkpoint(iterator=self._iterator).read(prefix)
+            status.expect_partial()
+            status.assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.OpError) as error:
+            text = str(getattr(error, "message", None) or error).strip().splitlines()
+            self.iterator_mismatch = text[0][:200] if text else type(error).__name__
+
+    def replace_iterator(self, iterator):
+        """Save ``iterator`` from now on (a restarted input) instead of the one given at first."""
+        self._iterator = iterator
+        trackables = dict(self._state, iterator=iterator)
+        trackables[ORDER_KEY] = self._order
+        self._checkpoint = tf.train.Checkpoint(**trackables)
+        if self._manager is not None:
+            self._manager = None
 
     def _read(self, checkpoint, prefix, partial):
         try:
             status = checkpoint.read(prefix)
+            status.expect_partial()  # bookkeeping such as save_counter is not ours to restore
             if not partial:
                 status.assert_existing_objects_matched()
-            status.expect_partial()  # bookkeeping such as save_counter is not ours to restore
         except (AssertionError, ValueError, tf.errors.OpError) as error:
             raise errors.CheckpointError(
                 f"checkpoint {prefix!r} does not fit this model_fn: {str(error).splitlines()[0]}; "
@@ -182,12 +324,13 @@ def has_checkpoint(log_dir, checkpoint_path):
     return bool((log_dir and latest_checkpoint(log_dir)) or (checkpoint_path and latest_checkpoint(checkpoint_path)))
 
 
-def missing_trained_model(log_dir, checkpoint_path, prefix=""):
+def missing_trained_model(log_dir, checkpoint_path, prefix="", exists=has_checkpoint):
     """Why EVAL, PREDICT or EXPORT cannot run (no checkpoint to restore), or None.
 
-    ``prefix`` names the two settings as the caller's user knows them ("run." in a recipe).
+    ``prefix`` names the two settings as the caller's user knows them ("run." in a recipe);
+    ``exists(log_dir, checkpoint_path)`` is the test (the recipe's also looks on object storage).
     """
-    if has_checkpoint(log_dir, checkpoint_path):
+    if exists(log_dir, checkpoint_path):
         return None
     return (f"needs a trained model, but {prefix}log_dir={log_dir!r} holds no checkpoint and "
             f"{prefix}checkpoint_path={checkpoint_path!r}")

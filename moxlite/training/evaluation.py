@@ -9,6 +9,7 @@ as numpy to ``output_fn`` every ``output_every_n_steps`` batches.
 import numpy as np
 import tensorflow as tf
 
+from moxlite import errors
 from moxlite.training import reporting
 from moxlite.training.steps import EvalStep, PredictStep
 
@@ -16,8 +17,9 @@ from moxlite.training.steps import EvalStep, PredictStep
 class Evaluator:
     """Evaluates ``template`` in EVAL mode over a fresh pass of the input each call."""
 
-    def __init__(self, strategy, dataset_fn, template, batches_per_call=1):
+    def __init__(self, strategy, dataset_fn, template, batches_per_call=1, mode="EVAL"):
         self.strategy = strategy
+        self._mode = mode
         self._dataset = strategy.distribute_datasets_from_function(dataset_fn)
         self._step = EvalStep(template)
         self._batches_per_call = batches_per_call
@@ -57,7 +59,9 @@ class Evaluator:
             if done < chunk:
                 break
         if samples == 0:
-            return {key: float("nan") for key in keys}, 0
+            raise errors.ArgumentError(
+                f"input_fn returned no samples in mode {self._mode}; the evaluation would average "
+                f"nothing: check input_fn's {self._mode} dataset (its files, filters, take/skip)")
         return {key: totals[key] / samples for key in keys}, int(samples)
 
 

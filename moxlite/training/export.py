@@ -60,7 +60,7 @@ def export_saved_model(template, element_spec, log_dir):
         spec = template(inputs, ModeKeys.EXPORT)
         export_spec = spec.export_spec
         if not isinstance(export_spec, ExportSpec):
-            raise errors.ModelFnError(
+            raise errors.ModelFnTypeError(
                 f"model_fn returned export_spec={errors.describe(export_spec)} in EXPORT mode; return "
                 f"ModelSpec(export_spec=moxlite.ExportSpec(inputs_dict={{...}}, outputs_dict={{...}}))")
         positions = {}

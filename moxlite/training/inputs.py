@@ -12,26 +12,31 @@ import tensorflow as tf
 
 from moxlite import errors
 from moxlite.contract import ModeKeys
+from moxlite.data import feature_dataset
 from moxlite.training.calling import call_with_accepted_kwargs
 
 
-def call_input_fn(input_fn, mode, batch_size=None):
+def call_input_fn(input_fn, mode, batch_size=None, auto_batch=True):
     """Call input_fn(mode) and return a tf.data.Dataset of its elements.
 
     An input_fn that declares ``batch_size`` (or ``**kwargs``) receives the per-replica batch
-    size, which it needs with ``auto_batch=False``.
+    size, which it needs with ``auto_batch=False``. Features returned from a MoXing data set's
+    ``dataset.get(keys)`` become that data set's Dataset, batched here when ``auto_batch=False``.
     """
     produced = call_with_accepted_kwargs(input_fn, mode, batch_size=batch_size)
     if isinstance(produced, tf.data.Dataset):
         return produced
+    if feature_dataset.is_columns(produced):
+        return feature_dataset.columns_dataset(produced, batch_size, batch=not auto_batch,
+                                               drop_remainder=(mode == ModeKeys.TRAIN))
     if produced is None:
-        raise errors.ArgumentError(
+        raise errors.ArgumentTypeError(
             f"input_fn returned None in mode {mode}; it must return a tf.data.Dataset "
             f"(or arrays whose first dimension indexes samples)")
     try:
         return tf.data.Dataset.from_tensor_slices(_as_structure(produced))
     except (TypeError, ValueError) as error:
-        raise errors.ArgumentError(
+        raise errors.ArgumentTypeError(
             f"input_fn returned {errors.describe(produced)} in mode {mode}; it must return a "
             f"tf.data.Dataset or arrays of equal length ({error})") from None
 
@@ -64,7 +69,7 @@ def make_dataset_fn(input_fn, mode, batch_size, auto_batch, skip_steps=0):
     """
 
     def dataset_fn(input_context=None):
-        dataset = call_input_fn(input_fn, mode, batch_size)
+        dataset = call_input_fn(input_fn, mode, batch_size, auto_batch)
         if input_context is not None and input_context.num_input_pipelines > 1:
             dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
         if auto_batch:

@@ -11,6 +11,8 @@ import contextlib
 
 import tensorflow as tf
 
+from moxlite.training import nonfinite
+
 
 def first_or_mean(strategy, per_replica, first_only):
     """One value per log key: the first replica's (MoXing's log_first_clone) or the mean."""
@@ -26,8 +28,11 @@ class SyncTrainLoop:
     """Synchronous steps: every replica steps together, one global step per step."""
 
     def __init__(self, strategy, dataset_fn, train_step, global_step, log_keys, log_first_clone=True,
-                 summaries=None, save_summary_steps=0):
+                 summaries=None, save_summary_steps=0, nonfinite_policy=nonfinite.Policy()):
         self.strategy = strategy
+        self.nonfinite_policy = nonfinite_policy
+        self.skipped_nonfinite = 0
+        self._consecutive_nonfinite = 0
         self.global_step = global_step
         self._train_step = train_step
         self._log_keys = list(log_keys)
@@ -41,19 +46,39 @@ class SyncTrainLoop:
         # after a full suite (TF's iterator destructor waits for a tf.data thread).
         self._loop = tf.function(self._steps)
         self._step_counts = {}
+        self._any_worker = None
 
-    def _steps(self, iterator, num_steps):
-        logs = {key: tf.zeros([], tf.float32) for key in self._log_keys}
+    def _steps(self, iterator, num_steps, consecutive):
+        """Up to ``num_steps`` steps; ends early at the input's end, at a non-finite step under
+        nonfinite_policy=stop, or at the max_consecutive_nonfinite-th such step in a row."""
+        keys = [k for k in self._log_keys if k not in nonfinite.PRIVATE_KEYS]
+        logs = {key: tf.zeros([], tf.float32) for key in keys}
         done = tf.constant(0, tf.int64)
+        skipped = tf.constant(0, tf.int64)
+        bad_loss = tf.constant(0.0)
+        stop = self.nonfinite_policy.action == "stop"
+        limit = tf.constant(self.nonfinite_policy.max_consecutive, tf.int64)
         for _ in tf.range(num_steps):
             optional = iterator.get_next_as_optional()
             if not optional.has_value():
                 break
             per_replica = self.strategy.run(self._train_step, args=(optional.get_value(),))
-            logs = first_or_mean(self.strategy, per_replica, self._log_first_clone)
+            flag = per_replica[nonfinite.FLAG_KEY]
+            loss = per_replica[nonfinite.LOSS_KEY]
+            if self.strategy.num_replicas_in_sync > 1:
+                # Any replica's non-finite step is the step's: a SUM, whatever log_first_clone says.
+                flag = self.strategy.reduce(tf.distribute.ReduceOp.SUM, flag, axis=None)
+                loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
+            logs = first_or_mean(self.strategy, {k: per_replica[k] for k in keys}, self._log_first_clone)
             self.global_step.assign_add(1)
             done += 1
-        return done, logs
+            bad = flag > 0
+            consecutive = tf.where(bad, consecutive + 1, tf.zeros_like(consecutive))
+            skipped += tf.cast(bad, tf.int64)
+            bad_loss = tf.where(bad, loss, bad_loss)
+            if bad and (stop or consecutive >= limit):
+                break
+        return done, logs, consecutive, skipped, bad_loss
 
     def run_steps(self, num_steps):
         """Run up to ``num_steps`` steps; return (steps done, log values of the last step).
@@ -62,8 +87,25 @@ class SyncTrainLoop:
         """
         if num_steps not in self._step_counts:
             self._step_counts[num_steps] = tf.constant(num_steps, tf.int64)
-        done, logs = self._loop(self.iterator, self._step_counts[num_steps])
+        done, logs, consecutive, skipped, bad_loss = self._loop(
+            self.iterator, self._step_counts[num_steps], tf.constant(self._consecutive_nonfinite, tf.int64))
+        self._consecutive_nonfinite = int(consecutive)
+        skipped = int(skipped)
+        if skipped:
+            nonfinite.handle(self.nonfinite_policy, self, int(self.global_step.numpy()), float(bad_loss),
+                             skipped, self._consecutive_nonfinite)
         return int(done), logs
+
+    def any_worker(self, requested):
+        """True when any worker passes ``requested``: every worker calls this at the same step
+        (a small all-reduce of the flags), so synchronous workers stop together."""
+        if self._any_worker is None:
+            def reduce(flag):
+                per_replica = self.strategy.run(lambda: tf.identity(flag))
+                return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+            self._any_worker = tf.function(reduce)
+        return bool(self._any_worker(tf.constant(1 if requested else 0, tf.int32)) > 0)
 
     def close(self):
         """Release the input iterator now.

@@ -13,8 +13,10 @@ import tensorflow as tf
 
 from moxlite import compat, context, distribute, errors, flags
 from moxlite.contract import ExportKeys, ModeKeys
+from moxlite.file import training_cache
+from moxlite.optimizers import tf1_adapter
 from moxlite.optimizers.schedules import current_learning_rate
-from moxlite.training import checkpoints, export, precision, reporting, steps
+from moxlite.training import checkpoints, export, input_resume, interrupts, nonfinite, precision, reporting, steps
 from moxlite.training.evaluation import Evaluator, predict
 from moxlite.training.inputs import call_input_fn, make_dataset_fn, placeholder_batch, as_model_inputs
 from moxlite.training.loop import SyncTrainLoop
@@ -38,6 +40,8 @@ def run(input_fn=None, output_fn=None, model_fn=None, optimizer_fn=None, run_mod
     averaged log_info dict (plus ``global_step``); PREDICT, outputs not handed to ``output_fn``;
     EXPORT, the SavedModel path.
     """
+    if training_cache.needs_local_cache(locals()):  # s3:// / obs:// log_dir: run in a local cache
+        return training_cache.run_through_local_cache(run, locals())
     args = validate_run_arguments(dict(
         input_fn=input_fn, output_fn=output_fn, model_fn=model_fn, optimizer_fn=optimizer_fn,
         run_mode=run_mode, inter_mode=inter_mode, batch_size=batch_size, auto_batch=auto_batch,
@@ -67,6 +71,16 @@ def run(input_fn=None, output_fn=None, model_fn=None, optimizer_fn=None, run_mod
         raise error
 
 
+@contextlib.contextmanager
+def nonfinite_reported(log_dir):
+    """A loop's NonFiniteStep as the one-line NonFiniteError naming the kept checkpoint."""
+    try:
+        yield
+    except nonfinite.NonFiniteStep as stop:
+        raise nonfinite.NonFiniteError(nonfinite.stop_message(
+            stop.step, stop.loss, log_dir, checkpoints.latest_checkpoint(log_dir), stop.consecutive)) from None
+
+
 class _Run:
     """One call of ``run``: the pieces it builds, in the order it builds them."""
 
@@ -80,6 +94,7 @@ class _Run:
         self.template = ModelTemplate(args["model_fn"])
         self.logger = reporting.get_logger()
         self.precision = precision.from_flags()
+        self.nonfinite_policy = nonfinite.Policy.from_flags()
 
     # ---- shared pieces ---------------------------------------------------------------------
 
@@ -88,7 +103,7 @@ class _Run:
 
     def _probe(self, mode):
         """input_fn's per-replica batch spec and, where known, the number of samples per epoch."""
-        raw = call_input_fn(self.args["input_fn"], mode, self.batch_size)
+        raw = call_input_fn(self.args["input_fn"], mode, self.batch_size, self.args["auto_batch"])
         batched = raw.batch(self.batch_size) if self.args["auto_batch"] else raw
         cardinality = int(raw.cardinality())
         num_samples = None
@@ -156,6 +171,10 @@ class _Run:
             raise errors.ArgumentError(
                 "inter_mode=EVAL is not supported in asynchronous (parameter-server) training; drop "
                 "inter_mode and run EVAL on the checkpoints in log_dir from a separate process")
+        if self.setup.coordinator is not None and self.nonfinite_policy.action == "skip":
+            raise errors.ArgumentError(
+                "nonfinite_policy=skip is not supported in asynchronous (parameter-server) training; use "
+                "the default nonfinite_policy=stop, which stops at the first non-finite step")
         spec, self._train_element_spec, num_samples = self._build(ModeKeys.TRAIN)
         factories = args["optimizer_fn"]
         steps.check_spec(spec, ModeKeys.TRAIN, num_optimizers=len(factories))
@@ -163,25 +182,29 @@ class _Run:
         global_step = self._global_step()
         run_context = context.RunContext(
             global_step=global_step, global_batch_size=self.global_batch_size,
-            num_samples=num_samples or flags.get_flag("num_samples") or None,
+            num_samples=flags.get_flag("num_samples") or num_samples or None,
+            num_samples_inferred=not flags.get_flag("num_samples") and bool(num_samples),
             num_replicas=self.setup.num_replicas_in_sync, num_workers=self.setup.num_workers,
             sync_replicas=self.setup.sync_replicas, strategy=self.strategy)
         with context.activate(run_context), self.strategy.scope():
             optimizers = []
             for index in range(len(variable_lists)):
                 factory = factories[index] if len(factories) > 1 else factories[0]
-                optimizer = factory()
+                optimizer = tf1_adapter.call_optimizer_fn(factory)
                 if not hasattr(optimizer, "apply_gradients"):
-                    raise errors.OptimizerError(
+                    raise errors.OptimizerTypeError(
                         f"optimizer_fn returned {errors.describe(optimizer)}, not an optimizer; return a "
                         f"Keras optimizer, e.g. lambda: keras.optimizers.SGD(0.1)")
+                if self.nonfinite_policy.action == "skip":
+                    optimizer = nonfinite.SkipNonFinite(optimizer)
                 optimizer = precision.with_loss_scaling(optimizer, self.precision)
                 optimizer.build(variable_lists[index])
                 optimizers.append(optimizer)
             train_step = steps.TrainStep(self.template, optimizers, variable_lists,
                                          self.setup.num_replicas_in_sync,
                                          gradient_clip=self.precision.gradient_clip,
-                                         gradient_clip_type=self.precision.gradient_clip_type)
+                                         gradient_clip_type=self.precision.gradient_clip_type,
+                                         skip_nonfinite=self.nonfinite_policy.action == "skip")
             return self._train_loop(run_context, spec, optimizers, train_step)
 
     def _variable_lists(self, spec):
@@ -189,22 +212,26 @@ class _Run:
             v for v in self.template.external_variables if v.trainable]
         excluded = checkpoints.split_patterns(flags.get_flag("trainable_exclude_patterns"))
         trainable = [v for v in trainable if not checkpoints.matches_any(v.name, excluded)]
-        if len(spec.losses) == 1:
+        if spec.var_scopes is None:
             return [trainable]
+        per_loss = list(spec.var_scopes)
+        if len(spec.losses) == 1 and all(isinstance(s, str) for s in per_loss):
+            per_loss = [per_loss]   # one loss: var_scopes may be its list of scopes
         lists = []
-        for index, scopes in enumerate(spec.var_scopes):
+        for index, scopes in enumerate(per_loss):
             scopes = [scopes] if isinstance(scopes, str) else list(scopes)
-            chosen = [v for v in trainable if any(v.name.startswith(s) for s in scopes)]
-            if not chosen:
-                raise errors.ModelFnError(
-                    f"var_scopes[{index}]={scopes!r} matches no trainable variable; variable names are "
-                    f"{[v.name for v in trainable][:8]}...")
-            lists.append(chosen)
+            for scope in scopes:
+                if not any(v.name.startswith(scope) for v in trainable):
+                    names = [v.name for v in trainable]
+                    raise errors.ModelFnError(
+                        f"var_scopes[{index}] scope {scope!r} matches no trainable variable; variable names "
+                        f"are {names[:20]}{' ...' if len(names) > 20 else ''}")
+            lists.append([v for v in trainable if any(v.name.startswith(s) for s in scopes)])
         return lists
 
     def _train_loop(self, run_context, spec, optimizers, train_step):
         args = self.args
-        log_keys = list(steps.log_values(spec))
+        log_keys = list(steps.log_values(spec)) + list(nonfinite.PRIVATE_KEYS)
         summaries = reporting.SummaryWriter(args["log_dir"], enabled=self._is_chief())
         async_mode = self.setup.coordinator is not None
         save_secs, save_steps = args["save_model_secs"], args["save_model_steps"]
@@ -212,8 +239,9 @@ class _Run:
             save_secs = 600
 
         def checkpointer_for(iterator):
+            keyed, ambiguous = self.template.checkpoint_keys()
             return checkpoints.Checkpointer(
-                args["log_dir"], run_context.global_step, self.template.variables, optimizers,
+                args["log_dir"], run_context.global_step, keyed, optimizers, ambiguous=ambiguous,
                 iterator=iterator, save_model_secs=save_secs, save_model_steps=save_steps,
                 keep_checkpoint_max=args["keep_checkpoint_max"], is_chief=self._is_chief())
 
@@ -227,12 +255,26 @@ class _Run:
             return SyncTrainLoop(self.strategy, dataset_fn, train_step, run_context.global_step, log_keys,
                                  log_first_clone=flags.get_flag("log_first_clone"),
                                  summaries=summaries,
-                                 save_summary_steps=args["save_summary_steps"])
+                                 save_summary_steps=args["save_summary_steps"],
+                                 nonfinite_policy=self.nonfinite_policy)
 
         if self._iterator_is_checkpointable():
             loop = make_loop(skip_steps=0)
             checkpointer = checkpointer_for(loop.iterator)
-            checkpointer.restore(args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"))
+            source = checkpointer.restore(args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"))
+
+            def restarted_loop():
+                fresh = make_loop(skip_steps=0)
+                checkpointer.replace_iterator(fresh.iterator)
+                return fresh
+
+            if checkpointer.iterator_mismatch is not None:
+                input_resume.restart_or_stop(source, int(run_context.global_step.numpy()),
+                                             checkpointer.iterator_mismatch)
+                loop.close()
+                loop = restarted_loop()
+            elif source and source == checkpoints.latest_checkpoint(args["log_dir"]):
+                loop = input_resume.GuardedLoop(loop, run_context.global_step, restarted_loop, source)
         else:
             checkpointer = checkpointer_for(None)
             source = checkpointer.restore(args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"))
@@ -247,28 +289,47 @@ class _Run:
                              start, target)
             return {"global_step": start}
         evaluate = self._interleaved_evaluation() if args["inter_mode"] == ModeKeys.EVAL else None
+        context.training_started()
         self.logger.info("Training: %d replica(s), batch %d per replica, global batch %d, from step %d",
                          self.setup.num_replicas_in_sync, self.batch_size, self.global_batch_size, start)
         cadence = Cadence(args["steps_per_loop"], args["log_every_n_steps"], args["save_summary_steps"])
         user_summaries = loop.user_summaries() if hasattr(loop, "user_summaries") else contextlib.ExitStack()
+        interrupt = interrupts.Interrupts()
+        interrupt.install()
         try:
-            with user_summaries:
+            with user_summaries, nonfinite_reported(args["log_dir"]):
                 step, logs = train(loop, start, target, cadence, checkpointer, summaries,
                                    self.global_batch_size,
                                    learning_rate=lambda: current_learning_rate(optimizers[0]),
-                                   evaluate=evaluate, hooks=list(spec.hooks or []))
-            if hasattr(loop, "finish"):
-                step = loop.finish()
+                                   evaluate=evaluate, hooks=list(spec.hooks or []),
+                                   should_stop=self._stop_rule(loop, interrupt, async_mode))
+                if hasattr(loop, "finish"):
+                    step = loop.finish()
             checkpointer.save(step)
-            if evaluate is not None:
-                evaluate(step)
-            for hook in spec.hooks or []:
-                hook(step, logs)
+            if interrupt.requested():
+                if self._is_chief():
+                    self.logger.info("Interrupted by %s at global step %d: saved checkpoint %s; run again with "
+                                     "the same log_dir to resume", interrupts.name_of(interrupt.signum), step,
+                                     checkpoints.latest_checkpoint(args["log_dir"]))
+            else:
+                if evaluate is not None:
+                    evaluate(step)
+                for hook in spec.hooks or []:
+                    hook(step, logs)
         finally:
+            interrupt.restore()
             loop.close()
             checkpointer.close()
             summaries.close()
+        interrupt.reraise()
         return {**{k: float(v) for k, v in logs.items() if v.size == 1}, "global_step": step}
+
+    def _stop_rule(self, loop, interrupt, async_mode):
+        """When to end training for a signal: at once in one process (or the coordinator of
+        parameter servers); synchronous workers agree first, so that all stop at one step."""
+        if async_mode or self.setup.num_workers == 1:
+            return interrupt.requested
+        return lambda: loop.any_worker(interrupt.requested())
 
     def _interleaved_evaluation(self):
         eval_spec, _, _ = self._build(ModeKeys.EVAL)
@@ -294,7 +355,8 @@ class _Run:
         spec, element_spec, _ = self._build(mode)
         steps.check_spec(spec, mode)
         global_step = self._global_step()
-        checkpointer = checkpoints.Checkpointer(self.args["log_dir"], global_step, self.template.variables)
+        keyed, ambiguous = self.template.checkpoint_keys()
+        checkpointer = checkpoints.Checkpointer(self.args["log_dir"], global_step, keyed, ambiguous=ambiguous)
         checkpointer.restore(self.args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"),
                              warm_start_step=True)
         return spec, element_spec, int(global_step.numpy())

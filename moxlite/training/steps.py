@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from moxlite import errors
 from moxlite.contract import ModeKeys
+from moxlite.training import nonfinite
 from moxlite.training.inputs import as_model_inputs, batch_size_of
 
 
@@ -30,6 +31,14 @@ def check_spec(spec, mode, num_optimizers=None):
             raise errors.ModelFnError(
                 "model_fn returned ModelSpec(loss=None) in TRAIN mode; return the training loss: "
                 "ModelSpec(loss=loss, log_info={'loss': loss})")
+        for index, loss in enumerate(spec.losses):
+            _check_scalar_loss(loss, index if len(spec.losses) > 1 else None)
+        if len(spec.losses) == 1 and spec.var_scopes is not None:
+            scopes = list(spec.var_scopes)
+            if len(scopes) != 1 and not all(isinstance(s, str) for s in scopes):
+                raise errors.ModelFnError(
+                    f"model_fn returned one loss but var_scopes={errors.describe(spec.var_scopes)} holds "
+                    f"{len(scopes)} lists; give one list of variable-name scopes, e.g. var_scopes=[['head']]")
         if len(spec.losses) > 1:
             if spec.var_scopes is None or len(spec.var_scopes) != len(spec.losses):
                 raise errors.ModelFnError(
@@ -58,6 +67,18 @@ def check_spec(spec, mode, num_optimizers=None):
                 f"log_info[{name!r}] is {errors.describe(value)}; log_info values must be scalar tensors")
 
 
+def _check_scalar_loss(loss, index):
+    """MoXing's loss is a scalar; a per-example loss would be summed by the gradient, as if the
+    learning rate were multiplied by the batch size."""
+    shape = getattr(loss, "shape", None)
+    if shape is None or shape.rank in (None, 0):
+        return
+    name = "loss" if index is None else f"loss[{index}]"
+    raise errors.ModelFnError(
+        f"model_fn returned a {name} of shape {shape.as_list()}, not a scalar; average it over the batch: "
+        f"ModelSpec(loss=tf.reduce_mean(per_example_loss), ...)")
+
+
 def loss_scale_of(optimizer):
     """The factor ``optimizer.scale_loss`` multiplies a loss by (1 without loss scaling)."""
     scale_loss = getattr(optimizer, "scale_loss", None)
@@ -74,19 +95,25 @@ class TrainStep:
     """
 
     def __init__(self, template, optimizers, variable_lists, num_replicas, gradient_clip=0.0,
-                 gradient_clip_type="global_norm"):
+                 gradient_clip_type="global_norm", skip_nonfinite=False):
         self.template = template
         self.optimizers = optimizers
         self.variable_lists = variable_lists
         self.num_replicas = num_replicas
         self.gradient_clip = gradient_clip
         self.gradient_clip_type = gradient_clip_type
+        # nonfinite_policy=skip: a step whose loss is non-finite hands NaN gradients to the
+        # optimizer stack, whose SkipNonFinite then skips it (see moxlite.training.nonfinite).
+        self.skip_nonfinite = skip_nonfinite
 
     def __call__(self, inputs):
         spec, gradient_lists = self._gradients(inputs)
+        guard = nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers)
+        if self.skip_nonfinite:
+            gradient_lists = nonfinite.poison_gradients(gradient_lists, guard[nonfinite.FLAG_KEY])
         for optimizer, gradients, variables in zip(self.optimizers, gradient_lists, self.variable_lists):
             self._apply(optimizer, optimizer, list(zip(gradients, variables)))
-        return log_values(spec)
+        return {**log_values(spec), **guard}
 
     def _gradients(self, inputs):
         """model_fn's spec and, per optimizer, the gradients of its (scaled) loss / replicas
@@ -129,7 +156,7 @@ class TrainStep:
         def body(index, gradient_sums, log_sums):
             micro_batch = tf.nest.map_structure(lambda part: tf.gather(part, index), stacked)
             spec, gradient_lists = self._gradients(micro_batch)
-            logs = log_values(spec)
+            logs = {**log_values(spec), **nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers)}
             new_sums = []
             for number, (sums, gradients) in enumerate(zip(gradient_sums, gradient_lists)):
                 added = []

@@ -13,12 +13,16 @@ create (or one of another shape) is a model_fn bug and fails loudly.
 
 import contextlib
 import inspect
+import weakref
 
 import keras
 import tensorflow as tf
+# TF1 variable stores have no public API; get_variable's name clashes across calls need one.
+from tensorflow.python.ops import variable_scope
 
-from moxlite import compat, errors
+from moxlite import compat, errors, graph_collections
 from moxlite.contract import ModelSpec
+from moxlite.training import naming
 from moxlite.training.calling import call_with_accepted_kwargs
 
 
@@ -43,6 +47,8 @@ class ModelTemplate:
         self._variables = []
         self._external_variables = []
         self._built = False
+        self._made_up_names = {}
+        self._stores = weakref.WeakKeyDictionary()
         # The last moxlite error raised inside a traced call: AutoGraph re-raises it wrapped in
         # its own StagingError, and run() unwraps it so the user sees our one-line message.
         self.last_error = None
@@ -52,6 +58,11 @@ class ModelTemplate:
         """Every variable model_fn uses: those it created, in creation order, then those of
         objects it closes over (style 1, a Keras model built before ``run``)."""
         return self._variables + self._external_variables
+
+    def checkpoint_keys(self):
+        """({stable name: variable} for ``variables``, names shared by several variables);
+        see ``moxlite.training.naming``."""
+        return naming.keyed(self.variables, self._made_up_names)
 
     @property
     def external_variables(self):
@@ -65,8 +76,10 @@ class ModelTemplate:
         non-trainable state of a Keras model closed over (BatchNorm statistics) is found through
         the Keras layers that model_fn references by name.
         """
+        names_before = naming.keras_name_counters()
         with tf.GradientTape() as tape:
             spec = self(inputs, mode, **kwargs)
+        self._made_up_names = naming.made_up_names(names_before, naming.keras_name_counters())
         known = set()
         for variable in self._variables:
             known.update(_identities(variable))
@@ -94,11 +107,11 @@ class ModelTemplate:
 
     def __call__(self, inputs, mode, **kwargs):
         """Run model_fn(inputs, mode) and check that it returned a ModelSpec."""
-        with self._reuse_scope():
+        with self._reuse_scope(), graph_collections.model_fn_scope():
             spec = call_with_accepted_kwargs(self._model_fn, inputs, mode, **kwargs)
         self._built = True
         if not isinstance(spec, ModelSpec):
-            raise errors.ModelFnError(
+            raise errors.ModelFnTypeError(
                 f"model_fn returned {errors.describe(spec)}; it must return "
                 f"moxlite.ModelSpec(loss=..., log_info=...)")
         return spec
@@ -114,8 +127,22 @@ class ModelTemplate:
                 return variable
             return self._reuse(cursor, kwargs)
 
-        with tf.variable_creator_scope(creator):
+        with variable_scope.with_variable_store(self._variable_store()), \
+                tf.variable_creator_scope(creator):
             yield
+
+    def _variable_store(self):
+        """This template's TF1 variable store for the graph being built.
+
+        The default store is a collection of the global graph, which traced steps inherit, so
+        get_variable names of an earlier run() (or template) in the process would collide
+        ("Variable W already exists"). One store per graph and template: the replicas of one
+        traced step share it (MirroredStrategy asks replica 1 to reuse replica 0's variables).
+        """
+        graph = tf.compat.v1.get_default_graph()
+        if graph not in self._stores:
+            self._stores[graph] = variable_scope._VariableStore()
+        return self._stores[graph]
 
     def _reuse(self, cursor, kwargs):
         try:

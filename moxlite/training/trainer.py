@@ -32,10 +32,12 @@ def _to_numpy(logs):
 
 
 def train(loop, start_step, target_step, cadence, checkpointer, summaries, global_batch_size,
-          learning_rate: Optional[Callable] = None, evaluate: Optional[Callable] = None, hooks=()):
+          learning_rate: Optional[Callable] = None, evaluate: Optional[Callable] = None, hooks=(),
+          should_stop: Optional[Callable] = None):
     """Run ``loop`` from ``start_step`` to ``target_step`` (None: until the input ends).
 
     ``hooks`` are called as ``hook(global_step, log_values)`` at every log line.
+    ``should_stop()`` is asked after every traced call (an interrupt): True ends the run there.
     Returns (last global step, last log values as numpy).
     """
     logger = reporting.get_logger()
@@ -78,5 +80,7 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
             throughput.reset(step)  # saving and evaluating are not training time
         if done < chunk:
             logger.info("Input ended at global step %d", step)
+            break
+        if should_stop is not None and should_stop():
             break
     return step, _to_numpy(logs)

@@ -13,11 +13,11 @@ def _check_optimizer_fn(optimizer_fn):
     factories = optimizer_fn if isinstance(optimizer_fn, (list, tuple)) else [optimizer_fn]
     for factory in factories:
         if looks_like_optimizer(factory):
-            raise errors.OptimizerError(
+            raise errors.OptimizerTypeError(
                 f"optimizer_fn is an optimizer instance ({type(factory).__name__}), not a function that "
                 f"returns one; wrap it: optimizer_fn=lambda: opt (or use moxlite.get_optimizer_fn(...))")
         if not callable(factory):
-            raise errors.OptimizerError(
+            raise errors.OptimizerTypeError(
                 f"optimizer_fn={errors.describe(factory)} is not callable; pass a zero-argument function "
                 f"that returns an optimizer, e.g. moxlite.get_optimizer_fn('momentum', 0.1, momentum=0.9)")
     return list(factories)
@@ -32,6 +32,17 @@ def _positive_int(name, value, allow_none=True, allow_zero=False):
     return value
 
 
+def check_log_dir(log_dir, error=errors.ArgumentError):
+    """log_dir must be a directory, or not exist yet (it is created)."""
+    if not log_dir:
+        return
+    from moxlite import file as mox_file  # local, s3:// and obs:// (TF's gfile has no s3 in 2.21)
+
+    if mox_file.exists(log_dir) and not mox_file.is_directory(log_dir):
+        raise error(f"log_dir={log_dir!r} is a file, not a directory; pass a directory (new or of an "
+                    f"earlier run) for checkpoints and summaries")
+
+
 def validate_run_arguments(args):
     """Raise a moxlite error naming the argument, the value and the fix; return the cleaned args.
 
@@ -43,11 +54,11 @@ def validate_run_arguments(args):
             f"run_mode={errors.describe(mode)} is not valid; use one of moxlite.ModeKeys: "
             f"{', '.join(ModeKeys.ALL)}")
     if not callable(args["input_fn"]):
-        raise errors.ArgumentError(
+        raise errors.ArgumentTypeError(
             f"input_fn={errors.describe(args['input_fn'])} is not callable; pass a function "
             f"input_fn(mode) that returns a tf.data.Dataset")
     if not callable(args["model_fn"]):
-        raise errors.ArgumentError(
+        raise errors.ArgumentTypeError(
             f"model_fn={errors.describe(args['model_fn'])} is not callable; pass a function "
             f"model_fn(inputs, mode) that returns a moxlite.ModelSpec")
     if mode == ModeKeys.TRAIN:
@@ -57,7 +68,7 @@ def validate_run_arguments(args):
                 "optimizer_fn=moxlite.get_optimizer_fn('momentum', learning_rate=0.1, momentum=0.9)")
         args["optimizer_fn"] = _check_optimizer_fn(args["optimizer_fn"])
     if args["output_fn"] is not None and not callable(args["output_fn"]):
-        raise errors.ArgumentError(
+        raise errors.ArgumentTypeError(
             f"output_fn={errors.describe(args['output_fn'])} is not callable; pass output_fn(outputs) "
             f"taking a list of dicts of numpy arrays")
     if args["inter_mode"] not in (None, ModeKeys.EVAL):
@@ -80,6 +91,7 @@ def validate_run_arguments(args):
         raise errors.ArgumentError(
             "log_dir is required in TRAIN mode (checkpoints and summaries go there); pass log_dir=... "
             "or --log_dir")
+    check_log_dir(args["log_dir"])
     _positive_int("max_number_of_steps", args["max_number_of_steps"], allow_none=False, allow_zero=True)
     for name in ("log_every_n_steps", "output_every_n_steps", "save_summary_steps"):
         _positive_int(name, args[name], allow_none=False, allow_zero=True)

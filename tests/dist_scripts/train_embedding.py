@@ -78,8 +78,7 @@ def train(log_dir, steps, batch, save_steps):
 
 def numpy_loss(checkpoint_prefix):
     """Mean cross-entropy of the saved model on the training rows, computed in numpy."""
-    reader = tf.train.load_checkpoint(checkpoint_prefix)
-    table, kernel, bias = (reader.get_tensor(f"model/v000{i}/.ATTRIBUTES/VARIABLE_VALUE") for i in range(3))
+    table, kernel, bias = runlib.checkpoint_variables(checkpoint_prefix)
     images, labels = runlib.mnist_rows(NUM_ROWS)
     tokens = pixel_tokens(tf.constant(images)).numpy()
     bag = (table[tokens].astype(np.float64) * images[:, :, np.newaxis]).sum(axis=1)

@@ -4,7 +4,8 @@ Used by the end-to-end distributed tests (one process per task, started by
 tools/launch_local.py) and, imported, for the single-process reference run.
 
     python tests/dist_scripts/train_mnist.py --log_dir=/tmp/x --steps=20 --batch=16 [--model=mlp|softmax]
-        [--save_steps=10] [--optimizer=sgd|momentum_lars] [--num_batches=1]  + MoXing cluster flags
+        [--save_steps=10] [--optimizer=sgd|momentum_lars] [--num_batches=1] [--nan_row=N]
+        + MoXing cluster flags
 
 ``--optimizer=momentum_lars`` trains with momentum -> lars; ``--num_batches=N`` (N > 1) adds
 batch_gradients(N) outermost: momentum -> lars -> batch_gradients.
@@ -40,8 +41,11 @@ def optimizer_fn_for(optimizer="sgd", num_batches=1):
     return optimizer_fn
 
 
-def train(log_dir, steps, batch, model="mlp", save_steps=10, log_every=5, optimizer="sgd", num_batches=1):
+def train(log_dir, steps, batch, model="mlp", save_steps=10, log_every=5, optimizer="sgd", num_batches=1,
+          nan_row=None):
     images, labels = runlib.mnist_rows(NUM_ROWS)
+    if nan_row is not None:   # a NaN in one sample: the loss of the step that reads it is NaN
+        images[nan_row, 0] = float("nan")
     input_fn = runlib.input_fn_for(images, labels)
     model_fn = runlib.mlp_model_fn if model == "mlp" else runlib.softmax_model_fn
     return mox.run(input_fn=input_fn, model_fn=model_fn,
@@ -61,10 +65,11 @@ def main():
     parser.add_argument("--log_every", type=int, default=5)
     parser.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum_lars"])
     parser.add_argument("--num_batches", type=int, default=1)
+    parser.add_argument("--nan_row", type=int, default=None)
     args, _ = parser.parse_known_args()
     print(f"PID {os.getpid()}", flush=True)
     result = train(args.log_dir, args.steps, args.batch, args.model, args.save_steps, args.log_every,
-                   args.optimizer, args.num_batches)
+                   args.optimizer, args.num_batches, args.nan_row)
     if result is not None:  # None in a process that only served
         print("RESULT " + json.dumps({key: float(value) for key, value in result.items()}), flush=True)
     return 0

@@ -1,0 +1,106 @@
+"""MoXing's raw-image helpers: ``ImageClassificationRawMetadata`` and ``ImageClassificationRawDataset``.
+
+A raw image data set is a folder with one sub-folder per class
+(``base_dir/<label>/<image file>``); classes are numbered in sorted folder
+order. Folders are listed through ``tf.io.gfile``, so any file system
+TensorFlow knows works. The data set yields the features ``image`` (decoded,
+then passed through ``augmentation_fn``), ``label`` (int32) and
+``image_name`` (the file's path), as ``dataset.get([...])`` names them.
+"""
+
+import tensorflow as tf
+
+from moxlite import errors
+from moxlite.data.datasets import IMAGE_EXTENSIONS
+from moxlite.data.feature_dataset import FeatureDataset
+from moxlite.file import data_cache
+
+
+class ImageClassificationRawMetadata:
+    """What a class-folder tree holds.
+
+    labels: the class names (sub-folder names, sorted); label i is labels[i].
+    num_classes, total_num_samples: counts.
+    file_paths, label_ids: every image and its label, in folder then file-name order.
+    """
+
+    def __init__(self, base_dir, redirect_dir=None, **unused):
+        if isinstance(base_dir, str):
+            base_dir = data_cache.local_copy(base_dir)  # s3:// / obs://: TF reads a local copy
+        if not base_dir or not isinstance(base_dir, str) or not tf.io.gfile.isdir(base_dir):
+            raise errors.ArgumentError(
+                f"ImageClassificationRawMetadata: base_dir={errors.describe(base_dir)} is not a folder; give "
+                "a folder with one sub-folder of images per class")
+        self.base_dir = base_dir
+        self.redirect_dir = redirect_dir
+        self.labels = sorted(name.rstrip("/") for name in tf.io.gfile.listdir(base_dir)
+                             if tf.io.gfile.isdir(tf.io.gfile.join(base_dir, name)))
+        self.file_paths, self.label_ids = [], []
+        for label_id, label in enumerate(self.labels):
+            folder = tf.io.gfile.join(base_dir, label)
+            for file_name in sorted(tf.io.gfile.listdir(folder)):
+                if file_name.lower().endswith(IMAGE_EXTENSIONS):
+                    self.file_paths.append(tf.io.gfile.join(folder, file_name))
+                    self.label_ids.append(label_id)
+        if not self.file_paths:
+            raise errors.ArgumentError(
+                f"ImageClassificationRawMetadata: {base_dir!r} holds no {'/'.join(IMAGE_EXTENSIONS)} image in "
+                "class sub-folders; lay it out as base_dir/<class name>/<image>")
+        self.num_classes = len(self.labels)
+        self.total_num_samples = len(self.file_paths)
+
+
+class AsyncRawGenerator:
+    """MoXing's asynchronous reader class, accepted as ``reader_class``: tf.data already reads ahead."""
+
+
+class ImageClassificationRawDataset(FeatureDataset):
+    """The images of an ``ImageClassificationRawMetadata``, decoded and augmented on tf.data.
+
+    batch_size: optional; if given it must equal run's per-device batch_size.
+    num_epochs: passes over the images; None repeats forever.
+    shuffle: shuffle the images every pass (seeded by ``seed``, so every worker
+        sees one order and the runner's per-worker shards partition it).
+    augmentation_fn: ``image -> image`` on one decoded uint8 RGB image, e.g.
+        ``get_data_augmentation_fn(name, mode)``; images must come out of it of
+        one size for batching.
+    reader_class: accepted for MoXing's signature (``AsyncRawGenerator``).
+    """
+
+    def __init__(self, metadata, batch_size=None, num_epochs=None, shuffle=True, augmentation_fn=None,
+                 num_parallel=None, reader_class=None, seed=0, channels=3, **unused):
+        super().__init__(batch_size=batch_size, num_parallel=num_parallel)
+        if num_epochs is not None and (isinstance(num_epochs, bool) or not isinstance(num_epochs, int)
+                                       or num_epochs < 1):
+            raise errors.ArgumentError(
+                f"ImageClassificationRawDataset: num_epochs={errors.describe(num_epochs)} must be a positive "
+                "integer or None (repeat forever)")
+        if augmentation_fn is not None and not callable(augmentation_fn):
+            raise errors.ArgumentError(
+                f"ImageClassificationRawDataset: augmentation_fn={errors.describe(augmentation_fn)} is not "
+                "callable; give a function image -> image such as mox.get_data_augmentation_fn(name, mode)")
+        self.metadata = metadata
+        self.num_epochs = num_epochs
+        self.shuffle = bool(shuffle)
+        self.augmentation_fn = augmentation_fn
+        self.seed = seed
+        self.channels = channels
+
+    def _records(self):
+        records = tf.data.Dataset.from_tensor_slices(
+            (self.metadata.file_paths, tf.constant(self.metadata.label_ids, tf.int32)))
+        if self.shuffle:
+            records = records.shuffle(len(self.metadata.file_paths), seed=self.seed, reshuffle_each_iteration=True)
+        return records.repeat(self.num_epochs)
+
+    def _parse(self, path, label):
+        return tf.io.read_file(path), label, path
+
+    def _build_features(self, data, label, path):
+        image = tf.io.decode_image(data, channels=self.channels, expand_animations=False)
+        image.set_shape([None, None, self.channels])
+        if self.augmentation_fn is not None:
+            image = self.augmentation_fn(image)
+        self._add_feature("image", image)
+        self._add_feature("label", label)
+        self._add_feature("image_name", path)

@@ -1,0 +1,29 @@
+"""``mox.file``: MoXing's file API on local paths and S3-compatible object storage (OBS, S3).
+
+    import moxlite as mox
+    mox.file.copy_parallel("s3://bucket/data", "/cache/data")
+    with mox.file.File("s3://bucket/out/result.csv", "w") as f:
+        f.write("id,label\n")
+
+The endpoint and credentials come from ``S3_ENDPOINT`` and ``AWS_ACCESS_KEY_ID`` /
+``AWS_SECRET_ACCESS_KEY`` (or ``set_auth``); see ``moxlite.file.storage``. Failures raise
+``moxlite.file.errors.ObjectStorageError`` subclasses with a one-line message.
+"""
+
+from moxlite.file.errors import (MissingPathError, ObjectStorageError, PathExistsError, StorageAccessError,
+                                 StorageUnreachableError)
+from moxlite.file.file_object import File
+from moxlite.file.operations import (DirEntry, FileStat, append, exists, get_size, glob, is_directory,
+                                     list_directory, make_dirs, mk_dir, read, remove, scan_dir, stat,
+                                     walk, write)
+from moxlite.file.storage import endpoint_url, is_remote, reset_auth, set_auth
+from moxlite.file.sync import BackgroundSync, background_sync_copy
+from moxlite.file.transfer import copy, copy_parallel, rename
+
+__all__ = [
+    "BackgroundSync", "DirEntry", "File", "FileStat", "MissingPathError", "ObjectStorageError",
+    "PathExistsError", "StorageAccessError", "StorageUnreachableError", "append", "background_sync_copy",
+    "copy", "copy_parallel", "endpoint_url", "exists", "get_size", "glob", "is_directory", "is_remote",
+    "list_directory", "make_dirs", "mk_dir", "read", "remove", "rename", "reset_auth", "scan_dir",
+    "set_auth", "stat", "walk", "write",
+]

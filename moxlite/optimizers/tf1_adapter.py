@@ -1,0 +1,159 @@
+"""Accept the ``tf.compat.v1.train`` optimizers that MoXing scripts return from ``optimizer_fn``.
+
+MoXing's own example is ``optimizer_fn=lambda: tf.train.MomentumOptimizer(0.01, 0.9)``.
+``as_keras_optimizer`` recognises such an instance (GradientDescent, Momentum,
+Adam, RMSProp, Adagrad, Adadelta, Ftrl; exactly those classes, not
+subclasses, whose overridden methods would be lost) and returns the
+``moxlite.optimizers.tf1`` optimizer with the same hyperparameters and TF1's
+update formula, which moxlite's loop, wrappers and strategies then drive like
+any Keras 3 optimizer.
+
+The learning rate follows moxlite's global step. A TF1 decay function
+(``tf.compat.v1.train.piecewise_constant(global_step, ...)``,
+``exponential_decay``...) returns, in eager mode, a ``functools.partial`` of a
+schedule and the step variable it was given; the schedule is re-bound to the
+run's global step, whichever step variable the script made. While
+``optimizer_fn`` runs, ``tf.compat.v1.train.get_or_create_global_step()`` and
+``get_global_step()`` return the run's global step, so a learning rate
+written as a lambda over that step follows it too. The schedule sees the
+global step itself (every micro-batch under ``batch_gradients``), which is
+what the script's ``global_step`` names in moxlite.
+"""
+
+import contextlib
+import functools
+
+import tensorflow as tf
+from absl import logging
+
+from moxlite import context, errors
+from moxlite.optimizers import schedules, tf1
+
+# TF1 class name -> (moxlite class, TF1 attribute of the learning rate,
+#                    {moxlite hyperparameter: TF1 attribute}).
+_TRANSLATIONS = {
+    "GradientDescentOptimizer": (tf1.TF1GradientDescent, "_learning_rate", {}),
+    "MomentumOptimizer": (tf1.TF1Momentum, "_learning_rate",
+                          {"momentum": "_momentum", "use_nesterov": "_use_nesterov"}),
+    "AdamOptimizer": (tf1.TF1Adam, "_lr", {"beta1": "_beta1", "beta2": "_beta2", "epsilon": "_epsilon"}),
+    "RMSPropOptimizer": (tf1.TF1RMSProp, "_learning_rate",
+                         {"decay": "_decay", "momentum": "_momentum", "epsilon": "_epsilon",
+                          "centered": "_centered"}),
+    "AdagradOptimizer": (tf1.TF1Adagrad, "_learning_rate",
+                         {"initial_accumulator_value": "_initial_accumulator_value"}),
+    "AdadeltaOptimizer": (tf1.TF1Adadelta, "_lr", {"rho": "_rho", "epsilon": "_epsilon"}),
+    "FtrlOptimizer": (tf1.TF1Ftrl, "_learning_rate",
+                      {"learning_rate_power": "_learning_rate_power",
+                       "initial_accumulator_value": "_initial_accumulator_value",
+                       "l1_regularization_strength": "_l1_regularization_strength",
+                       "l2_regularization_strength": "_l2_regularization_strength",
+                       "l2_shrinkage_regularization_strength": "_l2_shrinkage_regularization_strength",
+                       "beta": "_beta"}),
+}
+
+SUPPORTED = tuple(f"tf.compat.v1.train.{name}" for name in _TRANSLATIONS)
+
+
+def is_tf1_optimizer(obj):
+    """True for an instance of any ``tf.compat.v1.train.Optimizer``."""
+    return isinstance(obj, tf.compat.v1.train.Optimizer)
+
+
+def _refuse(optimizer, why):
+    return errors.OptimizerTypeError(
+        f"optimizer_fn returned tf.compat.v1.train.{type(optimizer).__name__}, {why}; return one of "
+        f"{', '.join(name.rsplit('.', 1)[1] for name in SUPPORTED)} from tf.compat.v1.train, "
+        "or a Keras optimizer (e.g. moxlite.get_optimizer_fn('momentum', 0.1, momentum=0.9))")
+
+
+def _hyperparameter(optimizer, key, value):
+    """A hyperparameter as a Python number; TF1 tensors are read, variables and callables refused."""
+    if isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, tf.Variable) or callable(value):
+        raise _refuse(optimizer, f"whose {key} is a {type(value).__name__}, which moxlite would read "
+                                 "only once; give a number (only the learning rate may change over time)")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise _refuse(optimizer, f"whose {key}={errors.describe(value)} is not a number") from None
+
+
+def _step_schedule(learning_rate):
+    """The schedule of a TF1 decay function's eager result ``partial(schedule, step)``, else None."""
+    if not isinstance(learning_rate, functools.partial) or learning_rate.keywords or len(learning_rate.args) != 1:
+        return None
+    (step,) = learning_rate.args
+    if isinstance(step, tf.Variable) and step.dtype.is_integer:
+        return learning_rate.func
+    return None
+
+
+def _learning_rate(optimizer, value):
+    """What the Keras optimizer receives: a float, or a callable read at every step."""
+    if isinstance(value, bool):
+        raise _refuse(optimizer, f"whose learning_rate={value!r} is not a number")
+    if isinstance(value, (int, float)):
+        return float(value)
+    schedule = _step_schedule(value)
+    run_context = context.current()
+    if schedule is not None and run_context is not None:
+        logging.info("learning rate: %s of the global step, bound to moxlite's global step",
+                     type(schedule).__name__)
+        return schedules.GlobalStepLearningRate(schedule, run_context.global_step, counts="micro_steps")
+    if isinstance(value, tf.Variable):
+        return value.read_value
+    if callable(value):
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise _refuse(optimizer, f"whose learning_rate={errors.describe(value)} is neither a number, "
+                                 "a tensor nor a function of the global step") from None
+
+
+def as_keras_optimizer(optimizer):
+    """``optimizer`` itself, or the TF1-formula Keras optimizer standing for a TF1 one."""
+    if not is_tf1_optimizer(optimizer):
+        return optimizer
+    translation = _TRANSLATIONS.get(type(optimizer).__name__)
+    if translation is None or type(optimizer) is not getattr(tf.compat.v1.train, type(optimizer).__name__, None):
+        raise _refuse(optimizer, "which moxlite cannot translate")
+    cls, lr_attribute, attributes = translation
+    try:
+        raw_learning_rate = getattr(optimizer, lr_attribute)
+        raw = {key: getattr(optimizer, attribute) for key, attribute in attributes.items()}
+    except AttributeError as error:
+        raise _refuse(optimizer, f"whose attributes this TensorFlow version renamed ({error})") from None
+    hyperparameters = {key: _hyperparameter(optimizer, key, value) for key, value in raw.items()}
+    return cls(learning_rate=_learning_rate(optimizer, raw_learning_rate), **hyperparameters)
+
+
+@contextlib.contextmanager
+def run_global_step_as_tf1_global_step():
+    """Make TF1's global-step getters return the run's global step (while optimizer_fn runs)."""
+    run_context = context.current()
+    if run_context is None:
+        yield
+        return
+    train = tf.compat.v1.train
+    saved = {name: getattr(train, name) for name in ("get_or_create_global_step", "get_global_step")}
+
+    def run_global_step(graph=None):
+        del graph
+        return run_context.global_step
+
+    try:
+        for name in saved:
+            setattr(train, name, run_global_step)
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(train, name, function)
+
+
+def call_optimizer_fn(factory):
+    """Call an ``optimizer_fn`` inside a run and translate a TF1 optimizer it returns."""
+    with run_global_step_as_tf1_global_step():
+        optimizer = factory()
+    return as_keras_optimizer(optimizer)

@@ -1,0 +1,71 @@
+"""Stable checkpoint keys for model_fn's variables.
+
+A checkpoint keys each variable by its name without ``:0``: the name given to
+``get_variable`` under its ``variable_scope`` (``net/W``), or the Keras layer
+path (``head/kernel``, ``encoder/block/dense/kernel``). Names the user gave
+are kept as they are. Names Keras made up for unnamed layers (``dense``,
+``dense_3``) depend on how many layers the process created before, so they
+differ between a TRAIN and an EVAL run in one process; each such name is
+replaced by the one a fresh process would give (the first ``dense`` made by
+model_fn is ``dense``, the next ``dense_1``...), which the same model_fn
+reproduces in every run. A layer inserted before others shifts those made-up
+names: name the layers a warm start must find.
+"""
+
+import collections
+import re
+
+_AUTO_NAME = re.compile(r"^(?P<prefix>.+?)(?:_(?P<index>\d+))?$")
+
+
+def keras_name_counters():
+    """A copy of Keras's counters of made-up layer names (prefix -> names made so far)."""
+    try:
+        from keras.src.backend.common import global_state
+    except ImportError:  # a Keras without this module: keep every name as it is
+        return {}
+    counters = global_state.get_global_attribute("object_name_uids")
+    return dict(counters or {})
+
+
+def made_up_names(before, after):
+    """{made-up name: the name a fresh process would give} for names Keras made up between
+    two ``keras_name_counters`` snapshots."""
+    renamed = {}
+    for prefix, end in after.items():
+        start = before.get(prefix, 0)
+        for index in range(start, end):
+            name = prefix if index == 0 else f"{prefix}_{index}"
+            fresh = index - start
+            renamed[name] = prefix if fresh == 0 else f"{prefix}_{fresh}"
+    return renamed
+
+
+def variable_name(variable):
+    """A variable's name without the ``:0`` output suffix."""
+    name = getattr(variable, "name", None) or "<unnamed>"
+    return name[:-2] if name.endswith(":0") else name
+
+
+def stable_key(name, renamed):
+    """``name`` with each made-up path component replaced by its fresh-process form."""
+    return "/".join(renamed.get(part, part) for part in name.split("/"))
+
+
+def keyed(variables, renamed):
+    """(ordered {key: variable}, sorted names shared by several variables).
+
+    A name shared by several variables (unnamed ``tf.Variable`` s, two layers given the
+    same name) cannot say which is which: each gets ``name~k`` by creation order, and
+    the name is reported as ambiguous so that a warm start refuses to guess.
+    """
+    keys = [stable_key(variable_name(v), renamed) for v in variables]
+    counts = collections.Counter(keys)
+    seen = collections.Counter()
+    result = {}
+    for key, variable in zip(keys, variables):
+        if counts[key] > 1:
+            seen[key] += 1
+            key = f"{key}~{seen[key] - 1}"
+        result[key] = variable
+    return result, sorted(k for k, n in counts.items() if n > 1)

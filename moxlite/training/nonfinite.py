@@ -1,0 +1,152 @@
+"""What a run does when a loss or gradient stops being finite.
+
+A learning rate that blows up turns the loss into NaN; training on would write
+NaN weights into every later checkpoint and rotate the good ones away. The
+traced step computes one flag per step (``step_flag``): the *unscaled* loss is
+non-finite, or, when no loss-scaling optimizer is in the stack, a gradient is.
+Under a ``LossScaleOptimizer`` an overflowing scaled gradient is expected and
+that optimizer skips it, so only the loss is checked. The loop reduces the flag
+across replicas inside its traced call (no extra host sync per step) and:
+
+- ``stop`` (default): ends the traced call at the first such step; the run
+  raises ``NonFiniteError`` (step, value, the fix) without saving, so the last
+  finite checkpoint stays in ``log_dir``.
+- ``skip`` (``--nonfinite_policy=skip``, recipe ``run.nonfinite_policy``):
+  the update is not applied (``SkipNonFinite``, outermost below any loss
+  scaling), the step is counted and logged, and the run stops after
+  ``max_consecutive_nonfinite`` such steps in a row.
+"""
+
+import dataclasses
+
+import keras
+import tensorflow as tf
+
+from moxlite import errors, flags
+from moxlite.optimizers import wrapper as wrapper_lib
+
+POLICIES = ("stop", "skip")
+FLAG_KEY = "_moxlite_nonfinite"
+LOSS_KEY = "_moxlite_nonfinite_loss"
+PRIVATE_KEYS = (FLAG_KEY, LOSS_KEY)
+
+
+class NonFiniteError(errors.UserInputError):
+    """Training met a non-finite loss or gradient and stopped without saving it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """``stop`` or ``skip``, and how many skipped steps in a row end the run."""
+
+    action: str = "stop"
+    max_consecutive: int = 10
+
+    @classmethod
+    def from_flags(cls):
+        action = flags.get_flag("nonfinite_policy") or "stop"
+        if action not in POLICIES:
+            raise errors.ArgumentError(
+                f"nonfinite_policy={action!r} is not valid; use 'stop' (default) or 'skip'")
+        count = flags.get_flag("max_consecutive_nonfinite")
+        if not isinstance(count, int) or count < 1:
+            raise errors.ArgumentError(
+                f"max_consecutive_nonfinite={count!r} is not valid; pass a positive integer")
+        return cls(action, count)
+
+
+def has_loss_scaling(optimizer):
+    """True when a Keras LossScaleOptimizer is in ``optimizer``'s stack."""
+    while optimizer is not None:
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+            return True
+        optimizer = getattr(optimizer, "inner_optimizer", None)
+    return False
+
+
+def all_finite(tensors):
+    """A bool scalar: every element of every tensor (None skipped) is finite."""
+    checks = [tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(t))) for t in tensors if t is not None]
+    return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
+
+
+def step_flag(losses, gradient_lists, optimizers):
+    """{FLAG_KEY: 1.0 when this replica's step is non-finite else 0.0, LOSS_KEY: the loss}.
+
+    ``losses`` are unscaled; gradients count only for optimizers without loss scaling.
+    """
+    checked = [g for gradients, optimizer in zip(gradient_lists, optimizers)
+               if not has_loss_scaling(optimizer) for g in gradients]
+    losses = [tf.cast(loss, tf.float32) for loss in losses]
+    finite = tf.logical_and(all_finite(losses), all_finite(checked))
+    return {FLAG_KEY: 1.0 - tf.cast(finite, tf.float32), LOSS_KEY: tf.add_n(losses)}
+
+
+def poison_gradients(gradient_lists, flag):
+    """Gradients that are NaN when ``flag`` says the loss was: SkipNonFinite then skips the step."""
+    poison = tf.where(flag > 0, float("nan"), 0.0)
+    return [[None if g is None else g + tf.cast(poison, g.dtype) for g in gradients]
+            for gradients in gradient_lists]
+
+
+def stop_message(step, loss, log_dir, last_checkpoint, consecutive=None):
+    what = (f"{consecutive} non-finite steps in a row (nonfinite_policy=skip, max_consecutive_nonfinite="
+            f"{consecutive}) up to global step {step}" if consecutive else f"non-finite loss or gradient at "
+            f"global step {step}")
+    kept = f"the last finite checkpoint is kept: {last_checkpoint}" if last_checkpoint else \
+        f"nothing was saved to log_dir={log_dir!r}"
+    return (f"{what} (loss={loss}): training stopped, {kept}; lower the learning rate or set gradient_clip, "
+            f"check input_fn's data for NaN/Inf, or skip such steps with --nonfinite_policy=skip "
+            f"(moxlite.set_flag('nonfinite_policy', 'skip'), recipe run.nonfinite_policy: skip)")
+
+
+class SkipNonFinite(wrapper_lib.OptimizerWrapper):
+    """Applies the update only when every gradient (summed over replicas) is finite."""
+
+    NAME = "skip_nonfinite"
+    PARAMETERS = {}
+
+    def __init__(self, inner_optimizer, name=None):
+        # Not OptimizerWrapper.__init__: this internal wrapper must not log MoXing's
+        # "wrappers are for asynchronous training" warning.
+        keras.optimizers.Optimizer.__init__(self, learning_rate=0.0, name=name or self.NAME)
+        self.inner_optimizer = inner_optimizer
+        if not isinstance(inner_optimizer, wrapper_lib.OptimizerWrapper):
+            wrapper_lib._install_reduction_switch(inner_optimizer)
+
+    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced):
+        if not reduced:
+            grads = wrapper_lib.sum_across_replicas(distribution, grads, variables)
+        grads, variables = list(grads), list(variables)
+        finite = all_finite([distribution.experimental_local_results(g)[0] for g in grads])
+
+        def apply():
+            self._apply_inner(distribution, grads, variables, reduced=True)
+            return tf.constant(True)
+
+        tf.cond(finite, apply, lambda: tf.constant(False))
+
+
+def handle(policy, loop, step, loss, count, consecutive):
+    """After a traced call that met ``count`` non-finite steps: raise, or log the skips.
+
+    Raises ``NonFiniteStep`` (turned into ``NonFiniteError`` by ``run``, which knows
+    log_dir) under ``stop`` or after ``max_consecutive`` skips in a row.
+    """
+    from moxlite.training.reporting import get_logger
+
+    if policy.action == "stop":
+        raise NonFiniteStep(step, loss)
+    loop.skipped_nonfinite += count
+    get_logger().warning("Skipped %d non-finite step(s) up to global step %d (loss=%s): %d in a row, %d in "
+                         "all (nonfinite_policy=skip)", count, step, loss, consecutive, loop.skipped_nonfinite)
+    if consecutive >= policy.max_consecutive:
+        raise NonFiniteStep(step, loss, consecutive)
+
+
+class NonFiniteStep(Exception):
+    """Raised by a loop at a non-finite step; ``run`` reports it as ``NonFiniteError``."""
+
+    def __init__(self, step, loss, consecutive=None):
+        super().__init__(f"non-finite step {step}")
+        self.step, self.loss, self.consecutive = step, loss, consecutive

@@ -1,0 +1,149 @@
+"""Checkpoints keyed by stable names (issue 8, item 5).
+
+Restore and warm start match variables by name and shape, checked against the
+checkpoint's own contents: a layer inserted before the head, layers created in
+the other order, Keras made-up names across runs in one process, what does not
+match, and checkpoints written by the earlier creation-order format.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import moxlite as mox
+from moxlite import errors
+from tests import runlib
+
+BATCH = 16
+TINY_LR = 1e-12   # one step that leaves restored weights where they were, to within float32
+
+
+def _dense(units, name, seed):
+    return keras.layers.Dense(units, name=name, kernel_initializer=keras.initializers.GlorotUniform(seed=seed))
+
+
+def base_model_fn(inputs, mode):
+    images, labels = inputs
+    hidden = _dense(32, "hidden", 1)(images)
+    return runlib.spec_for(images, labels, _dense(runlib.NUM_CLASSES, "head", 2)(tf.nn.relu(hidden)))
+
+
+def inserted_model_fn(inputs, mode):
+    """A layer inserted before the head: creation order shifts, names do not."""
+    images, labels = inputs
+    hidden = _dense(32, "hidden", 1)(images)
+    extra = _dense(32, "inserted", 3)(tf.nn.relu(hidden))
+    return runlib.spec_for(images, labels, _dense(runlib.NUM_CLASSES, "head", 2)(tf.nn.relu(extra)))
+
+
+def swapped_model_fn(inputs, mode):
+    """Two layers of equal shapes created in the other order than in the checkpoint."""
+    images, labels = inputs
+    second = _dense(runlib.NUM_CLASSES, "b_branch", 5)(images)   # Keras creates variables on call
+    first = _dense(runlib.NUM_CLASSES, "a_branch", 4)(images)
+    return runlib.spec_for(images, labels, first + second)
+
+
+def ordered_model_fn(inputs, mode):
+    images, labels = inputs
+    first = _dense(runlib.NUM_CLASSES, "a_branch", 4)
+    second = _dense(runlib.NUM_CLASSES, "b_branch", 5)
+    return runlib.spec_for(images, labels, first(images) + second(images))
+
+
+def unnamed_model_fn(inputs, mode):
+    images, labels = inputs
+    hidden = keras.layers.Dense(32, kernel_initializer=keras.initializers.GlorotUniform(seed=1))(images)
+    return runlib.spec_for(images, labels, keras.layers.Dense(runlib.NUM_CLASSES)(tf.nn.relu(hidden)))
+
+
+def unnamed_inserted_model_fn(inputs, mode):
+    images, labels = inputs
+    hidden = keras.layers.Dense(32)(images)
+    extra = keras.layers.Dense(16)(tf.nn.relu(hidden))
+    return runlib.spec_for(images, labels, keras.layers.Dense(runlib.NUM_CLASSES)(tf.nn.relu(extra)))
+
+
+def _run(log_dir, model_fn, steps, lr=0.05, **kwargs):
+    images, labels = runlib.mnist_rows(128)
+    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
+                   optimizer_fn=mox.get_optimizer_fn("sgd", lr), run_mode=mox.ModeKeys.TRAIN,
+                   batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=steps, **kwargs)
+
+
+def test_warm_start_with_an_inserted_layer_restores_each_variable_by_name(tmp_path):
+    _run(tmp_path / "base", base_model_fn, 3)
+    source = runlib.checkpoint_by_name(tmp_path / "base")
+    assert list(source) == ["hidden/kernel", "hidden/bias", "head/kernel", "head/bias"]
+    mox.set_flag("checkpoint_exclude_patterns", "inserted")
+    _run(tmp_path / "tuned", inserted_model_fn, 1, lr=TINY_LR, checkpoint_path=str(tmp_path / "base"))
+    tuned = runlib.checkpoint_by_name(tmp_path / "tuned")
+    for name in source:
+        np.testing.assert_allclose(tuned[name], source[name], atol=1e-6, err_msg=name)
+    assert tuned["inserted/kernel"].shape == (32, 32)
+
+
+def test_layers_created_in_the_other_order_restore_by_name(tmp_path):
+    _run(tmp_path / "base", ordered_model_fn, 3)
+    source = runlib.checkpoint_by_name(tmp_path / "base")
+    assert not np.allclose(source["a_branch/kernel"], source["b_branch/kernel"])
+    _run(tmp_path / "tuned", swapped_model_fn, 1, lr=TINY_LR, checkpoint_path=str(tmp_path / "base"))
+    tuned = runlib.checkpoint_by_name(tmp_path / "tuned")
+    assert list(tuned)[0] == "b_branch/kernel"   # created first this time
+    for name in source:
+        np.testing.assert_allclose(tuned[name], source[name], atol=1e-6, err_msg=name)
+    # Resuming the same log_dir with the other creation order also reads by name.
+    _run(tmp_path / "base", swapped_model_fn, 3)
+    np.testing.assert_allclose(runlib.checkpoint_by_name(tmp_path / "base")["a_branch/kernel"],
+                               source["a_branch/kernel"], atol=1e-6)
+
+
+def test_made_up_keras_names_match_across_runs_in_one_process(tmp_path):
+    """Unnamed layers get dense, dense_1 in the checkpoint whatever Keras's counters say."""
+    keras.layers.Dense(3)   # moves Keras's name counter, as earlier work in a process would
+    _run(tmp_path / "run", unnamed_model_fn, 3)
+    saved = runlib.checkpoint_by_name(tmp_path / "run")
+    assert list(saved) == ["dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"]
+    images, labels = runlib.mnist_rows(128)
+    metrics = mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=unnamed_model_fn,
+                      run_mode=mox.ModeKeys.EVAL, batch_size=BATCH, log_dir=str(tmp_path / "run"))
+    hidden = np.maximum(images @ saved["dense/kernel"] + saved["dense/bias"], 0)
+    logits = hidden @ saved["dense_1/kernel"] + saved["dense_1/bias"]
+    np.testing.assert_allclose(metrics["accuracy"], np.mean(logits.argmax(1) == labels), atol=1e-6)
+
+
+def test_unmatched_names_fail_with_the_lists_and_write_nothing(tmp_path):
+    _run(tmp_path / "base", unnamed_model_fn, 2)
+    before = runlib.directory_state(tmp_path / "base")
+    with pytest.raises(errors.CheckpointError) as raised:
+        _run(tmp_path / "tuned", unnamed_inserted_model_fn, 1, checkpoint_path=str(tmp_path / "base"))
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "not in the checkpoint: [dense_2/kernel, dense_2/bias]" in message
+    assert "shape differs" in message and "dense_1/kernel (32, 16) vs (32, 10)" in message
+    assert "checkpoint_exclude_patterns" in message
+    assert runlib.directory_state(tmp_path / "base") == before
+
+
+def _write_creation_order_checkpoint(directory, arrays, step):
+    """A checkpoint as the earlier moxlite wrote it: model/v0000... in creation order."""
+    variables = {f"v{i:04d}": tf.Variable(a) for i, a in enumerate(arrays)}
+    checkpoint = tf.train.Checkpoint(global_step=tf.Variable(step, dtype=tf.int64), model=variables)
+    tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=1,
+                               checkpoint_name="model.ckpt").save(checkpoint_number=step)
+
+
+def test_checkpoints_keyed_by_creation_order_still_read_or_say_how_to_convert(tmp_path):
+    rng = np.random.RandomState(0)
+    arrays = [rng.rand(784, 32).astype(np.float32), rng.rand(32).astype(np.float32),
+              rng.rand(32, 10).astype(np.float32), rng.rand(10).astype(np.float32)]
+    _write_creation_order_checkpoint(tmp_path / "old", arrays, step=7)
+    images, labels = runlib.mnist_rows(128)
+    metrics = mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=base_model_fn,
+                      run_mode=mox.ModeKeys.EVAL, batch_size=BATCH, log_dir=str(tmp_path / "old"))
+    logits = np.maximum(images @ arrays[0] + arrays[1], 0) @ arrays[2] + arrays[3]
+    assert metrics["global_step"] == 7
+    np.testing.assert_allclose(metrics["accuracy"], np.mean(logits.argmax(1) == labels), atol=1e-6)
+    with pytest.raises(errors.CheckpointError, match="keyed variables by creation order.*convert it first"):
+        _run(tmp_path / "tuned", inserted_model_fn, 1, checkpoint_path=str(tmp_path / "old"))

@@ -1,0 +1,126 @@
+"""Non-finite losses and gradients (issue 8, item 2).
+
+A NaN planted in one batch stands in for a learning rate that blows up: the
+default stops at that step with one line and keeps the last finite
+checkpoint (checked against numpy), on 1 and 2 replicas and with several
+steps per traced call; nonfinite_policy=skip skips exactly that update
+(numpy with the step left out, momentum included) and stops after K in a row.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import moxlite as mox
+from moxlite.training import nonfinite
+from tests import runlib
+
+BATCH = 16
+BAD_BATCH = 12      # 0-based: global step 13 meets it
+
+
+def _poisoned(images, bad_batches):
+    images = images.copy()
+    for batch in bad_batches:
+        images[batch * BATCH + 3, 5] = np.nan
+    return images
+
+
+def _train(log_dir, images, labels, num_gpus=1, steps=30, momentum=0.0, **kwargs):
+    mox.set_flag("num_gpus", num_gpus)
+    extra = {"momentum": momentum} if momentum else {}
+    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.softmax_model_fn,
+                   optimizer_fn=mox.get_optimizer_fn("momentum" if momentum else "sgd", 0.5, **extra),
+                   run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH // num_gpus, log_dir=str(log_dir),
+                   max_number_of_steps=steps, save_model_steps=5, keep_checkpoint_max=1, **kwargs)
+
+
+def _numpy(images, labels, num_steps, skipped=(), momentum=0.0):
+    kernel, bias = np.zeros((runlib.NUM_FEATURES, runlib.NUM_CLASSES)), np.zeros(runlib.NUM_CLASSES)
+    velocity_k, velocity_b = np.zeros_like(kernel), np.zeros_like(bias)
+    for step in range(num_steps):
+        if step in skipped:
+            continue
+        index = np.arange(step * BATCH, (step + 1) * BATCH) % len(labels)
+        x, y = images[index].astype(np.float64), labels[index]
+        p = runlib.softmax_probabilities(x @ kernel + bias)
+        p[np.arange(BATCH), y] -= 1.0
+        velocity_k = momentum * velocity_k - 0.5 * x.T @ p / BATCH
+        velocity_b = momentum * velocity_b - 0.5 * p.mean(axis=0)
+        kernel, bias = kernel + velocity_k, bias + velocity_b
+    return kernel, bias
+
+
+@pytest.mark.parametrize("num_gpus,steps_per_loop", [(1, 1), (1, 4), (2, 1)])
+def test_default_stops_at_the_first_non_finite_step_and_keeps_the_last_finite_checkpoint(
+        tmp_path, num_gpus, steps_per_loop):
+    images, labels = runlib.mnist_rows(480)
+    # On 2 replicas the NaN is in the second replica's half: log_first_clone would not see it.
+    images = _poisoned(images, [BAD_BATCH])
+    if num_gpus == 2:
+        images[BAD_BATCH * BATCH + 3, 5] = 0.0
+        images[BAD_BATCH * BATCH + BATCH // 2 + 1, 5] = np.nan
+    with pytest.raises(nonfinite.NonFiniteError) as raised:
+        _train(tmp_path, images, labels, num_gpus=num_gpus, steps_per_loop=steps_per_loop)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith("non-finite loss or gradient at global step 13 (loss=nan): training stopped, "
+                              f"the last finite checkpoint is kept: {tmp_path}/model.ckpt-10;")
+    assert "lower the learning rate" in message and "--nonfinite_policy=skip" in message
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-10")
+    kernel, bias = runlib.checkpoint_variables(tmp_path)
+    expected_kernel, expected_bias = _numpy(np.nan_to_num(images), labels, 10)
+    np.testing.assert_allclose(kernel, expected_kernel, atol=2e-5)
+    np.testing.assert_allclose(bias, expected_bias, atol=2e-5)
+
+
+def test_skip_policy_leaves_out_exactly_the_non_finite_updates(tmp_path, capsys):
+    images, labels = runlib.mnist_rows(480)
+    images = _poisoned(images, [BAD_BATCH, 20])
+    mox.set_flag("nonfinite_policy", "skip")
+    result = _train(tmp_path, images, labels, steps=24, momentum=0.9)
+    assert result["global_step"] == 24
+    kernel, bias = runlib.checkpoint_variables(tmp_path)
+    expected_kernel, expected_bias = _numpy(images, labels, 24, skipped=(BAD_BATCH, 20), momentum=0.9)
+    np.testing.assert_allclose(kernel, expected_kernel, atol=5e-5)
+    np.testing.assert_allclose(bias, expected_bias, atol=5e-5)
+    out = capsys.readouterr()
+    assert "Skipped 1 non-finite step(s) up to global step 21 (loss=nan): 1 in a row, 2 in all" in out.out + out.err
+
+
+def test_skip_policy_stops_after_k_in_a_row(tmp_path):
+    images, labels = runlib.mnist_rows(480)
+    images = _poisoned(images, range(8, 30))
+    mox.set_flag("nonfinite_policy", "skip")
+    mox.set_flag("max_consecutive_nonfinite", 3)
+    with pytest.raises(nonfinite.NonFiniteError, match="3 non-finite steps in a row .* up to global step 11 "):
+        _train(tmp_path, images, labels)
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-10")
+    kernel, _ = runlib.checkpoint_variables(tmp_path)
+    np.testing.assert_allclose(kernel, _numpy(images, labels, 10, skipped=(8, 9))[0], atol=2e-5)
+
+
+def test_with_loss_scaling_only_the_unscaled_loss_is_checked():
+    """An overflowing scaled gradient is the LossScaleOptimizer's to skip, not a reason to stop."""
+    inner = keras.optimizers.SGD(0.1)
+    scaled = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    gradients = [[tf.constant([1.0, np.inf])]]
+    assert float(nonfinite.step_flag([tf.constant(0.5)], gradients, [inner])[nonfinite.FLAG_KEY]) == 1.0
+    assert float(nonfinite.step_flag([tf.constant(0.5)], gradients, [scaled])[nonfinite.FLAG_KEY]) == 0.0
+    assert float(nonfinite.step_flag([tf.constant(np.nan)], [[tf.ones(2)]], [scaled])[nonfinite.FLAG_KEY]) == 1.0
+
+
+@pytest.mark.slow
+def test_parameter_server_training_stops_at_a_non_finite_step_and_keeps_finite_checkpoints(launches, tmp_path):
+    from tests import distlib
+
+    run = launches(["--workers=2", "--ps=1", "--async"],
+                   ["python", distlib.script("train_mnist.py"), f"--log_dir={tmp_path}", "--steps=200",
+                    "--batch=16", "--model=softmax", "--save_steps=4", f"--nan_row={16 * 15 + 2}"], timeout=150)
+    assert run.wait() != 0, run.output()
+    assert "non-finite loss or gradient at global step" in run.output(), run.output()
+    assert "the last finite checkpoint is kept" in run.output()
+    saved = tf.train.latest_checkpoint(str(tmp_path))
+    assert saved is not None and int(saved.rsplit("-", 1)[1]) < 200
+    assert all(np.isfinite(v).all() for v in runlib.checkpoint_variables(saved))
