@@ -133,3 +133,46 @@ def single_device_variables(device):
         return next_creator(**kwargs)
 
     return tf.variable_creator_scope(single_device_creator)
+
+
+def learning_rate_attribute(optimizer):
+    """What a Keras optimizer stores as its learning rate (``_learning_rate``), or None.
+
+    A variable for a float rate, else the schedule or callable itself. The
+    public ``learning_rate`` evaluates a schedule and, on a moxlite wrapper,
+    answers for the inner optimizer, so it cannot tell which object holds what.
+    """
+    return getattr(optimizer, "_learning_rate", None)
+
+
+def keras_auto_name_counters():
+    """A copy of Keras's counters of made-up layer names (prefix -> names made so far).
+
+    Keras keeps them in ``keras.src.backend.common.global_state`` under
+    ``object_name_uids``; there is no public accessor. Empty if that module is gone.
+    """
+    try:
+        from keras.src.backend.common import global_state
+    except ImportError:
+        return {}
+    return dict(global_state.get_global_attribute("object_name_uids") or {})
+
+
+def new_tf1_variable_store():
+    """A fresh TF1 variable store (what ``tf.compat.v1.get_variable`` looks names up in)."""
+    from tensorflow.python.ops import variable_scope
+
+    if not hasattr(variable_scope, "_VariableStore"):
+        raise _missing("tensorflow.python.ops.variable_scope", "_VariableStore",
+                       "give each model_fn template its own get_variable names")
+    return variable_scope._VariableStore()
+
+
+def tf1_variable_store_scope(store):
+    """A scope in which ``tf.compat.v1.get_variable`` uses ``store`` instead of the graph's."""
+    from tensorflow.python.ops import variable_scope
+
+    if not hasattr(variable_scope, "with_variable_store"):
+        raise _missing("tensorflow.python.ops.variable_scope", "with_variable_store",
+                       "give each model_fn template its own get_variable names")
+    return variable_scope.with_variable_store(store)

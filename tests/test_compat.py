@@ -91,3 +91,31 @@ def test_single_device_variables_are_not_mirrored(two_device_strategy):
         variable = tf.Variable(np.zeros(2, np.float32))
     assert not isinstance(variable, tf.distribute.DistributedValues)
     assert variable.device.endswith("device:CPU:0")
+
+
+def test_learning_rate_attribute_is_the_variable_a_float_rate_lives_in():
+    optimizer = keras.optimizers.SGD(learning_rate=0.25)
+    stored = compat.learning_rate_attribute(optimizer)
+    assert isinstance(stored, keras.Variable)
+    optimizer.learning_rate = 0.5            # the public setter writes that same variable
+    assert float(stored.numpy()) == 0.5
+
+
+def test_keras_auto_name_counters_count_made_up_layer_names():
+    before = compat.keras_auto_name_counters()
+    keras.layers.Dense(1)
+    keras.layers.Dense(1)
+    after = compat.keras_auto_name_counters()
+    assert after.get("dense", 0) == before.get("dense", 0) + 2
+
+
+def test_a_tf1_variable_store_keeps_get_variable_names_apart():
+    with tf.Graph().as_default():
+        first, second = compat.new_tf1_variable_store(), compat.new_tf1_variable_store()
+        with compat.tf1_variable_store_scope(first):
+            in_first = tf.compat.v1.get_variable("w", shape=[1])
+        with compat.tf1_variable_store_scope(second):
+            in_second = tf.compat.v1.get_variable("w", shape=[1])   # no "Variable w already exists"
+        assert in_first is not in_second
+        with compat.tf1_variable_store_scope(first), pytest.raises(ValueError, match="already exists"):
+            tf.compat.v1.get_variable("w", shape=[1])

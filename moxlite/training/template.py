@@ -17,8 +17,6 @@ import weakref
 
 import keras
 import tensorflow as tf
-# TF1 variable stores have no public API; get_variable's name clashes across calls need one.
-from tensorflow.python.ops import variable_scope
 
 from moxlite import compat, errors, graph_collections
 from moxlite.contract import ModelSpec
@@ -127,7 +125,7 @@ class ModelTemplate:
                 return variable
             return self._reuse(cursor, kwargs)
 
-        with variable_scope.with_variable_store(self._variable_store()), \
+        with compat.tf1_variable_store_scope(self._variable_store()), \
                 tf.variable_creator_scope(creator):
             yield
 
@@ -141,7 +139,7 @@ class ModelTemplate:
         """
         graph = tf.compat.v1.get_default_graph()
         if graph not in self._stores:
-            self._stores[graph] = variable_scope._VariableStore()
+            self._stores[graph] = compat.new_tf1_variable_store()
         return self._stores[graph]
 
     def _reuse(self, cursor, kwargs):
