@@ -36,8 +36,13 @@ FLAG_TABLE = {
     "steps_per_loop": ("integer", 1, "Training steps run inside one traced call."),
     "num_samples": ("integer", 0, "Training samples per epoch, for epoch-based learning-rate strings when the input is infinite (0: from the input)."),
     "keep_checkpoint_max": ("integer", 5, "Checkpoints kept in log_dir."),
-    "loss_scale": ("string", "0", "Loss scale for fp16: 0 (off), a number (fixed) or 'dynamic'."),
-    "use_fp16": ("boolean", False, "Compute in float16 with float32 variables (Keras mixed_float16)."),
+    "loss_scale": ("string", "0", "Loss scale for fp16: 0 (off; dynamic when computing in float16), a number (fixed, never changes), 'dynamic' or 'dynamic:<start>'."),
+    "use_fp16": ("boolean", False, "Compute in float16 with float32 variables: an alias of --amp_level=O3 --compute_dtype=float16."),
+    "amp_level": ("string", "", "Mixed-precision level, MindSpore's meaning: O0 (float32), O1 (fp32 keep-list), O2 (all but BatchNorm), O3 (all); '' is O0 unless --use_fp16."),
+    "compute_dtype": ("string", "float16", "Compute dtype of the mixed levels: float16 (with loss scaling) or bfloat16."),
+    "keep_fp32": ("string", "", "Comma-separated Keras layer classes kept in float32 ('' the level's default, 'none' no layer)."),
+    "keep_batchnorm_fp32": ("string", "", "Keep BatchNormalization in float32: true, false or '' (the level's default: O2 true, O3 false)."),
+    "drop_overflow_update": ("boolean", True, "Skip a step whose scaled gradients overflow (a fixed --loss_scale may apply it instead)."),
     "gradient_clip_type": ("string", "global_norm", "How gradients are clipped: 'global_norm' or 'norm' (per variable)."),
     "gradient_clip": ("float", 0.0, "Clip threshold; 0 disables clipping."),
     "log_first_clone": ("boolean", True, "Log the first replica's log_info (True) or the mean over replicas (False)."),
@@ -189,22 +194,32 @@ def set_flag(name, value):
 
 
 def parse_loss_scale(value):
-    """The ``loss_scale`` flag's meaning: None (off), ``"dynamic"`` or a positive float.
+    """The ``loss_scale`` flag's meaning: None (off), ``"dynamic"``, ``"dynamic:<start>"`` or a positive float.
 
-    Off is 0 or an empty, "none" or "off" value. Raises ValueError for
-    anything else. The one reading of the value, for the recipe check and the run.
+    Off is 0 or an empty, "none" or "off" value; ``dynamic:<start>`` is a
+    dynamic scale from another start (MindSpore's default is 2**24). Raises
+    ValueError saying what is accepted for anything else. The one reading of
+    the value, for the recipe check and the run.
     """
     text = str(value).strip().lower()
     if text in ("0", "0.0", "", "none", "off"):
         return None
     if text == "dynamic":
         return "dynamic"
+    if text.startswith("dynamic:"):
+        try:
+            start = float(text.split(":", 1)[1])
+        except ValueError:
+            start = -1.0
+        if start > 0:
+            return f"dynamic:{start:g}"
+        raise ValueError("'dynamic:<start>' needs a positive starting scale, e.g. dynamic:16777216")
     try:
         scale = float(text)
     except ValueError:
         scale = -1.0
     if not scale > 0:
-        raise ValueError(f"loss_scale {value!r} is neither 0 (off), a positive number nor 'dynamic'")
+        raise ValueError("use 0 (off), a positive number (a fixed scale) or 'dynamic'")
     return scale
 
 

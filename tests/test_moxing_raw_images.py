@@ -143,3 +143,29 @@ def test_augmentation_applied_in_input_fn_as_moxing_scripts_did(tmp_path):
     for (image_a, label_a), (image_b, label_b) in zip(first, second):
         np.testing.assert_array_equal(image_a.numpy(), image_b.numpy())
         assert int(label_a) == int(label_b)
+
+
+RECIPE = """
+run: {mode: train, steps: 2, batch_size: 4, log_every_n_steps: 1}
+input:
+  name: moxlite.zoo.recipe_fns:raw_folder_input_fn
+  kwargs: {base_dir: %(data)s, model_name: mobilenet_v1_025, image_size: 32}
+  num_samples: 6
+model:
+  name: moxlite.zoo.recipe_fns:classifier_model_fn
+  kwargs: {model_name: mobilenet_v1_025, num_classes: 3, weight_decay: 0.0001}
+optimizer: {name: momentum, learning_rate: "1:0.01,2:0.001", kwargs: {momentum: 0.9}}
+"""
+
+
+def test_zoo_classifier_through_a_recipe(tmp_path, capsys):
+    from moxlite.recipes import cli
+    from tests import runlib
+
+    write_digit_folders(str(tmp_path / "data"), per_class=2, classes=(0, 1, 2), size=(36, 36))
+    recipe = tmp_path / "zoo.yaml"
+    recipe.write_text(RECIPE % {"data": tmp_path / "data"})
+    code = cli.main([str(recipe), "--set", f"run.log_dir={tmp_path / 'log'}"])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    assert runlib.checkpoint_step(str(tmp_path / "log")) == 2
+    assert runlib.checkpoint_by_name(str(tmp_path / "log"))["logits/kernel"].shape == (256, 3)

@@ -52,6 +52,8 @@ def get_data_augmentation_fn(name, run_mode, output_height=None, output_width=No
         if image.shape[-1] == 1:
             image = tf.image.grayscale_to_rgb(image)
         image = geometry(image, height, width, training, _seeds() if training else None)
+        # A random box loses the static shape; batching and the network need it back.
+        image = tf.ensure_shape(image, [height, width, 3])
         return normalize(image, found.preprocessing)
 
     return augmentation_fn

@@ -10,7 +10,7 @@ import tensorflow as tf
 from moxlite.contract import ExportSpec, ModeKeys, ModelSpec
 
 
-def classifier_model_fn(build_network, weight_decay=0.0):
+def classifier_model_fn(build_network, weight_decay=0.0, label_smoothing=0.0):
     """model_fn for ``build_network(image_shape)`` -> keras.Model mapping images to logits.
 
     The network is built from the shape of the first images (batch dimension
@@ -21,6 +21,11 @@ def classifier_model_fn(build_network, weight_decay=0.0):
     log_info = {loss, accuracy}; output_info = {logits, probabilities,
     classes[, labels]}; export_spec maps 'images' to probabilities and
     classes.
+
+    Labels are class indices, or class distributions [batch, classes] (what MixUp and
+    CutMix make); ``label_smoothing`` e mixes the target with the uniform distribution:
+    (1 - e) * target + e / classes. The loss is computed on float32 logits whatever the
+    network's compute dtype.
     """
     network = None
 
@@ -38,9 +43,20 @@ def classifier_model_fn(build_network, weight_decay=0.0):
                                  outputs_dict={"probabilities": probabilities, "classes": classes})
         if len(inputs) < 2:
             return ModelSpec(output_info=output_info, export_spec=export_spec)
-        labels = tf.cast(inputs[1], tf.int32)
+        labels = inputs[1]
+        if labels.dtype.is_floating and labels.shape.rank == 2:   # soft targets
+            targets = tf.cast(labels, tf.float32)
+            labels = tf.argmax(targets, axis=-1, output_type=tf.int32)
+        else:
+            labels = tf.cast(labels, tf.int32)
+            targets = tf.one_hot(labels, logits.shape[-1]) if label_smoothing else None
         output_info["labels"] = labels
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        if targets is None:
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        else:
+            if label_smoothing:
+                targets = targets * (1.0 - label_smoothing) + label_smoothing / logits.shape[-1]
+            loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits))
         if weight_decay:
             kernels = [w for w in network.trainable_weights if "kernel" in w.path]
             loss += weight_decay * tf.add_n([tf.reduce_sum(tf.square(tf.cast(w.value, tf.float32))) for w in kernels])

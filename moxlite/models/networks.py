@@ -77,4 +77,17 @@ def small_resnet(image_shape, num_classes, depth=20, base_width=16):
     return keras.Model(images, logits, name=f"small_resnet{depth}")
 
 
-NETWORKS = {"mlp": mlp, "lenet": lenet, "resnet50": resnet50, "small_resnet": small_resnet}
+def swin_tiny(image_shape, num_classes, **options):
+    """Swin-T (moxlite.models.vision_transformers.swin); options override its sizes."""
+    from moxlite.models import vision_transformers
+    return vision_transformers.swin(image_shape, num_classes, **options)
+
+
+def vit_tiny(image_shape, num_classes, **options):
+    """ViT-Ti (moxlite.models.vision_transformers.vit); options override its sizes."""
+    from moxlite.models import vision_transformers
+    return vision_transformers.vit(image_shape, num_classes, **options)
+
+
+NETWORKS = {"mlp": mlp, "lenet": lenet, "resnet50": resnet50, "small_resnet": small_resnet,
+            "swin_tiny": swin_tiny, "vit_tiny": vit_tiny}

@@ -78,6 +78,10 @@ def accumulation_of(optimizer):
             isinstance(optimizer.inner_optimizer, BatchGradients):
         lifted = optimizer.inner_optimizer
         return Accumulation(lifted.num_batches, _SharedLossScale(optimizer, lifted.inner_optimizer))
+    from moxlite.training.loss_scaling import LossScale   # moxlite's own loss scaling
+    if isinstance(optimizer, LossScale) and isinstance(optimizer.inner_optimizer, BatchGradients):
+        lifted = optimizer.inner_optimizer
+        return Accumulation(lifted.num_batches, optimizer.sharing_state_around(lifted.inner_optimizer))
     return Accumulation(1, optimizer)
 
 

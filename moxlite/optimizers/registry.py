@@ -9,8 +9,9 @@ from moxlite import errors
 from moxlite.optimizers import tf1_adapter, wrapper as wrapper_lib
 from moxlite.optimizers.batch_gradients import BatchGradients
 from moxlite.optimizers.lars import LARS
+from moxlite.optimizers.thor import THOR
 
-WRAPPERS = {cls.NAME: cls for cls in (BatchGradients, LARS)}
+WRAPPERS = {cls.NAME: cls for cls in (BatchGradients, LARS, THOR)}
 WRAPPER_NAMES = tuple(sorted(WRAPPERS))
 
 

@@ -58,11 +58,18 @@ loop can record those, so the contract between the two is:
    "output_gradients"), and ``every_n_steps`` (the loop need not record them
    on other steps; THOR's ``frequency``).
 2. On a step where statistics are recorded, the loop, in replica context and
-   before ``apply_gradients``, calls ``optimizer.set_layer_statistics(stats)``
-   with ``stats`` a dict from layer path to ``{"inputs": tensor,
-   "output_gradients": tensor}``: each replica's local values, output
-   gradients of the loss summed over the batch (not averaged). The wrapper
-   averages them across replicas itself.
+   before ``apply_gradients``, calls ``set_layer_statistics(optimizer, stats)``
+   with ``stats`` a list of ``moxlite.training.layer_statistics.LayerRecord``,
+   one per call of a tracked layer (a shared layer gives several): the layer,
+   its kernel variable (the key: layers built inside model_fn are renamed on
+   every trace, their variables are not), its input and the gradient of
+   model_fn's loss *as returned* with respect to its pre-activation output
+   (loss scale and the loop's division by the replica count taken out,
+   float32), and the step's gradients (a wrapper may drop the statistics of a
+   step whose gradients overflowed). Each replica hands its local values; the wrapper reduces them
+   across replicas itself. The loop records on every step (a zero probe per
+   layer costs next to nothing); the wrapper decides when to use them.
+   Both functions look through a Keras ``LossScaleOptimizer``.
 
 The base class implements both by forwarding to the inner wrapper, so a
 request made anywhere in a stack reaches the loop and the statistics reach
@@ -148,11 +155,27 @@ def stack_of(optimizer):
     return stack
 
 
+def _through_loss_scaling(optimizer):
+    """The stack inside a Keras LossScaleOptimizer (which hides the wrappers it holds)."""
+    while isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizer = optimizer.inner_optimizer
+    return optimizer
+
+
 def layer_statistics_request(optimizer) -> Optional[LayerStatisticsRequest]:
     """What per-layer statistics the loop must hand to ``optimizer`` (None: none)."""
+    optimizer = _through_loss_scaling(optimizer)
     if isinstance(optimizer, OptimizerWrapper):
         return optimizer.layer_statistics_request()
     return None
+
+
+def set_layer_statistics(optimizer, statistics, gradients=()):
+    """Hand the loop's per-layer records (and this step's gradients, whose finiteness decides
+    whether the step counts) to the stack ``optimizer`` (see the module docstring)."""
+    optimizer = _through_loss_scaling(optimizer)
+    if isinstance(optimizer, OptimizerWrapper):
+        optimizer.set_layer_statistics(statistics, gradients)
 
 
 def sum_across_replicas(distribution, grads, variables):
@@ -215,6 +238,7 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
 
     NAME = "wrapper"
     PARAMETERS = {}
+    WARN_WHEN_SYNC = True   # MoXing's sync_replicas warning; False for moxlite's internal links
 
     def __init__(self, inner_optimizer, name=None, **parameters):
         if callable(inner_optimizer) and not isinstance(inner_optimizer, keras.optimizers.Optimizer):
@@ -231,7 +255,8 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
             setattr(self, key, value)
         if not isinstance(inner_optimizer, OptimizerWrapper):
             _install_reduction_switch(inner_optimizer)
-        _warn_if_sync_replicas()
+        if self.WARN_WHEN_SYNC:
+            _warn_if_sync_replicas()
 
     @classmethod
     def validate_parameters(cls, parameters):
@@ -326,9 +351,9 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
     def layer_statistics_request(self):
         return layer_statistics_request(self.inner_optimizer)
 
-    def set_layer_statistics(self, statistics):
+    def set_layer_statistics(self, statistics, gradients=()):
         if isinstance(self.inner_optimizer, OptimizerWrapper):
-            self.inner_optimizer.set_layer_statistics(statistics)
+            self.inner_optimizer.set_layer_statistics(statistics, gradients)
 
     # Serialisation: the inner optimizer is serialised inside the wrapper's config.
 

@@ -73,7 +73,7 @@ def build_plan(loaded: LoadedRecipe) -> Plan:
     flags["num_samples"] = data_facts.get("num_samples") or 0
     make_model_fn = _build_model(loaded, data_facts)
     training = recipe.run.mode == "train"
-    optimizer_fn = _build_optimizer_fn(loaded) if training else None
+    optimizer_fn = _build_optimizer_fn(loaded, flags, data_facts.get("num_samples")) if training else None
     facts = batch_facts(loaded, flags, data_facts.get("num_samples"))
     output_fn = _resolve(loaded, ("run", "output_fn"), recipe.run.output_fn) if recipe.run.output_fn else None
     run = recipe.run
@@ -116,6 +116,11 @@ def flags_of(recipe: schema.Recipe) -> Dict[str, Any]:
         "tpu": dist.tpu,
         "log_first_clone": dist.log_first_clone,
         "use_fp16": precision.use_fp16,
+        "amp_level": precision.amp_level,
+        "compute_dtype": precision.compute_dtype,
+        "keep_fp32": "" if precision.keep_fp32 is None else (",".join(precision.keep_fp32) or "none"),
+        "keep_batchnorm_fp32": "" if precision.keep_batchnorm_fp32 is None else str(precision.keep_batchnorm_fp32).lower(),
+        "drop_overflow_update": precision.drop_overflow_update,
         "loss_scale": _loss_scale_text(precision.loss_scale),
         "gradient_clip": precision.gradient_clip,
         "gradient_clip_type": precision.gradient_clip_type,
@@ -155,6 +160,10 @@ def _build_input(loaded):
                 return function(mode, **kwargs)
         else:
             input_fn = function
+        if any(dataclasses.asdict(section.augment)[key] for key in
+               ("rand_augment_ops", "random_erasing", "mixup_alpha", "cutmix_alpha")):
+            raise loaded.error(("input", "augment"), "applies to the built-in data sets only; augment inside "
+                                                     "your input_fn (moxlite.data.augment.augmented_input_fn)")
         return input_fn, {"num_samples": section.num_samples}
     from moxlite.data import datasets  # imports TensorFlow: only once the recipe is checked
 
@@ -166,7 +175,10 @@ def _build_input(loaded):
     except datasets.DataOptionError as error:
         raise loaded.error(("input", section.name, error.option), error.detail) from None
     num_samples = section.num_samples if section.num_samples is not None else data.num_samples
-    return data.input_fn, {"num_samples": num_samples, "image_shape": data.image_shape,
+    from moxlite.data import augment
+
+    augmentation = augment.Augmentation(**dataclasses.asdict(section.augment), seed=seed)
+    return augment.augmented_input_fn(data.input_fn, data.num_classes, augmentation), {"num_samples": num_samples, "image_shape": data.image_shape,
                            "num_classes": data.num_classes}
 
 
@@ -210,21 +222,23 @@ def _build_model(loaded, data_facts):
     if section.name == "resnet50" and image_shape is not None and min(image_shape[:2]) < 32:
         raise loaded.error(("model", "name"), f"resnet50 needs images of at least 32x32, the data set gives "
                                               f"{list(image_shape)}; use small_resnet, lenet or mlp")
-    if section.name in ("lenet", "small_resnet", "resnet50") and image_shape is not None and len(image_shape) != 3:
+    if section.name in ("lenet", "small_resnet", "resnet50", "swin_tiny", "vit_tiny") and image_shape is not None and len(image_shape) != 3:
         raise loaded.error(("model", "name"), f"{section.name} needs [height, width, channels] images, the data "
                                               f"set gives {list(image_shape)}")
     options = dataclasses.asdict(getattr(section, section.name))
     from moxlite import models
 
-    return lambda: models.build_model_fn(section.name, num_classes, weight_decay=section.weight_decay, **options)
+    return lambda: models.build_model_fn(section.name, num_classes, weight_decay=section.weight_decay,
+                                         label_smoothing=section.label_smoothing, **options)
 
 
 # ----------------------------------------------------------------- optimizer
 
-def _build_optimizer_fn(loaded):
+def _build_optimizer_fn(loaded, flags=None, num_samples=None):
     """optimizer_fn(): the base optimizer, then each wrapper around the previous one (innermost first).
 
     Every name and parameter is checked here, before anything is written.
+    flags and num_samples let THOR's schedules derive their steps_per_epoch.
     """
     from moxlite import optimizers
     from moxlite.optimizers import factory, schedules
@@ -241,7 +255,7 @@ def _build_optimizer_fn(loaded):
                                                       f"{did_you_mean(section.name, list(optimizers.OPTIMIZER_NAMES))}; "
                                                       f"accepted: {', '.join(optimizers.OPTIMIZER_NAMES)} "
                                                       f"or a 'package.module:function' reference")
-        learning_rate = _learning_rate(loaded)
+        learning_rate = _learning_rate(loaded, flags, num_samples)
         try:
             schedules.check_learning_rate(learning_rate)
         except errors.UserInputError as error:
@@ -267,37 +281,70 @@ def _build_optimizer_fn(loaded):
             if key not in accepted:
                 raise loaded.error(path + (key,), f"wrapper {wrapper.name!r} takes no parameter {key!r}"
                                                   f"{did_you_mean(key, list(accepted))}; accepted: {', '.join(accepted)}")
+        params = dict(wrapper.params)
+        if isinstance(params.get("damping"), dict):
+            params["damping"] = _schedule(loaded, path + ("damping",), params["damping"], flags, num_samples)
         try:
             # Each factory wraps the previous one: the stack is built innermost first when called.
-            optimizer_fn = optimizers.get_optimizer_wrapper_fn(wrapper.name, optimizer_fn, **wrapper.params)
+            optimizer_fn = optimizers.get_optimizer_wrapper_fn(wrapper.name, optimizer_fn, **params)
         except errors.UserInputError as error:
             named = [key for key in wrapper.params if f" {key}=" in str(error)]
             raise loaded.error(path + tuple(named[:1]), str(error)) from None
     return optimizer_fn
 
 
-def _learning_rate(loaded):
-    """A float, MoXing's epoch string, or a Keras schedule built from a schedule block."""
+def _learning_rate(loaded, flags=None, num_samples=None):
+    """A float, MoXing's epoch string, or a Keras (or THOR) schedule built from a schedule block."""
     value = loaded.recipe.optimizer.learning_rate
     if not isinstance(value, schema.ScheduleBlock):
         return value
+    return _schedule(loaded, ("optimizer", "learning_rate"), dict(value.params, schedule=value.schedule),
+                     flags, num_samples)
+
+
+def _schedule(loaded, path, block, flags, num_samples):
+    """The schedule a block ``{schedule: <kind>, <its arguments>}`` names, its arguments checked."""
     import keras
 
-    path = ("optimizer", "learning_rate")
-    schedule_class = getattr(keras.optimizers.schedules, schema.SCHEDULES[value.schedule])
+    from moxlite.optimizers import thor_schedules
+
+    params = dict(block)
+    kind = params.pop("schedule", None)
+    kinds = list(schema.SCHEDULES) + list(schema.THOR_SCHEDULES)
+    if kind not in kinds:
+        raise loaded.error(path + ("schedule",), f"{kind!r} is not a schedule{did_you_mean(str(kind), kinds)}; "
+                                                 f"accepted: {', '.join(kinds)}")
+    if kind in schema.THOR_SCHEDULES:
+        schedule_class = thor_schedules.SCHEDULE_CLASSES[kind]
+    else:
+        schedule_class = getattr(keras.optimizers.schedules, schema.SCHEDULES[kind])
     parameters = inspect.signature(schedule_class.__init__).parameters
     accepted = [n for n in parameters if n not in ("self", "name")]
-    for key in value.params:
+    for key in params:
         if key not in accepted:
-            raise loaded.error(path + (key,), f"schedule {value.schedule!r} takes no argument {key!r}"
+            raise loaded.error(path + (key,), f"schedule {kind!r} takes no argument {key!r}"
                                               f"{did_you_mean(key, accepted)}; accepted: {', '.join(accepted)}")
-    for name in accepted:
-        if parameters[name].default is inspect.Parameter.empty and name not in value.params:
-            raise loaded.error(path + (name,), f"missing: schedule {value.schedule!r} needs {', '.join(n for n in accepted if parameters[n].default is inspect.Parameter.empty)}")
+    if kind in schema.THOR_SCHEDULES and "steps_per_epoch" in accepted and "steps_per_epoch" not in params:
+        params["steps_per_epoch"] = _updates_per_epoch(loaded, path, kind, flags, num_samples)
+    required = [n for n in accepted if parameters[n].default is inspect.Parameter.empty]
+    for name in required:
+        if name not in params:
+            raise loaded.error(path + (name,), f"missing: schedule {kind!r} needs {', '.join(required)}")
     try:
-        return schedule_class(**value.params)
+        return schedule_class(**params)
+    except errors.UserInputError as error:
+        raise loaded.error(path, str(error)) from None
     except (TypeError, ValueError) as error:
-        raise loaded.error(path, f"schedule {value.schedule!r}: {error}") from None
+        raise loaded.error(path, f"schedule {kind!r}: {error}") from None
+
+
+def _updates_per_epoch(loaded, path, kind, flags, num_samples):
+    """Applied updates in one epoch, as MindSpore counts them: samples // samples per update."""
+    if not num_samples or flags is None:
+        raise loaded.error(path + ("steps_per_epoch",), f"schedule {kind!r} needs steps_per_epoch, and the number of "
+                                                        f"training samples is unknown; set it, or input.num_samples")
+    facts = batch_facts(loaded, flags, num_samples)
+    return max(num_samples // facts.update_batch, 1)
 
 
 def optimizer_stack_lines(loaded):

@@ -104,6 +104,8 @@ def dry_run_report(plan):
                      f"(ceil({facts.num_samples} samples / global batch {facts.global_batch}))")
     else:
         lines.append("Steps per epoch: unknown (set the data set's num_samples or input.num_samples)")
+    from moxlite.recipes.precision_report import layer_dtype_lines
+    lines += layer_dtype_lines(plan)
     lines.append("Dry run: the recipe is valid; nothing was trained and nothing was written.")
     return "\n".join(lines)
 

@@ -515,7 +515,7 @@ def _check_precision(loaded):
         flags.parse_loss_scale(scale)
     except ValueError:
         raise error(("precision", "loss_scale"),
-                    f"{scale!r} must be 0 (off), a number or 'dynamic' (a number > 0)") from None
+                    f"{scale!r} must be 0 (off), a number, 'dynamic' or 'dynamic:<start>' (numbers > 0)") from None
     if precision.gradient_clip < 0:
         raise error(("precision", "gradient_clip"), f"{precision.gradient_clip} must be 0 (off) or positive")
 

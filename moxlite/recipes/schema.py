@@ -15,7 +15,7 @@ arguments and MoXing's flags:
 - ``optimizer``: name, learning rate (number, MoXing string or schedule block),
   optimizer kwargs and the ordered ``wrappers`` list (innermost first);
 - ``distribute``: the strategy and the cluster flags;
-- ``precision``: the fp16, loss-scale and gradient-clipping flags.
+- ``precision``: the mixed-precision level, keep-lists, loss-scale and gradient-clipping flags.
 
 Built-in choices are one-of blocks, as in TF Model Garden: ``input.name``
 picks a data set and the block of the same name (``input.synthetic``) holds
@@ -33,7 +33,8 @@ from typing import Any, Dict, List, Optional, Union
 # moxlite.data.datasets and moxlite.models; the names are listed here so that
 # a recipe is checked without importing TensorFlow.
 DATASET_NAMES = ("mnist", "synthetic", "tfrecord", "image_folder")
-MODEL_NAMES = ("mlp", "lenet", "resnet50", "small_resnet")
+MODEL_NAMES = ("mlp", "lenet", "resnet50", "small_resnet", "swin_tiny", "vit_tiny")
+AMP_LEVELS = ("", "O0", "O1", "O2", "O3")
 RUN_MODES = ("train", "eval", "predict", "export")
 STRATEGIES = ("auto", "mirrored", "multi_worker", "parameter_server", "tpu")
 
@@ -46,6 +47,14 @@ SCHEDULES = {
     "exponential": "ExponentialDecay",
     "polynomial": "PolynomialDecay",
     "inverse_time": "InverseTimeDecay",
+}
+# THOR's schedules (moxlite.optimizers.thor_schedules), for the learning rate
+# and for the thor wrapper's damping; steps_per_epoch may be left out (derived
+# from the run: training samples // samples per applied update).
+THOR_SCHEDULES = {
+    "thor": "lr_init, lr_decay, lr_end_epoch, decay_epochs (MindSpore's get_thor_lr)",
+    "thor_damping": "damping_init, decay_rate (get_thor_damping)",
+    "thor_polynomial": "initial_value, end_value, total_steps, power (the BERT lr and damping)",
 }
 
 REQUIRED = dataclasses.MISSING
@@ -162,6 +171,20 @@ class ImageFolderOptions:
 
 
 @dataclasses.dataclass(kw_only=True)
+class AugmentOptions:
+    """Training-set augmentation with Keras's layers (moxlite.data.augment); 0 turns a step off."""
+
+    rand_augment_ops: int = setting(0, "RandAugment operations per image (keras.layers.RandAugment num_ops).")
+    rand_augment_magnitude: float = setting(0.5, "RandAugment strength in [0, 1] (its factor; timm's m9 is 0.9).")
+    random_erasing: float = setting(0.0, "Probability of erasing a rectangle (keras.layers.RandomErasing factor).")
+    mixup_alpha: float = setting(0.0, "MixUp's alpha (keras.layers.MixUp); labels become class distributions.")
+    cutmix_alpha: float = setting(0.0, "CutMix's alpha (keras.layers.CutMix factor).")
+    switch_prob: float = setting(0.5, "With MixUp and CutMix both on: probability of CutMix for a batch.")
+    mix_batch: int = setting(64, "Consecutive samples mixed with each other.")
+    value_range: List[float] = setting([0.0, 1.0], "Range of the pixel values.")
+
+
+@dataclasses.dataclass(kw_only=True)
 class InputSection:
     """Where samples come from: input_fn(mode) yields (image, label) samples."""
 
@@ -174,6 +197,7 @@ class InputSection:
     synthetic: SyntheticOptions = options_block(SyntheticOptions)
     tfrecord: TFRecordOptions = options_block(TFRecordOptions)
     image_folder: ImageFolderOptions = options_block(ImageFolderOptions)
+    augment: AugmentOptions = options_block(AugmentOptions)
 
 
 # ----------------------------------------------------------------- model
@@ -213,6 +237,31 @@ class SmallResnetOptions:
 
 
 @dataclasses.dataclass(kw_only=True)
+class SwinTinyOptions:
+    """Swin Transformer, Swin-T sizes by default (moxlite.models.vision_transformers.swin)."""
+
+    patch_size: int = setting(4, "Side of the square patches.")
+    embed_dim: int = setting(96, "Channels of the first stage (doubled at each patch merging).")
+    depths: List[int] = setting([2, 2, 6, 2], "Blocks per stage.")
+    num_heads: List[int] = setting([3, 6, 12, 24], "Attention heads per stage.")
+    window_size: int = setting(7, "Side of the attention windows.")
+    mlp_ratio: float = setting(4.0, "MLP width over the channels.")
+    drop_path: float = setting(0.2, "Stochastic-depth rate of the last block (linear from 0).")
+
+
+@dataclasses.dataclass(kw_only=True)
+class VitTinyOptions:
+    """Vision Transformer, ViT-Ti sizes by default (moxlite.models.vision_transformers.vit)."""
+
+    patch_size: int = setting(16, "Side of the square patches.")
+    embed_dim: int = setting(192, "Token channels.")
+    depth: int = setting(12, "Transformer blocks.")
+    num_heads: int = setting(3, "Attention heads.")
+    mlp_ratio: float = setting(4.0, "MLP width over the channels.")
+    drop_path: float = setting(0.1, "Stochastic-depth rate of the last block (linear from 0).")
+
+
+@dataclasses.dataclass(kw_only=True)
 class ModelSection:
     """The model: model_fn(inputs, mode) returning a ModelSpec."""
 
@@ -220,10 +269,13 @@ class ModelSection:
     kwargs: Dict[str, Any] = setting({}, "Keyword arguments for your model_fn (only with a module:function name).")
     num_classes: Optional[int] = setting(None, "Classes of a built-in model; null takes the data set's.")
     weight_decay: float = setting(0.0, "L2 penalty on the kernels of a built-in model, added to the loss.")
+    label_smoothing: float = setting(0.0, "Label smoothing of a built-in model's cross-entropy.")
     mlp: MlpOptions = options_block(MlpOptions)
     lenet: LenetOptions = options_block(LenetOptions)
     resnet50: Resnet50Options = options_block(Resnet50Options)
     small_resnet: SmallResnetOptions = options_block(SmallResnetOptions)
+    swin_tiny: SwinTinyOptions = options_block(SwinTinyOptions)
+    vit_tiny: VitTinyOptions = options_block(VitTinyOptions)
 
 
 # ----------------------------------------------------------------- optimizer
@@ -232,8 +284,10 @@ class ModelSection:
 class ScheduleBlock:
     """A Keras learning-rate schedule; its parameters are the class's arguments."""
 
-    schedule: str = setting(REQUIRED, "Schedule kind (keras.optimizers.schedules).", tuple(SCHEDULES))
-    params: Dict[str, Any] = params_field("The schedule's arguments, e.g. initial_learning_rate, decay_steps.")
+    schedule: str = setting(REQUIRED, "Schedule kind (keras.optimizers.schedules, or THOR's).", tuple(SCHEDULES) + tuple(THOR_SCHEDULES))
+    params: Dict[str, Any] = params_field("The schedule's arguments, e.g. initial_learning_rate, decay_steps; "
+                                          + "; ".join(f"{kind}: {keys}" for kind, keys in THOR_SCHEDULES.items())
+                                          + "; steps_per_epoch of thor and thor_damping defaults to the run's.")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -276,8 +330,13 @@ class DistributeSection:
 class PrecisionSection:
     """Numeric precision and gradient clipping flags."""
 
-    use_fp16: bool = setting(False, "Compute in float16 with float32 variables (Keras mixed_float16).")
-    loss_scale: Union[float, str] = setting(0, "0 (off), a fixed number, or 'dynamic'.")
+    amp_level: str = setting("", "O0 float32, O1 mixed with the keep_fp32 list, O2 all but BatchNorm, O3 all ('' is O0, or O3 with use_fp16).", AMP_LEVELS)
+    compute_dtype: str = setting("float16", "Compute dtype of O1-O3; bfloat16 needs no loss scaling.", ("float16", "bfloat16"))
+    keep_fp32: Optional[List[str]] = setting(None, "Keras layer classes computed in float32 (null: the level's list; O1's is Softmax, LayerNormalization, BatchNormalization, GroupNormalization, GELU).")
+    keep_batchnorm_fp32: Optional[bool] = setting(None, "Keep BatchNormalization in float32 (null: the level's default, O2 true, O3 false).")
+    use_fp16: bool = setting(False, "Alias of amp_level O3 with compute_dtype float16.")
+    loss_scale: Union[float, str] = setting(0, "0 (off; dynamic with float16), a fixed number that never changes, or 'dynamic'.")
+    drop_overflow_update: bool = setting(True, "Skip a step whose gradients overflow; false (fixed scale only) applies it.")
     gradient_clip: float = setting(0.0, "Clip threshold; 0 disables clipping.")
     gradient_clip_type: str = setting("global_norm", "How gradients are clipped.", ("global_norm", "norm"))
 
@@ -352,8 +411,16 @@ def _describe_class(cls, prefix, lines):
             lines.append(f"  {key} ({type_name(field.type).replace('WrapperBlock', 'wrapper')}, {default}): {help_text}")
             lines.append(f"    each wrapper: name (required): {WrapperBlock.__dataclass_fields__['name'].metadata['help']}")
             lines.append("                  <other keys>: the wrapper's parameters, e.g. ratio, num_batches.")
+            lines.append("                  thor's damping: a number or a schedule block, e.g. {schedule: thor_damping, "
+                         "damping_init: 0.03, decay_rate: 0.5}.")
             continue
         lines.append(f"  {key} ({_short_type(field.type)}, {default}): {help_text}{allowed}")
+        if field.type == Union[float, str, ScheduleBlock]:
+            for block_field in dataclasses.fields(ScheduleBlock):
+                block_choices = block_field.metadata.get("choices")
+                block_allowed = f" One of: {', '.join(repr(c) for c in block_choices)}." if block_choices else ""
+                lines.append(f"    schedule block: {block_field.name if not block_field.metadata.get('rest') else '<other keys>'}: "
+                             f"{block_field.metadata['help']}{block_allowed}")
 
 
 def _yaml_text(value):

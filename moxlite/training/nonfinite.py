@@ -56,9 +56,10 @@ class Policy:
 
 
 def has_loss_scaling(optimizer):
-    """True when a Keras LossScaleOptimizer is in ``optimizer``'s stack."""
+    """True when loss scaling (Keras's LossScaleOptimizer, or moxlite's LossScale, which says
+    ``HANDLES_OVERFLOW``) is in ``optimizer``'s stack."""
     while optimizer is not None:
-        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or getattr(optimizer, "HANDLES_OVERFLOW", False):
             return True
         optimizer = getattr(optimizer, "inner_optimizer", None)
     return False

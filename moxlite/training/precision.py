@@ -1,26 +1,26 @@
 """Mixed precision, loss scaling and gradient clipping, from MoXing's flags.
 
-``use_fp16`` computes in float16 with float32 variables (Keras's
-``mixed_float16`` policy, in force for the duration of the run). ``loss_scale``
-multiplies the loss before differentiation and divides the gradients after,
-through Keras's ``LossScaleOptimizer`` around the whole optimizer stack:
-``dynamic`` adapts the scale (halving it and skipping the step on overflow,
-doubling it after 2,000 clean steps); a number starts there and only ever
-halves. fp16 without an explicit ``loss_scale`` gets ``dynamic``, as Keras's
-``fit`` does. ``gradient_clip`` is applied by the training step, see
-``steps.TrainStep``.
+- ``amp_level`` (O0-O3) and ``compute_dtype`` choose each layer's Keras dtype
+  policy, with the fp32 keep-list ``keep_fp32`` / ``keep_batchnorm_fp32``: see
+  ``moxlite.training.amp``. ``use_fp16`` is an alias of O3 in float16, the old
+  behaviour (every layer in Keras's ``mixed_float16``).
+- ``loss_scale``: ``dynamic`` (``dynamic:<start>`` from another starting scale), a
+  fixed number that never changes, or 0 (off; a
+  float16 compute dtype then gets ``dynamic``, bfloat16 needs none), with
+  ``drop_overflow_update``: see ``moxlite.training.loss_scaling``.
+- ``gradient_clip`` / ``gradient_clip_type``: on unscaled gradients, after
+  accumulation: see ``moxlite.training.clipping``.
+
+The optimizer stack the loop uses is
+``LossScale(user's stack with GradientClip under its lowest batch_gradients)``.
 """
 
 import contextlib
 import dataclasses
 from typing import Optional, Union
 
-import keras
-
 from moxlite import errors, flags
-
-# A fixed loss scale never grows: its growth interval is longer than any run.
-_NEVER = 2**31 - 1
+from moxlite.training import amp, clipping, loss_scaling
 
 
 @dataclasses.dataclass
@@ -29,49 +29,88 @@ class PrecisionSettings:
     loss_scale: Optional[Union[str, float]] = None   # None, "dynamic" or a positive number
     gradient_clip: float = 0.0
     gradient_clip_type: str = "global_norm"
+    amp_plan: amp.AmpPlan = dataclasses.field(default_factory=amp.AmpPlan)
+    drop_overflow_update: bool = True
+
+
+def _loss_scale_from_flag():
+    try:
+        return flags.parse_loss_scale(flags.get_flag("loss_scale"))
+    except ValueError as problem:
+        raise errors.ArgumentError(f"--loss_scale={flags.get_flag('loss_scale')!r} is not valid; {problem}") from None
+
+
+def _amp_plan_from_flags():
+    use_fp16 = bool(flags.get_flag("use_fp16"))
+    level = str(flags.get_flag("amp_level")).strip().upper()
+    compute_dtype = str(flags.get_flag("compute_dtype")).strip().lower()
+    if use_fp16 and level == "O0":
+        raise errors.ArgumentError(
+            "--use_fp16 asks for float16 but --amp_level=O0 for float32; drop one of them "
+            "(use_fp16 is an alias of --amp_level=O3 --compute_dtype=float16)")
+    if use_fp16 and compute_dtype != "float16":
+        raise errors.ArgumentError(
+            f"--use_fp16 asks for float16 but --compute_dtype={compute_dtype}; use --amp_level "
+            f"with --compute_dtype={compute_dtype} instead of --use_fp16")
+    if not level:
+        level = "O3" if use_fp16 else "O0"
+    keep_text = str(flags.get_flag("keep_fp32")).strip()
+    if not keep_text:
+        keep = None
+    elif keep_text.lower() == "none":
+        keep = []
+    else:
+        keep = [name for name in (part.strip() for part in keep_text.split(",")) if name]
+    batchnorm_text = str(flags.get_flag("keep_batchnorm_fp32")).strip().lower()
+    if batchnorm_text not in ("", "true", "false"):
+        raise errors.ArgumentError(
+            f"--keep_batchnorm_fp32={flags.get_flag('keep_batchnorm_fp32')!r} is not valid; use true, "
+            f"false or '' (the level's default)")
+    keep_batchnorm = {"": None, "true": True, "false": False}[batchnorm_text]
+    try:
+        return amp.plan_for(level, compute_dtype, keep, keep_batchnorm)
+    except errors.ArgumentError as error:
+        raise errors.ArgumentError(f"--{error}") from None
 
 
 def from_flags():
     """The precision settings the flags ask for, checked."""
-    try:
-        loss_scale = flags.parse_loss_scale(flags.get_flag("loss_scale"))
-    except ValueError:
-        raise errors.ArgumentError(
-            f"--loss_scale={flags.get_flag('loss_scale')!r} is not valid; use 0 (off), a positive "
-            f"number (a fixed starting scale) or 'dynamic'") from None
-    use_fp16 = bool(flags.get_flag("use_fp16"))
-    if use_fp16 and loss_scale is None:
+    plan = _amp_plan_from_flags()
+    loss_scale = _loss_scale_from_flag()
+    if loss_scale is None and plan.mixed and plan.compute_dtype == "float16":
         loss_scale = "dynamic"
+    drop = bool(flags.get_flag("drop_overflow_update"))
+    if not drop and (loss_scale is None or str(loss_scale).startswith("dynamic")):
+        raise errors.ArgumentError(
+            f"--nodrop_overflow_update needs a fixed --loss_scale (a number); with loss_scale="
+            f"{loss_scale or 'off'} overflowing steps are always dropped")
     clip = flags.get_flag("gradient_clip")
     if clip < 0:
         raise errors.ArgumentError(f"--gradient_clip={clip} is not valid; use 0 (off) or a positive threshold")
     clip_type = flags.get_flag("gradient_clip_type")
-    if clip_type not in ("global_norm", "norm"):
+    if clip_type not in clipping.CLIP_TYPES:
         raise errors.ArgumentError(
             f"--gradient_clip_type={clip_type!r} is not valid; use 'global_norm' (all gradients together) "
             f"or 'norm' (each variable's gradient)")
-    return PrecisionSettings(use_fp16, loss_scale, clip, clip_type)
+    return PrecisionSettings(plan.mixed and plan.compute_dtype == "float16", loss_scale, clip, clip_type,
+                             plan, drop)
 
 
 @contextlib.contextmanager
 def compute_policy(settings):
-    """Keras's mixed_float16 policy while the body runs, when fp16 is asked for."""
-    if not settings.use_fp16:
+    """The level's dtype policies on every layer model_fn calls, while the body runs."""
+    with amp.layer_policies(settings.amp_plan):
         yield
-        return
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("mixed_float16")
-    try:
-        yield
-    finally:
-        keras.config.set_dtype_policy(previous)
 
 
-def with_loss_scaling(optimizer, settings):
-    """``optimizer`` wrapped in a LossScaleOptimizer when loss scaling is on."""
+def optimizer_stack(optimizer, settings):
+    """``optimizer`` with gradient clipping inserted and loss scaling around it, as asked."""
+    optimizer = clipping.insert_clipping(optimizer, settings.gradient_clip, settings.gradient_clip_type)
     if settings.loss_scale is None:
         return optimizer
     if settings.loss_scale == "dynamic":
-        return keras.optimizers.LossScaleOptimizer(optimizer)
-    return keras.optimizers.LossScaleOptimizer(
-        optimizer, initial_scale=settings.loss_scale, dynamic_growth_steps=_NEVER)
+        return loss_scaling.LossScale(optimizer)
+    if str(settings.loss_scale).startswith("dynamic:"):
+        return loss_scaling.LossScale(optimizer, initial_scale=float(settings.loss_scale.split(":")[1]))
+    return loss_scaling.LossScale(optimizer, initial_scale=float(settings.loss_scale), dynamic=False,
+                                  drop_overflow_update=settings.drop_overflow_update)

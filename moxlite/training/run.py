@@ -16,7 +16,8 @@ from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.file import training_cache
 from moxlite.optimizers import tf1_adapter
 from moxlite.optimizers.schedules import current_learning_rate
-from moxlite.training import checkpoints, export, input_resume, interrupts, nonfinite, precision, reporting, steps
+from moxlite.training import (checkpoints, export, input_resume, interrupts, loss_scaling, nonfinite, precision,
+                              reporting, steps)
 from moxlite.training.evaluation import Evaluator, predict
 from moxlite.training.inputs import call_input_fn, make_dataset_fn, placeholder_batch, as_model_inputs
 from moxlite.training.loop import SyncTrainLoop
@@ -197,15 +198,19 @@ class _Run:
                         f"Keras optimizer, e.g. lambda: keras.optimizers.SGD(0.1)")
                 if self.nonfinite_policy.action == "skip":
                     optimizer = nonfinite.SkipNonFinite(optimizer)
-                optimizer = precision.with_loss_scaling(optimizer, self.precision)
+                optimizer = precision.optimizer_stack(optimizer, self.precision)
                 optimizer.build(variable_lists[index])
                 optimizers.append(optimizer)
+            # Clipping is a link of each optimizer stack (precision.optimizer_stack), not of the step.
             train_step = steps.TrainStep(self.template, optimizers, variable_lists,
                                          self.setup.num_replicas_in_sync,
-                                         gradient_clip=self.precision.gradient_clip,
-                                         gradient_clip_type=self.precision.gradient_clip_type,
                                          skip_nonfinite=self.nonfinite_policy.action == "skip")
             return self._train_loop(run_context, spec, optimizers, train_step)
+
+    def _overflow_monitors(self, optimizers, summaries):
+        """A log-line hook per loss-scaled optimizer: scale changes, skipped steps, their scalars."""
+        return [loss_scaling.OverflowMonitor(optimizer, self.logger, summaries)
+                for optimizer in optimizers if loss_scaling.find(optimizer) is not None]
 
     def _variable_lists(self, spec):
         trainable = self.template.trainable_variables + [
@@ -294,6 +299,7 @@ class _Run:
                          self.setup.num_replicas_in_sync, self.batch_size, self.global_batch_size, start)
         cadence = Cadence(args["steps_per_loop"], args["log_every_n_steps"], args["save_summary_steps"])
         user_summaries = loop.user_summaries() if hasattr(loop, "user_summaries") else contextlib.ExitStack()
+        monitors = self._overflow_monitors(optimizers, summaries)
         interrupt = interrupts.Interrupts()
         interrupt.install()
         try:
@@ -301,7 +307,7 @@ class _Run:
                 step, logs = train(loop, start, target, cadence, checkpointer, summaries,
                                    self.global_batch_size,
                                    learning_rate=lambda: current_learning_rate(optimizers[0]),
-                                   evaluate=evaluate, hooks=list(spec.hooks or []),
+                                   evaluate=evaluate, hooks=list(spec.hooks or []) + monitors,
                                    should_stop=self._stop_rule(loop, interrupt, async_mode))
                 if hasattr(loop, "finish"):
                     step = loop.finish()
@@ -314,7 +320,7 @@ class _Run:
             else:
                 if evaluate is not None:
                     evaluate(step)
-                for hook in spec.hooks or []:
+                for hook in list(spec.hooks or []) + monitors:
                     hook(step, logs)
         finally:
             interrupt.restore()

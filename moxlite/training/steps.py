@@ -6,11 +6,14 @@ the optimizer's cross-replica sum makes them the gradient of the mean loss over
 the global batch: two replicas with batch B step exactly as one with 2B.
 """
 
+import contextlib
+
 import tensorflow as tf
 
 from moxlite import errors
 from moxlite.contract import ModeKeys
-from moxlite.training import nonfinite
+from moxlite.optimizers import wrapper as wrapper_lib
+from moxlite.training import layer_statistics, nonfinite
 from moxlite.training.inputs import as_model_inputs, batch_size_of
 
 
@@ -121,14 +124,38 @@ class TrainStep:
         with tf.GradientTape(persistent=len(self.optimizers) > 1) as tape:
             # At the top-level name scope, so that summaries written by model_fn keep the tags
             # the user gave them instead of the loop's "while/cond/" prefixes.
-            with tf.compat.v1.name_scope(None):
+            with tf.compat.v1.name_scope(None), self._recording(tape) as records:
                 spec = self.template(as_model_inputs(inputs), ModeKeys.TRAIN)
             losses = [tf.cast(loss, tf.float32) / self.num_replicas for loss in spec.losses]
             # A LossScaleOptimizer multiplies here and divides the gradients in apply_gradients.
             scaled = [optimizer.scale_loss(loss) for loss, optimizer in zip(losses, self.optimizers)]
-        gradient_lists = [tape.gradient(loss, variables) for loss, variables in zip(scaled, self.variable_lists)]
+        gradient_lists = [self._gradients_and_statistics(tape, loss, variables, optimizer, records, inputs)
+                          for loss, variables, optimizer in zip(scaled, self.variable_lists, self.optimizers)]
         del tape
         return spec, gradient_lists
+
+    # Per-layer statistics for wrappers that ask for them (THOR; see optimizers/wrapper.py).
+
+    def _recording(self, tape):
+        if getattr(self, "_no_statistics", False):
+            return contextlib.nullcontext([])
+        kinds = set()
+        for optimizer in self.optimizers:
+            request = wrapper_lib.layer_statistics_request(optimizer)
+            kinds.update(request.layer_types if request else ())
+        return layer_statistics.recording(tape, kinds) if kinds else contextlib.nullcontext([])
+
+    def _gradients_and_statistics(self, tape, loss, variables, optimizer, records, inputs):
+        """Gradients of ``loss``; a requesting optimizer also gets the records with output gradients."""
+        probes = layer_statistics.probes_of(records)
+        if not records or wrapper_lib.layer_statistics_request(optimizer) is None:
+            return tape.gradient(loss, variables)
+        gradients = tape.gradient(loss, list(variables) + probes)
+        unscale = self.num_replicas / loss_scale_of(optimizer)
+        records = layer_statistics.with_output_gradients(records, gradients[len(variables):], unscale,
+                                                         batch_size_of(inputs))
+        wrapper_lib.set_layer_statistics(optimizer, records, [g for g in gradients[:len(variables)] if g is not None])
+        return gradients[:len(variables)]
 
     def _apply(self, optimizer, apply_optimizer, pairs):
         """Clip (at ``optimizer``'s loss scale) and apply with ``apply_optimizer``."""
@@ -155,7 +182,12 @@ class TrainStep:
 
         def body(index, gradient_sums, log_sums):
             micro_batch = tf.nest.map_structure(lambda part: tf.gather(part, index), stacked)
-            spec, gradient_lists = self._gradients(micro_batch)
+            # Per-layer statistics are not recorded inside this loop (no cross-replica call there).
+            self._no_statistics = True
+            try:
+                spec, gradient_lists = self._gradients(micro_batch)
+            finally:
+                self._no_statistics = False
             logs = {**log_values(spec), **nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers)}
             new_sums = []
             for number, (sums, gradients) in enumerate(zip(gradient_sums, gradient_lists)):

@@ -1,0 +1,431 @@
+"""``thor``: MindSpore's THOR second-order preconditioning, on the layers model_fn already builds.
+
+THOR (Chen et al., AAAI 2021; formulas in ``/work/shared/reference/thor.md``)
+preconditions each supported layer's kernel gradient with the inverses of its
+Kronecker factors, ``dW = A^-1 . grad . G^-1`` (details per layer kind in
+``thor_factors``), and hands every other gradient (biases, BatchNorm, bare
+``get_variable`` variables) through unchanged. Then weight decay is added to
+the non-excluded variables and the inner optimizer (momentum, sgd, adam, or
+another wrapper) applies the result.
+
+Refreshes: on one applied update out of ``frequency`` (the first included),
+the factors are rebuilt from that update's batch (all its micro-batches under
+an outer ``batch_gradients``) and inverted; the other updates reuse the stored
+inverses. Damping lambda goes to both factors as sqrt(lambda) (Conv2D:
+sqrt(lambda / (H_out*W_out)), and its update is divided by H_out*W_out).
+
+How the statistics arrive (see ``wrapper``'s interface): the loop records
+each tracked layer's input and output gradient and calls
+``set_layer_statistics`` in replica context before ``apply_gradients``. On a
+collecting update each replica computes its factor sums locally; then, in
+cross-replica context, one all-reduce of all factors packed into one vector
+sums them across replicas into the accumulators, so R replicas x B equal one
+replica x R*B. The statistics of a step whose gradients or factors are not
+finite on some replica (an fp16 overflow step, which the loss-scale optimizer
+skips) are dropped, not added. The refresh divides by the rows counted, inverts with
+``thor_inverse.guarded_inverse`` (fallbacks counted and printed) and clears
+the accumulators.
+
+State (saved with the optimizer): per layer the factor accumulators and the
+inverse blocks, and the wrapper's own applied-update counter and fallback
+counters. Per-layer variables are created when the first step is traced
+(only then are the layers known).
+"""
+
+import logging
+import re
+import sys
+
+import keras
+import tensorflow as tf
+
+from moxlite.optimizers import thor_factors, thor_inverse
+from moxlite.optimizers import wrapper as wrapper_lib
+from moxlite.optimizers.lars import DEFAULT_EXCLUDE, _patterns, variable_path
+
+logger = logging.getLogger("moxlite.thor")
+
+TRACKED_KINDS = ("Dense", "Conv2D", "Embedding", "EinsumDense", "LayerNormalization")
+
+
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _damping_ok(value):
+    return callable(value) or (_number(value) and value >= 0)
+
+
+def _int_at_least(minimum):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+
+
+def _identities(variable):
+    """ids of a variable and of what it wraps (mirrored components, aggregating wrappers)."""
+    variable = getattr(variable, "_value", variable) if isinstance(variable, keras.Variable) else variable
+    found = {id(variable)}
+    for component in getattr(variable, "values", ()) or ():
+        found.add(id(component))
+    inner = getattr(variable, "_v", None)
+    if inner is not None:
+        found.add(id(inner))
+    return found
+
+
+def _or_zero(tensor):
+    return tf.zeros([]) if tensor is None else tensor
+
+
+class _Slot:
+    """One preconditioned layer: its geometry, variables it covers, and (once built) its state."""
+
+    def __init__(self, index, name, geometry, block_size):
+        self.index = index
+        self.name = name
+        self.geometry = geometry
+        self.identities = set()
+        self.a_layout = thor_inverse.block_layout(geometry.d_in, block_size)
+        self.g_layout = thor_inverse.block_layout(geometry.d_out, block_size)
+        self.state = None
+
+    @property
+    def kind(self):
+        return self.geometry.kind
+
+
+@keras.saving.register_keras_serializable(package="moxlite")
+class THOR(wrapper_lib.OptimizerWrapper):
+    """Precondition Dense/Conv2D/Embedding/EinsumDense/LayerNorm gradients (module docstring)."""
+
+    NAME = "thor"
+    PARAMETERS = {
+        "damping": wrapper_lib.Parameter(
+            0.03, "lambda added to both factors as sqrt(lambda); a number or a schedule (callable of the step)",
+            "a number >= 0 or a callable step -> number", _damping_ok),
+        "frequency": wrapper_lib.Parameter(
+            100, "refresh factors and inverses once every this many applied updates",
+            "an integer >= 2", _int_at_least(2)),
+        "block_size": wrapper_lib.Parameter(
+            128, "invert diagonal blocks of this size (MindSpore: 128); 0 = the full inverse",
+            "an integer >= 0", _int_at_least(0)),
+        "weight_decay": wrapper_lib.Parameter(
+            0.0, "L2 weight decay added after preconditioning to variables not matching weight_decay_exclude",
+            "a number >= 0", lambda v: _number(v) and v >= 0),
+        "weight_decay_exclude": wrapper_lib.Parameter(
+            DEFAULT_EXCLUDE, "regular expressions; variables whose path matches one get no weight decay",
+            "a list of regular expressions", _patterns),
+        "include": wrapper_lib.Parameter(
+            (), "regular expressions; if given, only layers whose name or kernel path matches one are preconditioned",
+            "a list of regular expressions", _patterns),
+        "exclude": wrapper_lib.Parameter(
+            (), "regular expressions; layers whose name or kernel path matches one get the plain gradient",
+            "a list of regular expressions", _patterns),
+        "loss_reduction": wrapper_lib.Parameter(
+            "mean", "how model_fn's loss reduces over the batch (G needs per-sample gradients)",
+            "'mean' or 'sum'", lambda v: v in ("mean", "sum")),
+    }
+
+    def __init__(self, inner_optimizer, name=None, **parameters):
+        for key in ("weight_decay_exclude", "include", "exclude"):
+            if isinstance(parameters.get(key), list):
+                parameters[key] = tuple(parameters[key])
+        super().__init__(inner_optimizer, name=name, **parameters)
+        self._decay_skip = re.compile("|".join(self.weight_decay_exclude)) if self.weight_decay_exclude else None
+        self._include = re.compile("|".join(self.include)) if self.include else None
+        self._exclude = re.compile("|".join(self.exclude)) if self.exclude else None
+        self._slots = []             # in order of first appearance
+        self._slot_of_identity = {}  # id of a covered variable (or its components) -> _Slot
+        self._skipped = {}           # kernel path -> why it is not preconditioned
+        self._announced = False
+
+    # Own state.
+
+    def _build_own_state(self, variables):
+        self._updates = self.add_variable(shape=(), dtype="int64", aggregation="only_first_replica",
+                                          name="thor_updates")
+        self._retries = self.add_variable(shape=(), dtype="int64", aggregation="only_first_replica",
+                                          name="thor_inversion_retries")
+        self._kept = self.add_variable(shape=(), dtype="int64", aggregation="only_first_replica",
+                                       name="thor_inversions_kept_previous")
+        self._dropped = self.add_variable(shape=(), dtype="int64", aggregation="only_first_replica",
+                                          name="thor_statistics_dropped")
+
+    def _ensure_slot_state(self, slot):
+        """Create ``slot``'s variables (once, outside any traced function)."""
+        if slot.state is not None:
+            return
+        geometry = slot.geometry
+        prefix = f"thor_{slot.index}_{re.sub('[^A-Za-z0-9_]', '_', slot.name)}"
+
+        def variable(suffix, shape, initializer="zeros"):
+            return self.add_variable(shape=shape, initializer=initializer, dtype="float32",
+                                     aggregation="only_first_replica", name=f"{prefix}_{suffix}")
+
+        def identity_blocks(layout):
+            blocks, side = layout
+            return lambda shape, dtype=None: tf.eye(side, batch_shape=[blocks], dtype=dtype or tf.float32)
+
+        with tf.init_scope():
+            state = {"rows": variable("rows", ())}
+            if slot.kind == "LayerNormalization":
+                state["batch"] = variable("batch", (), "ones")
+            else:
+                state["a_sum"] = variable("a_sum", geometry.a_shape)
+                state["g_sum"] = variable("g_sum", geometry.g_shape)
+                if slot.kind == "Embedding":
+                    state["a_inverse"] = variable("a_inverse", (geometry.d_in,), "ones")
+                else:
+                    state["a_inverse"] = variable("a_inverse", (slot.a_layout[0], slot.a_layout[1],
+                                                                slot.a_layout[1]), identity_blocks(slot.a_layout))
+                state["g_inverse"] = variable("g_inverse", (slot.g_layout[0], slot.g_layout[1], slot.g_layout[1]),
+                                              identity_blocks(slot.g_layout))
+        slot.state = state
+
+    # What the loop must record.
+
+    def layer_statistics_request(self):
+        return wrapper_lib.LayerStatisticsRequest(layer_types=TRACKED_KINDS, every_n_steps=self.frequency)
+
+    def _is_collecting(self):
+        """This update rebuilds the factors (the first, then one every ``frequency``)."""
+        return tf.equal(self._updates.value % self.frequency, 0)
+
+    def _chosen(self, record, path):
+        names = (path, getattr(record.layer, "name", ""))
+        if self._exclude is not None and any(self._exclude.search(n) for n in names):
+            return False
+        return self._include is None or any(self._include.search(n) for n in names)
+
+    def _slot_for(self, record):
+        """The slot of ``record``'s layer (created on first sight), or None: plain gradient."""
+        for identity in _identities(record.kernel):
+            if identity in self._slot_of_identity:
+                return self._slot_of_identity[identity]
+        path = variable_path(record.kernel)
+        if path in self._skipped:
+            return None
+        geometry, reason = thor_factors.geometry_of(record)
+        if geometry is not None and not self._chosen(record, path):
+            geometry, reason = None, "excluded by include/exclude"
+        if geometry is None:
+            self._skipped[path] = f"{record.kind}: {reason}"
+            return None
+        slot = _Slot(len(self._slots), path, geometry, self.block_size)
+        covered = [record.kernel]
+        if record.kind == "LayerNormalization":
+            covered = [v for v in (record.layer.gamma, record.layer.beta) if v is not None]
+        for variable in covered:
+            slot.identities |= _identities(variable)
+        for identity in slot.identities:
+            self._slot_of_identity[identity] = slot
+        self._slots.append(slot)
+        return slot
+
+    def set_layer_statistics(self, statistics, gradients=()):
+        """Replica context: this replica's LayerRecords (loop side: moxlite.training.layer_statistics)."""
+        by_slot = {}
+        for record in statistics:
+            slot = self._slot_for(record)
+            if slot is not None:
+                by_slot.setdefault(slot.index, (slot, []))[1].append(record)
+        if not by_slot:
+            return
+        slots = [by_slot[index][0] for index in sorted(by_slot)]
+        # Only tensors cross into cross-replica context (layers differ per replica); the factor
+        # sums are computed there, per replica, and only on a collecting update.
+        tensors = [[(record.inputs, _or_zero(record.output_gradients), record.batch_size)
+                    for record in by_slot[slot.index][1]] for slot in slots]
+        tensors = (tensors, [wrapper_lib.dense(g) for g in gradients])
+        replica_context = tf.distribute.get_replica_context()
+        if replica_context is None:
+            self._collect(tf.distribute.get_strategy(), slots, tensors)
+        else:
+            replica_context.merge_call(lambda distribution, tensors: self._collect(distribution, slots, tensors),
+                                       args=(tensors,))
+
+    def _local_sums(self, slots, tensors):
+        """Replica context: this replica's factor sums of every slot, packed into one vector,
+        then 1 if this replica's gradients overflowed (the step will not apply), else 0."""
+        tensors, gradients = tensors
+        per_sample = self.loss_reduction == "mean"
+        parts = []
+        for slot, calls in zip(slots, tensors):
+            sums = [thor_factors.local_sums(slot.geometry, thor_factors.Call(*call), per_sample) for call in calls]
+            parts.extend(tf.reshape(tf.add_n(list(column)), [-1]) for column in zip(*sums))
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in gradients]) if gradients else True
+        parts.append(tf.where(finite, 0.0, 1.0)[None])
+        return tf.concat(parts, 0)
+
+    def _collect(self, distribution, slots, tensors):
+        """Cross-replica context: one all-reduce of every slot's sums, added to the accumulators."""
+        for slot in slots:
+            self._ensure_slot_state(slot)
+
+        def reduce_and_add():
+            packed = distribution.extended.call_for_each_replica(
+                lambda tensors: self._local_sums(slots, tensors), args=(tensors,))
+            destination = slots[0].state["rows"]
+            total = distribution.extended.reduce_to(tf.distribute.ReduceOp.SUM, packed,
+                                                    destinations=destination.value)
+            total = distribution.experimental_local_results(total)[0]
+            finite = tf.logical_and(tf.reduce_all(tf.math.is_finite(total)), total[-1] == 0.0)
+            total = tf.where(finite, total, tf.zeros_like(total))
+            offset = 0
+            for slot in slots:
+                for key, shape in (("a_sum", slot.geometry.a_shape), ("g_sum", slot.geometry.g_shape),
+                                   ("rows", ())):
+                    size = 1
+                    for d in shape:
+                        size *= d
+                    part = tf.reshape(total[offset:offset + size], shape)
+                    offset += size
+                    if key in slot.state:
+                        slot.state[key].assign_add(part)
+            self._dropped.assign_add(tf.where(finite, tf.constant(0, tf.int64), tf.constant(1, tf.int64)))
+
+        tf.cond(self._is_collecting(), reduce_and_add, lambda: None)
+
+    # The update.
+
+    def _damping(self):
+        damping = self.damping
+        if callable(damping):
+            damping = damping(self.iterations)
+        return tf.maximum(tf.cast(damping, tf.float32), 0.0)
+
+    def _refresh(self):
+        """Cross-replica context: factors from the accumulators, their guarded inverses."""
+        damping = self._damping()
+        retries = tf.constant(0, tf.int64)
+        kept = tf.constant(0, tf.int64)
+        for slot in self._slots:
+            if slot.state is None:
+                continue
+            state = slot.state
+            rows = state["rows"].value
+            have = rows > 0
+            safe_rows = tf.maximum(rows, 1.0)
+            if slot.kind == "LayerNormalization":
+                state["batch"].assign(tf.where(have, rows, state["batch"].value))
+                state["rows"].assign(0.0)
+                continue
+            damping_sqrt = tf.sqrt(damping / slot.geometry.spatial)
+            a = state["a_sum"].value / safe_rows
+            g = state["g_sum"].value / safe_rows
+            if slot.kind == "Embedding":
+                previous = state["a_inverse"].value
+                a_inverse = 1.0 / (a + damping_sqrt)
+                a_ok = tf.reduce_all(tf.math.is_finite(a_inverse))
+                a_inverse = tf.where(a_ok, a_inverse, previous)
+                a_level = tf.where(a_ok, 0, 2)
+            else:
+                a_inverse, a_level = thor_inverse.guarded_inverse(
+                    thor_inverse.diagonal_blocks(a, *slot.a_layout), damping_sqrt, state["a_inverse"].value)
+            g_inverse, g_level = thor_inverse.guarded_inverse(
+                thor_inverse.diagonal_blocks(g, *slot.g_layout), damping_sqrt, state["g_inverse"].value)
+            state["a_inverse"].assign(tf.where(have, a_inverse, state["a_inverse"].value))
+            state["g_inverse"].assign(tf.where(have, g_inverse, state["g_inverse"].value))
+            for level in (a_level, g_level):
+                level = tf.cast(tf.where(have, level, 0), tf.int64)
+                retries += tf.cast(level >= 1, tf.int64)
+                kept += tf.cast(level >= 2, tf.int64)
+            for key in ("a_sum", "g_sum", "rows"):
+                state[key].assign(tf.zeros_like(state[key].value))
+        self._retries.assign_add(retries)
+        self._kept.assign_add(kept)
+
+        def report():
+            tf.print("thor: refresh at update", self._updates.value, ":", retries,
+                     "factor inversions needed a retry (float64 or more damping),", kept,
+                     "kept the previous inverse", output_stream=sys.stderr)
+        tf.cond(retries > 0, report, lambda: None)
+
+    def _precondition(self, grads, variables):
+        """Replica context: each gradient preconditioned (or not), then weight decay."""
+        damping_sqrt = tf.sqrt(self._damping())
+        out = []
+        for gradient, variable in zip(grads, variables):
+            slot = self._slot_covering(variable)
+            if slot is not None and slot.state is not None:
+                gradient = tf.cast(self._preconditioned(slot, tf.cast(gradient, tf.float32), damping_sqrt),
+                               gradient.dtype)
+            if self.weight_decay and not (self._decay_skip and self._decay_skip.search(variable_path(variable))):
+                weight = tf.convert_to_tensor(variable)
+                gradient = gradient + tf.cast(self.weight_decay, gradient.dtype) * tf.cast(weight, gradient.dtype)
+            out.append(gradient)
+        return out
+
+    def _slot_covering(self, variable):
+        for identity in _identities(variable):
+            slot = self._slot_of_identity.get(identity)
+            if slot is not None:
+                return slot
+        return None
+
+    def _preconditioned(self, slot, gradient, damping_sqrt):
+        state, geometry = slot.state, slot.geometry
+        if slot.kind == "LayerNormalization":
+            return gradient / (tf.square(gradient) / state["batch"].value + damping_sqrt)
+        matrix = tf.reshape(gradient, [geometry.d_in, geometry.d_out])
+        if slot.kind == "Embedding":
+            matrix = matrix * state["a_inverse"].value[:, None]
+        else:
+            matrix = thor_inverse.apply_left(state["a_inverse"].value, matrix)
+        matrix = thor_inverse.apply_right(state["g_inverse"].value, matrix)
+        if geometry.spatial != 1:
+            matrix = matrix / geometry.spatial
+        return tf.reshape(matrix, gradient.shape)
+
+    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced):
+        if not reduced:
+            grads = wrapper_lib.sum_across_replicas(distribution, grads, variables)
+        grads, variables = list(grads), list(variables)
+        self._announce(variables)
+        if any(slot.state is not None for slot in self._slots):
+            tf.cond(self._is_collecting(), self._refresh, lambda: None)
+        preconditioned = distribution.extended.call_for_each_replica(self._precondition, args=(grads, variables))
+        self._apply_inner(distribution, preconditioned, variables, reduced=True)
+        self._updates.assign_add(tf.constant(1, tf.int64))
+
+    def _announce(self, variables):
+        """One start-up line: what is preconditioned (factor shapes) and what gets the plain gradient."""
+        if self._announced:
+            return
+        self._announced = True
+        chosen = [f"{slot.name} ({slot.kind}: {slot.geometry.describe()}{self._blocks_note(slot)})"
+                  for slot in self._slots]
+        plain = [variable_path(v) for v in variables if self._slot_covering(v) is None]
+        if not self._slots:
+            logger.warning("thor: no layer statistics reached the optimizer; every variable gets the plain "
+                            "gradient (THOR needs the synchronous loop and Dense/Conv2D/Embedding/EinsumDense/"
+                            "LayerNormalization layers)")
+        logger.info("thor: preconditioning %d layer(s): %s", len(chosen), "; ".join(chosen) or "none")
+        skipped = [f"{path} ({why})" for path, why in self._skipped.items()]
+        logger.info("thor: plain gradient for %d variable(s) (biases, normalization, other layers, bare "
+                     "get_variable variables): %s%s", len(plain), ", ".join(plain) or "none",
+                     f"; layers not preconditioned: {'; '.join(skipped)}" if skipped else "")
+
+    @staticmethod
+    def _blocks_note(slot):
+        split = [f"{name} in {blocks} blocks of {side}" for name, (blocks, side) in
+                 (("A", slot.a_layout), ("G", slot.g_layout)) if blocks > 1 and slot.kind != "Embedding"]
+        return f"; {', '.join(split)}" if split else ""
+
+    def fallback_counts(self):
+        """(inversions retried, inversions that kept the previous inverse, statistics dropped as non-finite)."""
+        return int(self._retries.numpy()), int(self._kept.numpy()), int(self._dropped.numpy())
+
+    def get_config(self):
+        config = super().get_config()
+        for key in ("weight_decay_exclude", "include", "exclude"):
+            config[key] = list(config[key])
+        if isinstance(self.damping, keras.optimizers.schedules.LearningRateSchedule):
+            config["damping"] = keras.saving.serialize_keras_object(self.damping)
+        return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        if isinstance(config.get("damping"), dict):
+            config["damping"] = keras.saving.deserialize_keras_object(config["damping"], custom_objects=custom_objects)
+        return super().from_config(config, custom_objects=custom_objects)

@@ -1,0 +1,161 @@
+"""THOR's per-layer Kronecker factors: which layers qualify, and their statistics.
+
+For a layer whose kernel acts as a matrix W [d_in, d_out] on rows a [M, d_in]
+giving pre-activation rows s [M, d_out], THOR's Fisher block is A (x) G with
+
+    A = a^T a / M        G = ds^T ds / M
+
+where ds is the gradient of the loss *summed* over the batch with respect to s
+(see thor.md). Per kind:
+
+- Dense: a = inputs reshaped [M, d_in] (M = all leading axes).
+- Conv2D (channels_last, groups 1): a = the input's patches (im2col with
+  ``tf.image.extract_patches``, ordered like ``kernel.reshape(kh*kw*c_in, c_out)``),
+  M = N * H_out * W_out; MindSpore also divides the damping and the update by
+  H_out * W_out (``spatial``).
+- EinsumDense whose equation is a dense map of trailing axes ("abc,cde->abde":
+  the kernel's first axes are the input's last ones, its other axes the
+  output's last ones): the same as Dense on the flattened axes.
+- Embedding: A is diagonal, the token counts; G as above on the output rows.
+- LayerNormalization: no factors; MindSpore's diagonal rule on the gradient
+  needs only the batch size (rows).
+
+This module computes each replica's *sums* (a^T a, ds^T ds, M) in float32;
+the wrapper all-reduces them, divides by M and inverts.
+"""
+
+import dataclasses
+import math
+from typing import Optional, Tuple
+
+import tensorflow as tf
+
+
+@dataclasses.dataclass
+class Call:
+    """The tensors of one recorded layer call that the factor sums need."""
+
+    inputs: tf.Tensor
+    output_gradients: tf.Tensor
+    batch_size: tf.Tensor
+
+
+@dataclasses.dataclass
+class Geometry:
+    """What THOR needs to know about one preconditioned layer (static, from its first record)."""
+
+    kind: str
+    d_in: int          # A's side (Embedding: the vocabulary size, A diagonal)
+    d_out: int         # G's side
+    kernel_shape: Tuple[int, ...]
+    spatial: int = 1   # Conv2D: H_out * W_out
+    conv: Optional[dict] = None
+
+    @property
+    def a_shape(self):
+        if self.kind == "LayerNormalization":
+            return (0,)
+        return (self.d_in,) if self.kind == "Embedding" else (self.d_in, self.d_in)
+
+    @property
+    def g_shape(self):
+        return (0, 0) if self.kind == "LayerNormalization" else (self.d_out, self.d_out)
+
+    def describe(self):
+        if self.kind == "LayerNormalization":
+            return "diagonal rule"
+        a = f"A diag {self.d_in}" if self.kind == "Embedding" else f"A {self.d_in}x{self.d_in}"
+        return f"{a}, G {self.d_out}x{self.d_out}"
+
+
+def _dense_einsum_split(equation, kernel_rank):
+    """How many leading kernel axes are contracted, if ``equation`` is a dense map of trailing axes."""
+    equation = equation.replace(" ", "")
+    if "->" not in equation or equation.count(",") != 1:
+        return None
+    operands, output = equation.split("->")
+    lhs, rhs = operands.split(",")
+    if lhs.startswith("...") != output.startswith("..."):
+        return None
+    lhs, output = lhs.replace("...", ""), output.replace("...", "")
+    if "." in rhs or len(rhs) != kernel_rank:
+        return None
+    contracted = [c for c in rhs if c in lhs and c not in output]
+    produced = [c for c in rhs if c in output and c not in lhs]
+    if rhs != "".join(contracted + produced) or not contracted or not produced:
+        return None
+    batch_in = lhs[:len(lhs) - len(contracted)]
+    batch_out = output[:len(output) - len(produced)]
+    if lhs[len(batch_in):] != "".join(contracted) or output[len(batch_out):] != "".join(produced):
+        return None
+    if batch_in != batch_out:
+        return None
+    return len(contracted)
+
+
+def geometry_of(record):
+    """The Geometry of a LayerRecord, or (None, reason) when THOR does not precondition it."""
+    layer, kind = record.layer, record.kind
+    shape = tuple(int(d) for d in record.kernel.shape)
+    if kind == "LayerNormalization":
+        return Geometry(kind, 0, 0, shape), None
+    if kind == "Dense":
+        if len(shape) != 2:
+            return None, "kernel is not 2-D"
+        return Geometry(kind, shape[0], shape[1], shape), None
+    if kind == "Embedding":
+        return Geometry(kind, shape[0], shape[1], shape), None
+    if kind == "EinsumDense":
+        split = _dense_einsum_split(layer.equation, len(shape))
+        if split is None:
+            return None, f"equation {layer.equation!r} is not a dense map of trailing axes"
+        return Geometry(kind, math.prod(shape[:split]), math.prod(shape[split:]), shape), None
+    if kind == "Conv2D":
+        if layer.data_format != "channels_last":
+            return None, "data_format is not channels_last"
+        if getattr(layer, "groups", 1) != 1:
+            return None, "grouped convolution"
+        if layer.padding not in ("same", "valid"):
+            return None, f"padding {layer.padding!r}"
+        out_shape = record.probe.shape
+        if out_shape.rank != 4 or out_shape[1] is None or out_shape[2] is None:
+            return None, "output height/width not known when traced"
+        kh, kw, c_in, c_out = shape
+        conv = {"sizes": [1, kh, kw, 1], "strides": [1, *layer.strides, 1],
+                "rates": [1, *layer.dilation_rate, 1], "padding": layer.padding.upper()}
+        return Geometry(kind, kh * kw * c_in, c_out, shape, spatial=int(out_shape[1] * out_shape[2]),
+                        conv=conv), None
+    return None, f"layer kind {kind}"
+
+
+def im2col(inputs, conv):
+    """Conv2D input patches as rows [N*H_out*W_out, kh*kw*c_in], ordered like the reshaped kernel."""
+    patches = tf.image.extract_patches(inputs, sizes=conv["sizes"], strides=conv["strides"],
+                                       rates=conv["rates"], padding=conv["padding"])
+    return tf.reshape(patches, [-1, patches.shape[-1]])
+
+
+def local_sums(geometry, record, per_sample):
+    """This replica's (A sum, G sum, rows) for one recorded call (a ``Call``), in float32.
+
+    per_sample: True to multiply the output gradients by the replica's batch size
+    (the loss was a mean over the batch: the rows of ds must be per-sample gradients).
+    """
+    if geometry.kind == "LayerNormalization":
+        return tf.zeros([0]), tf.zeros([0, 0]), tf.cast(tf.shape(record.inputs)[0], tf.float32)
+    gradients = record.output_gradients
+    if per_sample:
+        gradients = gradients * record.batch_size
+    ds = tf.reshape(gradients, [-1, geometry.d_out])
+    g_sum = tf.matmul(ds, ds, transpose_a=True)
+    inputs = record.inputs
+    if geometry.kind == "Embedding":
+        ids = tf.reshape(tf.cast(inputs, tf.int32), [-1])
+        a_sum = tf.math.unsorted_segment_sum(tf.ones_like(ids, tf.float32), ids, geometry.d_in)
+        return a_sum, g_sum, tf.cast(tf.shape(ids)[0], tf.float32)
+    if geometry.kind == "Conv2D":
+        rows_in = im2col(tf.cast(inputs, tf.float32), geometry.conv)
+    else:
+        rows_in = tf.reshape(tf.cast(inputs, tf.float32), [-1, geometry.d_in])
+    a_sum = tf.matmul(rows_in, rows_in, transpose_a=True)
+    return a_sum, g_sum, tf.cast(tf.shape(ds)[0], tf.float32)

@@ -1,0 +1,66 @@
+"""``--dry-run``'s table of every layer's compute and variable dtype under the recipe's precision."""
+
+import tensorflow as tf
+
+from moxlite import flags
+from moxlite.contract import ModeKeys
+from moxlite.training import amp, precision
+
+
+def _settings_for(plan_flags):
+    """The precision settings the recipe's flags give, leaving the process's flags as they were."""
+    names = [name for name in plan_flags if name in flags.FLAG_TABLE]
+    saved = {name: flags.get_flag(name) for name in names}
+    try:
+        for name in names:
+            flags.set_flag(name, plan_flags[name])
+        return precision.from_flags()
+    finally:
+        for name, value in saved.items():
+            flags.set_flag(name, value)
+
+
+def _zeros_like(spec):
+    return tf.nest.map_structure(lambda s: tf.zeros((1,) + tuple(s.shape), s.dtype), spec)
+
+
+def layer_dtype_lines(plan):
+    """Lines: the level, then one row per layer of the recipe's model built on one zero sample."""
+    settings = _settings_for(plan.flags)
+    level = settings.amp_plan
+    header = f"Precision: amp_level {level.level}"
+    if level.mixed:
+        header += (f", compute {level.compute_dtype}, float32 variables, kept in float32: "
+                   f"{', '.join(level.keep_fp32) or 'none'}")
+    header += f"; loss scale {settings.loss_scale or 'off'}"
+    if settings.gradient_clip:
+        header += f"; clip {settings.gradient_clip_type} {settings.gradient_clip:g}"
+    input_fn = plan.run_arguments["input_fn"]
+    sample = _zeros_like(input_fn(ModeKeys.TRAIN).element_spec)
+    model_fn = plan.make_model_fn()
+    with amp.layer_policies(level, record=True):
+        model_fn(sample, ModeKeys.TRAIN)
+        layers = amp.configured_layers()
+    network = getattr(model_fn, "network", None)
+    if network is not None and network() is not None:   # a built-in model: every layer, nested ones too
+        layers = list(_walk(network()))
+    return [header, "Layers (compute dtype, variable dtypes):",
+            *("  " + line for line in amp.describe_layers(layers).splitlines())]
+
+
+def _walk(layer, prefix=""):
+    """Every sublayer, depth first, each with ``path`` set to its chain of names (for the table)."""
+    for child in layer._flatten_layers(include_self=False, recursive=False):
+        name = f"{prefix}{child.name}"
+        yield _Named(child, name)
+        yield from _walk(child, name + "/")
+
+
+class _Named:
+    """A layer seen under a path of our choosing (Keras gives weightless sublayers a bare name)."""
+
+    def __init__(self, layer, path):
+        self._layer, self.path = layer, path
+
+    def __getattr__(self, attribute):
+        return getattr(self._layer, attribute)

@@ -1,0 +1,226 @@
+"""Mixed-precision levels O0-O3 (MindSpore's meaning) and fp32 keep-lists, on Keras dtype policies.
+
+The levels, with ``c`` the compute dtype (float16, or bfloat16):
+
+- ``O0``: every layer computes and stores in float32.
+- ``O1``: every layer computes in ``c`` except the keep-list, whose layers compute in
+  float32: by default Apex O1's list, the one the Swin reproduction needed to match
+  PyTorch: Softmax, LayerNormalization, BatchNormalization, GroupNormalization and GELU.
+- ``O2``: "almost fp16": every layer in ``c`` except BatchNormalization
+  (``keep_batchnorm_fp32``, on by default at O2).
+- ``O3``: every layer in ``c``, BatchNormalization included (``keep_batchnorm_fp32``
+  off by default).
+
+At every level variables are stored in float32, as MindSpore keeps its Parameters
+in float32 and casts them at use (Keras's ``mixed_<c>`` policy does the same), so
+the optimizer updates float32 master weights. The loss is computed in float32 at
+every level: moxlite casts it, and Keras ``Loss`` objects compute in float32.
+
+A keep-list layer gets Keras's ``float32`` policy, so its inputs are cast up, and its
+floating outputs are cast back to ``c`` (the Swin reproduction's ``OutputTo16``),
+so the next operation sees the compute dtype whatever it is. "GELU" names any
+``Activation`` layer whose function is GELU (Keras has no GELU layer class); a GELU
+fused into another layer (``Dense(activation="gelu")``) computes with that layer.
+
+Layers are configured when they are first called inside ``run`` (see
+``layer_policies``), which covers layers built in the body and a Keras model
+closed over, built or not. Keras's preprocessing layers (RandAugment, MixUp, ...)
+are left as they are: they belong to the input pipeline, not to the network.
+"""
+
+import contextlib
+import dataclasses
+import difflib
+from typing import Optional, Tuple
+
+import keras
+import tensorflow as tf
+
+from moxlite import errors
+
+LEVELS = ("O0", "O1", "O2", "O3")
+COMPUTE_DTYPES = ("float16", "bfloat16")
+GELU = "GELU"
+O1_KEEP_FP32 = ("Softmax", "LayerNormalization", "BatchNormalization", "GroupNormalization", GELU)
+_BATCHNORM = "BatchNormalization"
+
+
+@dataclasses.dataclass(frozen=True)
+class AmpPlan:
+    """Which policy each layer gets at one level."""
+
+    level: str = "O0"
+    compute_dtype: str = "float16"
+    keep_fp32: Tuple[str, ...] = ()
+
+    @property
+    def mixed(self):
+        return self.level != "O0"
+
+    @property
+    def policy_name(self):
+        """The policy of layers not on the keep-list."""
+        return f"mixed_{self.compute_dtype}" if self.mixed else "float32"
+
+    def keeps(self, layer):
+        """True when ``layer`` must compute in float32 at this level."""
+        if not self.mixed:
+            return False
+        names = {cls.__name__ for cls in type(layer).__mro__}
+        if names & set(self.keep_fp32):
+            return True
+        return GELU in self.keep_fp32 and _is_gelu_activation(layer)
+
+    def policy_for(self, layer):
+        return "float32" if self.keeps(layer) else self.policy_name
+
+
+def plan_for(level, compute_dtype="float16", keep_fp32=None, keep_batchnorm_fp32=None):
+    """The AmpPlan for a level, checked; ``keep_fp32=None`` means the level's default list.
+
+    ``keep_batchnorm_fp32`` adds (True) or removes (False) BatchNormalization from the
+    list, as MindSpore's switch of that name; None is the level's default: True at O2,
+    False at O3, the list as given at O1.
+    """
+    if level not in LEVELS:
+        raise errors.ArgumentError(
+            f"amp_level={level!r} is not valid; use one of {', '.join(LEVELS)} "
+            f"(O0 float32, O1 mixed with an fp32 keep-list, O2 all but BatchNorm, O3 all)")
+    if compute_dtype not in COMPUTE_DTYPES:
+        raise errors.ArgumentError(
+            f"compute_dtype={compute_dtype!r} is not valid; use 'float16' or 'bfloat16'")
+    if keep_fp32 is None:
+        keep = list(O1_KEEP_FP32) if level == "O1" else []
+    else:
+        keep = [check_layer_name(name) for name in keep_fp32]
+    if keep_batchnorm_fp32 is None and level == "O2":
+        keep_batchnorm_fp32 = True
+    if keep_batchnorm_fp32 and _BATCHNORM not in keep:
+        keep.append(_BATCHNORM)
+    if keep_batchnorm_fp32 is False and _BATCHNORM in keep:
+        keep.remove(_BATCHNORM)
+    return AmpPlan(level, compute_dtype, tuple(keep))
+
+
+def check_layer_name(name):
+    """``name`` if it names a Keras layer class (or GELU); an error with the nearest name otherwise."""
+    name = str(name).strip()
+    known = _keras_layer_names()
+    if name == GELU or name in known:
+        return name
+    candidates = sorted(known) + [GELU]
+    lowered = {candidate.lower(): candidate for candidate in candidates}
+    prefixed = [c for c in candidates if c.lower().startswith(name.lower())]   # "Layernorm"
+    near = prefixed[:1] or [lowered[m] for m in difflib.get_close_matches(name.lower(), list(lowered), n=1)]
+    hint = f"; did you mean {near[0]!r}?" if near else "; give Keras layer class names, e.g. LayerNormalization"
+    raise errors.ArgumentError(f"keep_fp32: {name!r} is not a Keras layer class{hint}")
+
+
+def _keras_layer_names():
+    return {name for name, value in vars(keras.layers).items()
+            if isinstance(value, type) and issubclass(value, keras.layers.Layer)}
+
+
+def _is_gelu_activation(layer):
+    if not isinstance(layer, keras.layers.Activation):
+        return False
+    function = getattr(layer, "activation", None)
+    return getattr(function, "__name__", "") == "gelu"
+
+
+# ---- applying a plan to layers -----------------------------------------------------------------
+
+_active = {"plan": None, "original_call": None, "layers": None}
+
+
+def _cast_back(value, dtype):
+    """``value`` in ``dtype`` if it is a floating tensor (anything else unchanged)."""
+    if isinstance(value, keras.KerasTensor):   # a functional model being built inside model_fn
+        if keras.backend.is_float_dtype(value.dtype) and value.dtype != dtype.name:
+            return keras.ops.cast(value, dtype.name)
+        return value
+    if tf.is_tensor(value) and value.dtype.is_floating and value.dtype != dtype:
+        return tf.cast(value, dtype)
+    return value
+
+
+def configure(layer, plan):
+    """Give ``layer`` the plan's policy for it (and nothing else: variables stay as built)."""
+    policy = plan.policy_for(layer)
+    if layer.dtype_policy.name != policy:
+        layer.dtype_policy = policy
+    # Set without Keras's attribute tracking (plain bookkeeping, not layer state).
+    object.__setattr__(layer, "_moxlite_amp", (plan, plan.keeps(layer)))
+
+
+@contextlib.contextmanager
+def layer_policies(plan: Optional[AmpPlan], record=False):
+    """While the body runs, the plan's global policy and each layer configured at its first call.
+
+    Keras fixes a layer's policy at construction; a keep-list needs it per layer class, and
+    a model closed over was constructed before this plan existed. So ``Layer.__call__`` is
+    wrapped for the duration: a layer not yet configured for ``plan`` gets its policy
+    first, and a keep-list layer's floating outputs are cast back to the compute dtype.
+    Outside the body, Keras is untouched. ``record`` installs the wrapper at O0 too, so
+    that ``configured_layers`` lists the layers called (for ``--dry-run``).
+    """
+    if plan is None or (not plan.mixed and not record) or _active["plan"] is not None:
+        yield
+        return
+    previous_policy = keras.config.dtype_policy()
+    original_call = keras.layers.Layer.__call__
+    compute = tf.as_dtype(plan.compute_dtype)
+    seen = []
+
+    def call(layer, *args, **kwargs):
+        if _is_data_layer(layer):   # preprocessing/augmentation: input pipeline, not the network
+            return original_call(layer, *args, **kwargs)
+        state = getattr(layer, "_moxlite_amp", None)
+        if state is None or state[0] is not plan:
+            configure(layer, plan)
+            seen.append(layer)
+            state = layer._moxlite_amp
+        if not state[1]:
+            return original_call(layer, *args, **kwargs)
+        # Cast up here rather than trust the policy: layers that opt out of Keras's input
+        # autocasting (LayerNormalization, BatchNormalization) would otherwise see float16.
+        args = tf.nest.map_structure(lambda value: _cast_back(value, tf.float32), args)
+        outputs = original_call(layer, *args, **kwargs)
+        return tf.nest.map_structure(lambda value: _cast_back(value, compute), outputs)
+
+    keras.config.set_dtype_policy(plan.policy_name)
+    keras.layers.Layer.__call__ = call
+    _active.update(plan=plan, original_call=original_call, layers=seen)
+    try:
+        yield
+    finally:
+        keras.layers.Layer.__call__ = original_call
+        keras.config.set_dtype_policy(previous_policy)
+        _active.update(plan=None, original_call=None, layers=None)
+
+
+def _is_data_layer(layer):
+    """Keras's preprocessing layers (RandAugment, MixUp, Rescaling, ...) share a DataLayer base."""
+    return any(cls.__name__ == "DataLayer" for cls in type(layer).__mro__)
+
+
+def configured_layers():
+    """The layers configured by the active ``layer_policies`` so far (empty outside one)."""
+    return list(_active["layers"] or [])
+
+
+def layer_dtypes(layers):
+    """One row per layer: (path or name, class name, compute dtype, variable dtypes)."""
+    rows = []
+    for layer in layers:
+        variable_dtypes = sorted({str(v.dtype) for v in layer.weights}) if layer.weights else ["-"]
+        rows.append((getattr(layer, "path", None) or layer.name, type(getattr(layer, "_layer", layer)).__name__,
+                     layer.compute_dtype, ",".join(variable_dtypes)))
+    return rows
+
+
+def describe_layers(layers):
+    """The rows of ``layer_dtypes`` as an aligned table, for ``--dry-run``."""
+    rows = [("layer", "class", "compute", "variables")] + layer_dtypes(layers)
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)

@@ -1,0 +1,184 @@
+"""Loss scaling for float16 training: dynamic, fixed, and MindSpore's drop_overflow_update.
+
+With scale s the loop differentiates ``s * loss``; this wrapper divides the
+gradients by s before anything below it sees them (clipping, accumulation, LARS),
+then checks them: an overflow is any non-finite value on any replica, decided
+once for all replicas (their flags are summed across replicas, so every replica
+and every worker takes the same branch).
+
+- ``dynamic=True`` (Keras's ``LossScaleOptimizer`` rule): an overflowing step is
+  skipped and s halves; after ``growth_steps`` clean steps in a row s doubles.
+- ``dynamic=False``: s never changes. ``drop_overflow_update`` (MindSpore's
+  ``FixedLossScaleManager`` switch) says whether an overflowing step is skipped
+  (True) or applied anyway (False). The dynamic rule always skips, as MindSpore's.
+
+Skipped steps are counted in ``skipped_steps``; ``last_skipped_step`` is the global
+step (1-based, as in the log lines) of the latest one. ``iterations`` counts applied
+updates only, as in Keras and MindSpore; moxlite's global step counts every step.
+"""
+
+import keras
+import tensorflow as tf
+
+from moxlite import context
+from moxlite.optimizers import wrapper as wrapper_lib
+
+DEFAULT_INITIAL_SCALE = 2.0 ** 15   # Keras's LossScaleOptimizer default
+DEFAULT_GROWTH_STEPS = 2000
+
+
+def _positive_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _positive_int(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+@keras.saving.register_keras_serializable(package="moxlite")
+class LossScale(wrapper_lib.OptimizerWrapper):
+    """Unscale, check for overflow, apply or skip (see the module docstring)."""
+
+    NAME = "loss_scale"
+    WARN_WHEN_SYNC = False   # moxlite's own wrapper, not a MoXing optimizer wrapper
+    # Read by other parts of the loop (a non-finite guard): an overflowing scaled gradient is
+    # expected under this wrapper, which handles it.
+    HANDLES_OVERFLOW = True
+    PARAMETERS = {
+        "initial_scale": wrapper_lib.Parameter(
+            DEFAULT_INITIAL_SCALE, "the loss scale at step 0", "a positive number", _positive_number),
+        "dynamic": wrapper_lib.Parameter(
+            True, "halve on overflow and double after growth_steps clean steps (True), or never change (False)",
+            "True or False", lambda v: isinstance(v, bool)),
+        "growth_steps": wrapper_lib.Parameter(
+            DEFAULT_GROWTH_STEPS, "clean steps in a row after which a dynamic scale doubles",
+            "an integer >= 1", _positive_int),
+        "drop_overflow_update": wrapper_lib.Parameter(
+            True, "skip a step whose gradients overflow (True) or apply it anyway (False, fixed scale only)",
+            "True or False", lambda v: isinstance(v, bool)),
+    }
+
+    def __init__(self, inner_optimizer, name=None, **parameters):
+        super().__init__(inner_optimizer, name=name, **parameters)
+        if self.dynamic and not self.drop_overflow_update:
+            raise ValueError(
+                "loss_scale: drop_overflow_update=False needs a fixed scale; a dynamic scale always "
+                "drops overflowing updates (as MindSpore's DynamicLossScaleManager)")
+
+    def sharing_state_around(self, inner_optimizer):
+        """A LossScale around ``inner_optimizer`` on this one's scale and counters.
+
+        For the asynchronous loop's accumulation (``moxlite.optimizers.accumulation``),
+        which applies the averaged gradients of loss scaled by this wrapper below
+        ``batch_gradients``: one scale, checkpointed by this wrapper.
+        """
+        sibling = LossScale(inner_optimizer, name=self.name + "_accumulated", **self.parameter_values())
+        object.__setattr__(sibling, "_state_owner", self)
+        return sibling
+
+    def _build_own_state(self, variables):
+        owner = getattr(self, "_state_owner", None)
+        if owner is not None:
+            if not owner.built:
+                owner.build(variables)
+            for name in ("scale", "clean_steps", "skipped_steps", "last_skipped_step"):
+                object.__setattr__(self, name, getattr(owner, name))
+            return
+
+        def scalar(name, dtype, value):
+            return self.add_variable(shape=(), dtype=dtype, aggregation="only_first_replica", name=name,
+                                     initializer=keras.initializers.Constant(value))
+        self.scale = scalar("scale", "float32", self.initial_scale)
+        self.clean_steps = scalar("clean_steps", "int64", 0)
+        self.skipped_steps = scalar("skipped_steps", "int64", 0)
+        self.last_skipped_step = scalar("last_skipped_step", "int64", 0)
+
+    def scale_loss(self, loss):
+        return self.inner_optimizer.scale_loss(loss * tf.cast(self.scale, loss.dtype))
+
+    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced):
+        grads, variables = list(grads), list(variables)
+        scale = tf.convert_to_tensor(self.scale)
+
+        def unscale(grads):
+            return [g / tf.cast(scale, g.dtype) for g in grads]
+
+        def overflowed(grads):
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+            return tf.where(finite, 0.0, 1.0)
+
+        unscaled = distribution.extended.call_for_each_replica(unscale, args=(grads,))
+        # One replica's overflow is everyone's: the flags are summed across replicas (and
+        # workers), so all take the same branch and mirrored variables stay equal.
+        flags = distribution.extended.call_for_each_replica(overflowed, args=(unscaled,))
+        overflow_count = distribution.extended.reduce_to(
+            tf.distribute.ReduceOp.SUM, flags, destinations=self.scale.value)
+        overflow = distribution.experimental_local_results(overflow_count)[0] > 0
+
+        def apply():
+            self._apply_inner(distribution, unscaled, variables, reduced)
+            return tf.constant(True)
+
+        def skip():
+            return tf.constant(False)
+
+        if self.drop_overflow_update:
+            tf.cond(overflow, skip, apply)
+        else:
+            apply()
+        self._update_state(overflow)
+
+    def _update_state(self, overflow):
+        """The scale and the counters after a step (cross-replica context)."""
+        if self.dynamic:
+            grow = tf.logical_and(tf.logical_not(overflow), self.clean_steps + 1 >= self.growth_steps)
+            factor = tf.where(overflow, 0.5, tf.where(grow, 2.0, 1.0))
+            self.assign(self.scale, self.scale * factor)
+            self.assign(self.clean_steps, tf.where(tf.logical_or(overflow, grow), tf.constant(0, tf.int64),
+                                                   self.clean_steps + 1))
+        if self.drop_overflow_update:
+            self.assign_add(self.skipped_steps, tf.cast(overflow, tf.int64))
+            run_context = context.current()
+            step = (tf.cast(run_context.global_step, tf.int64) + 1 if run_context is not None
+                    else tf.cast(self.iterations, tf.int64) + self.skipped_steps)
+            self.assign(self.last_skipped_step, tf.where(overflow, step, self.last_skipped_step))
+
+    def describe(self):
+        if self.dynamic:
+            return f"loss_scale(dynamic, initial {self.initial_scale:g}, growth every {self.growth_steps} steps)"
+        action = "skip" if self.drop_overflow_update else "apply"
+        return f"loss_scale(fixed {self.initial_scale:g}, {action} overflowing steps)"
+
+
+def find(optimizer):
+    """The LossScale wrapper at the top of ``optimizer``'s stack, or None."""
+    return optimizer if isinstance(optimizer, LossScale) else None
+
+
+class OverflowMonitor:
+    """Logs each change of the loss scale and each skipped step, and writes both as scalars.
+
+    Called at log lines (``hook(global_step, values)``); skips between two calls are
+    reported together, with the step of the last one.
+    """
+
+    def __init__(self, loss_scale, logger, summaries=None):
+        self.loss_scale = loss_scale
+        self.logger = logger
+        self.summaries = summaries
+        self._scale = float(loss_scale.scale.numpy())
+        self._skipped = int(loss_scale.skipped_steps.numpy())
+
+    def __call__(self, step, values=None):
+        scale = float(self.loss_scale.scale.numpy())
+        skipped = int(self.loss_scale.skipped_steps.numpy())
+        new_skips = skipped - self._skipped
+        if new_skips:
+            last = int(self.loss_scale.last_skipped_step.numpy())
+            what = f"step {last} skipped" if new_skips == 1 else f"{new_skips} steps skipped, the last at step {last}"
+            self.logger.info("loss scale %g -> %g, %s", self._scale, scale, what)
+        elif scale != self._scale:
+            self.logger.info("loss scale %g -> %g at step %d", self._scale, scale, step)
+        self._scale, self._skipped = scale, skipped
+        if self.summaries is not None:
+            self.summaries.scalars(step, {"loss_scale": scale, "skipped_steps": float(skipped)})

@@ -1,0 +1,175 @@
+"""amp_level O0-O3: every layer's compute and variable dtype against the level's definition."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import moxlite as mox
+from moxlite.training import amp
+from tests import runlib
+
+BATCH = 16
+STEPS = 2
+KEEP_O1 = {"Softmax", "LayerNormalization", "BatchNormalization", "GroupNormalization", "GELU"}
+
+
+class ProbedLayerNorm(keras.layers.LayerNormalization):
+    """A LayerNormalization that records the dtype its inputs arrive in."""
+
+    seen = []
+
+    def call(self, inputs):
+        ProbedLayerNorm.seen.append(inputs.dtype)
+        return super().call(inputs)
+
+
+def build_layers():
+    """One layer of each kind the levels treat differently, in call order."""
+    return {
+        "dense": keras.layers.Dense(32, kernel_initializer=keras.initializers.GlorotUniform(seed=1)),
+        "gelu": keras.layers.Activation("gelu"),
+        "relu": keras.layers.Activation("relu"),
+        "layer_norm": ProbedLayerNorm(),
+        "batch_norm": keras.layers.BatchNormalization(),
+        "group_norm": keras.layers.GroupNormalization(groups=4),
+        "logits": keras.layers.Dense(runlib.NUM_CLASSES, kernel_initializer=keras.initializers.GlorotUniform(seed=2)),
+        "softmax": keras.layers.Softmax(),
+    }
+
+
+def forward(layers, images, training, outputs):
+    x = layers["dense"](images)
+    x = layers["gelu"](x)
+    x = layers["relu"](x)
+    x = layers["layer_norm"](x)
+    outputs["after_keep"] = x.dtype           # a keep-list layer's output, cast back
+    x = layers["batch_norm"](x, training=training)
+    x = layers["group_norm"](x)
+    logits = layers["logits"](x)
+    probabilities = layers["softmax"](logits)
+    outputs["probabilities"] = probabilities.dtype
+    return keras.ops.cast(logits, "float32")
+
+
+def expected(level, compute, name, cls):
+    """(compute dtype, variable dtype) of a layer at ``level``, from the level's definition."""
+    kind = "GELU" if name == "gelu" else cls
+    if level == "O0":
+        return "float32", "float32"
+    kept = {"O1": KEEP_O1, "O2": {"BatchNormalization"}, "O3": set()}[level]
+    return ("float32" if kind in kept else compute), "float32"
+
+
+def train(log_dir, model_fn, steps=STEPS):
+    images, labels = runlib.mnist_rows(64)
+    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
+                   optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=0.1), run_mode=mox.ModeKeys.TRAIN,
+                   batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=steps)
+
+
+def check_table(layers, level, compute):
+    rows = {row[0]: row for row in amp.layer_dtypes(layers.values())}
+    for name, layer in layers.items():
+        cls = "LayerNormalization" if isinstance(layer, ProbedLayerNorm) else type(layer).__name__
+        want = expected(level, compute, name, cls)
+        row = rows[getattr(layer, "path", None) or layer.name]
+        got = (row[2], row[3] if row[3] != "-" else "float32")
+        assert got == want, f"{level}/{compute}: {name} ({cls}) is {got}, the level says {want}"
+
+
+@pytest.mark.parametrize("level, compute", [("O0", "float16"), ("O1", "float16"), ("O1", "bfloat16"),
+                                            ("O2", "float16"), ("O3", "float16")])
+def test_layers_built_inside_model_fn_follow_the_level(tmp_path, level, compute):
+    captured = {}
+
+    def model_fn(inputs, mode):
+        images, labels = inputs
+        captured["layers"] = build_layers()
+        outputs = {}
+        logits = forward(captured["layers"], images, mode == mox.ModeKeys.TRAIN, outputs)
+        captured["outputs"] = outputs
+        return runlib.spec_for(images, labels, logits)
+
+    ProbedLayerNorm.seen.clear()
+    mox.set_flag("amp_level", level)
+    mox.set_flag("compute_dtype", compute)
+    train(tmp_path, model_fn)
+    check_table(captured["layers"], level, compute)
+    mixed = level != "O0"
+    # A keep-list layer gets its inputs in float32 and hands the compute dtype on.
+    layer_norm_kept = level in ("O0", "O1")
+    assert set(ProbedLayerNorm.seen) == {tf.float32 if layer_norm_kept else tf.as_dtype(compute)}
+    assert captured["outputs"]["after_keep"] == (tf.as_dtype(compute) if mixed else tf.float32)
+    assert captured["outputs"]["probabilities"] == (tf.as_dtype(compute) if mixed else tf.float32)
+    assert keras.config.dtype_policy().name == "float32"                  # restored after the run
+    assert keras.layers.Layer.__call__ is amp._active["original_call"] or amp._active["plan"] is None
+    kernel = runlib.checkpoint_variables(tmp_path)[0]
+    assert kernel.dtype == np.float32                                     # float32 master weights
+
+
+def test_a_keras_model_closed_over_follows_the_level(tmp_path):
+    layers = build_layers()
+    inputs = keras.Input((runlib.NUM_FEATURES,))
+    outputs = {}
+    model = keras.Model(inputs, forward(layers, inputs, None, outputs))   # built in float32, before run
+
+    def model_fn(inputs, mode):
+        images, labels = inputs
+        return runlib.spec_for(images, labels, tf.cast(model(images, training=mode == mox.ModeKeys.TRAIN),
+                                                       tf.float32))
+
+    mox.set_flag("amp_level", "O1")
+    train(tmp_path, model_fn)
+    check_table(layers, "O1", "float16")
+
+
+def test_keep_list_flags_replace_the_default_and_switch_batchnorm(tmp_path):
+    plan = amp.plan_for("O1", "float16", keep_fp32=["Dense"])
+    assert plan.keep_fp32 == ("Dense",)
+    assert amp.plan_for("O2").keep_fp32 == ("BatchNormalization",)
+    assert amp.plan_for("O2", keep_batchnorm_fp32=False).keep_fp32 == ()
+    assert amp.plan_for("O3").keep_fp32 == ()
+    assert amp.plan_for("O3", keep_batchnorm_fp32=True).keep_fp32 == ("BatchNormalization",)
+    captured = {}
+
+    def model_fn(inputs, mode):
+        images, labels = inputs
+        captured["layers"] = build_layers()
+        return runlib.spec_for(images, labels, forward(captured["layers"], images, True, {}))
+
+    mox.set_flag("amp_level", "O3")
+    mox.set_flag("keep_fp32", "Dense,Softmax")
+    train(tmp_path, model_fn)
+    compute = {name: layer.compute_dtype for name, layer in captured["layers"].items()}
+    assert compute == {"dense": "float32", "logits": "float32", "softmax": "float32", "gelu": "float16",
+                       "relu": "float16", "layer_norm": "float16", "batch_norm": "float16",
+                       "group_norm": "float16"}
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("amp_level", "O4", r"--amp_level='O4' is not valid; use one of O0, O1, O2, O3"),
+    ("compute_dtype", "float64", r"--compute_dtype='float64' is not valid; use 'float16' or 'bfloat16'"),
+    ("keep_fp32", "Layernorm", r"--keep_fp32: 'Layernorm' is not a Keras layer class; did you mean 'LayerNormalization'"),
+    ("keep_batchnorm_fp32", "yes", r"--keep_batchnorm_fp32='yes' is not valid; use true, false"),
+])
+def test_bad_amp_flags_are_refused_before_any_work(tmp_path, flag, value, message):
+    mox.set_flag("amp_level", "O1")
+    mox.set_flag(flag, value)
+    with pytest.raises(mox.errors.ArgumentError, match=message):
+        train(tmp_path / "never", runlib.softmax_model_fn)
+    assert not (tmp_path / "never").exists()
+
+
+def test_use_fp16_is_o3_in_float16_and_contradictions_are_refused(tmp_path):
+    mox.set_flag("use_fp16", True)
+    from moxlite.training import precision
+    settings = precision.from_flags()
+    assert settings.amp_plan == amp.plan_for("O3", "float16") and settings.loss_scale == "dynamic"
+    mox.set_flag("amp_level", "O0")
+    with pytest.raises(mox.errors.ArgumentError, match=r"--use_fp16 asks for float16 but --amp_level=O0"):
+        precision.from_flags()
+    mox.set_flag("use_fp16", False)
+    mox.set_flag("amp_level", "O1")
+    mox.set_flag("compute_dtype", "bfloat16")
+    assert precision.from_flags().loss_scale is None     # bfloat16 needs no loss scaling

@@ -1,0 +1,410 @@
+"""THOR against momentum and Adam on the bundled digits, through moxlite.run; and THOR's cost at scale.
+
+    python tools/bench_thor.py                 # the reduced run (a shared machine)
+    python tools/bench_thor.py --full          # the full run, for a quiet machine
+    python tools/bench_thor.py --plan          # ResNet-50 and BERT-base on paper, no training
+
+Training benchmark. Two models on moxlite's 4,000 training / 1,000 test
+digits, batch 64: a small CNN (conv5x5(8)-maxpool-conv5x5(16)-maxpool-dense(10))
+and the MLP (784-256-10). Each optimizer is first swept over a few learning
+rates (THOR: learning rate and damping together, always wrapping momentum 0.9)
+on seed 0; the best setting (fewest steps to the target test accuracy, then
+the higher final accuracy) is then run on the other seeds. Every run is one
+``moxlite.run`` call whose model_fn closes over a Keras model; a ModelSpec
+hook fires after every step, stamps the time, and every ``--eval-every``
+steps measures test accuracy on all 1,000 test digits (time spent in the hook
+is not counted).
+
+Printed per model and optimizer (median over seeds, [min-max]): steps and
+seconds to the target (95 % test for the CNN, 93 % for the MLP), final test
+accuracy and the ratios to momentum. Then the step times, measured side by
+side: a few rounds of short runs of every optimizer at its best setting, back
+to back, the order rotated each round; per run the median plain step (THOR:
+inverses reused) and the median refresh step (THOR: factors recomputed and
+inverted); per round the ratios to momentum's step of that round; printed as
+the median and [min-max] over rounds, so a change of load between rounds
+cancels out. The first step of a run carries graph tracing: it is timed as the
+run's median step of the same kind instead, in both the step times and the
+seconds to target.
+
+A plot (test accuracy against steps and against seconds, one line per
+optimizer: the median over seeds) is written with matplotlib when it is
+installed (``pip install -e ".[plot]"``); without it the script says so and
+still prints the tables.
+"""
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+TARGETS = {"cnn": 0.95, "mlp": 0.93}
+BATCH = 64
+FREQUENCY = 50
+
+# optimizer -> settings swept on seed 0; THOR settings are (learning rate, damping), around momentum 0.9.
+REDUCED = dict(
+    steps={"cnn": 300, "mlp": 300}, seeds=3, eval_every=10, timing_rounds=4, timing_steps=110,
+    sweeps={
+        "momentum": [0.02, 0.05, 0.1],
+        "adam": [1e-3, 3e-3],
+        "thor": [(0.01, 0.03), (0.02, 0.1)],
+    })
+FULL = dict(
+    steps={"cnn": 600, "mlp": 800}, seeds=5, eval_every=10, timing_rounds=10, timing_steps=210,
+    sweeps={
+        "momentum": [0.01, 0.02, 0.05, 0.1, 0.2],
+        "adam": [3e-4, 1e-3, 3e-3, 1e-2],
+        "thor": [(0.005, 0.03), (0.01, 0.03), (0.02, 0.03), (0.01, 0.1), (0.02, 0.1), (0.03, 0.1)],
+    })
+
+
+# ----------------------------------------------------------------- one run
+
+def build_network(model_name, seed):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    if model_name == "cnn":
+        return keras.Sequential([
+            keras.Input((28, 28, 1)),
+            keras.layers.Conv2D(8, 5, activation="relu"), keras.layers.MaxPooling2D(2),
+            keras.layers.Conv2D(16, 5, activation="relu"), keras.layers.MaxPooling2D(2),
+            keras.layers.Flatten(), keras.layers.Dense(10)])
+    return keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Flatten(),
+                             keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])
+
+
+def optimizer_fn_for(kind, setting, steps):
+    import moxlite as mox
+
+    if kind == "momentum":
+        return mox.get_optimizer_fn("momentum", learning_rate=setting, momentum=0.9)
+    if kind == "adam":
+        return mox.get_optimizer_fn("adam", learning_rate=setting)
+    learning_rate, damping = setting
+    inner = mox.get_optimizer_fn("momentum", learning_rate=learning_rate, momentum=0.9)
+    return mox.get_optimizer_wrapper_fn("thor", inner, damping=damping, frequency=FREQUENCY)
+
+
+class Recorder:
+    """The ModelSpec hook: per-step times (its own time excluded) and test accuracy every few steps."""
+
+    def __init__(self, network, test_images, test_labels, eval_every):
+        self.network = network
+        self.test_images = test_images
+        self.test_labels = test_labels
+        self.eval_every = eval_every
+        self.step_seconds = {}
+        self.curve = []  # (step, training seconds so far, test accuracy)
+        self._left_hook = None
+
+    def __call__(self, global_step, log_values):
+        entered = time.perf_counter()
+        step = int(global_step)
+        if self._left_hook is not None and step not in self.step_seconds:
+            self.step_seconds[step] = entered - self._left_hook
+        if step % self.eval_every == 0 and (not self.curve or self.curve[-1][0] != step):
+            self.curve.append((step, None, self.accuracy()))
+        self._left_hook = time.perf_counter()
+
+    def accuracy(self):
+        import numpy as np
+
+        logits = self.network(self.test_images, training=False)
+        return float(np.mean(np.argmax(np.asarray(logits), axis=1) == self.test_labels))
+
+
+def is_refresh(kind, step):
+    """THOR refreshes on applied update 0, frequency, 2*frequency, ...: global steps 1, 1 + frequency, ..."""
+    return kind == "thor" and (step - 1) % FREQUENCY == 0
+
+
+def train_once(model_name, kind, setting, seed, steps, eval_every, data, log_root):
+    import keras
+    import tensorflow as tf
+
+    import moxlite as mox
+
+    (train_images, train_labels), (test_images, test_labels) = data
+    network = build_network(model_name, seed)
+    recorder = Recorder(network, test_images, test_labels, eval_every)
+
+    def input_fn(mode):
+        dataset = tf.data.Dataset.from_tensor_slices((train_images, train_labels))
+        return dataset.shuffle(len(train_labels), seed=seed).repeat()
+
+    def model_fn(inputs, mode):
+        images, labels = inputs
+        logits = network(images, training=mode == mox.ModeKeys.TRAIN)
+        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
+        return mox.ModelSpec(loss=loss, log_info={"loss": loss}, hooks=[recorder])
+
+    # A fresh directory per run: a log_dir holding a checkpoint would resume instead of training.
+    log_dir = tempfile.mkdtemp(prefix=f"{model_name}_{kind}_{setting}_{seed}_".replace(" ", ""), dir=log_root)
+    mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=optimizer_fn_for(kind, setting, steps),
+            run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=log_dir, max_number_of_steps=steps,
+            log_every_n_steps=1, save_summary_steps=10 ** 9, save_model_steps=10 ** 9)
+    return finish(kind, recorder, steps)
+
+
+def finish(kind, recorder, steps):
+    """Step times with step 1 (graph tracing) replaced by the median of its kind; the curve in training seconds."""
+    times = recorder.step_seconds
+    plain = [t for s, t in times.items() if not is_refresh(kind, s)]
+    refresh = [t for s, t in times.items() if is_refresh(kind, s)]
+    times[1] = statistics.median(refresh if is_refresh(kind, 1) and refresh else plain)
+    elapsed, curve = 0.0, []
+    for step, _, accuracy in recorder.curve:
+        elapsed = sum(times.get(s, 0.0) for s in range(1, step + 1))
+        curve.append((step, elapsed, accuracy))
+    return dict(curve=curve, plain=plain, refresh=refresh, final=curve[-1][2] if curve else float("nan"))
+
+
+def reach(curve, target):
+    """(steps, seconds) when test accuracy first reaches target, or None."""
+    for step, seconds, accuracy in curve:
+        if accuracy >= target:
+            return step, seconds
+    return None
+
+
+# ----------------------------------------------------------------- the benchmark
+
+def rotated(items, by):
+    by %= len(items)
+    return items[by:] + items[:by]
+
+
+def benchmark(config, models, log_root, print_fn=print):
+    from moxlite.data import mnist
+
+    (train_images, train_labels), (test_images, test_labels) = mnist.split(0.2, 0)
+    data = ((train_images[..., None], train_labels), (test_images[..., None], test_labels))
+    kinds = list(config["sweeps"])
+    results = {}
+    for model_name in models:
+        steps, target = config["steps"][model_name], TARGETS[model_name]
+        print_fn(f"\n## {model_name}: {steps} steps of batch {BATCH}, target {target:.0%} test accuracy")
+        best = {}
+        for kind in kinds:  # the sweep, seed 0
+            tried = []
+            for setting in config["sweeps"][kind]:
+                run = train_once(model_name, kind, setting, 0, steps, config["eval_every"], data, log_root)
+                reached = reach(run["curve"], target)
+                print_fn(f"   sweep {kind:<9} {str(setting):<14} steps to target: "
+                         f"{reached[0] if reached else '-':>5}   final test {run['final']:.4f}")
+                tried.append(((reached[0] if reached else 10 ** 9), -run["final"], str(setting), setting, run))
+            tried.sort(key=lambda t: t[:3])
+            best[kind] = (tried[0][3], [tried[0][4]])
+        for seed in range(1, config["seeds"]):  # the best settings on the other seeds, order rotated
+            for kind in rotated(kinds, seed):
+                setting = best[kind][0]
+                best[kind][1].append(train_once(model_name, kind, setting, seed, steps, config["eval_every"], data,
+                                                log_root))
+        results[model_name] = best
+        rounds = timing_rounds(model_name, best, config["timing_rounds"], config["timing_steps"], data, log_root)
+        lines = report(model_name, best, target) + step_time_lines(rounds, config["timing_steps"])
+        for line in lines + estimated_time_lines(best, rounds, target):
+            print_fn(line)
+    return results
+
+
+def timing_rounds(model_name, best, rounds, steps, data, log_root):
+    """Short runs of every optimizer at its best setting, back to back, the order rotated each round.
+
+    Returns one dict per round: kind -> (median plain step, median refresh step, 10th-percentile
+    plain step) in seconds.
+    Ratios are taken within a round, so a change of load between rounds cancels out.
+    """
+    kinds = list(best)
+    measured = []
+    for number in range(rounds):
+        this_round = {}
+        for kind in rotated(kinds, number):
+            run = train_once(model_name, kind, best[kind][0], 100 + number, steps, steps + 1, data, log_root)
+            this_round[kind] = (statistics.median(run["plain"]),
+                                statistics.median(run["refresh"]) if run["refresh"] else None,
+                                tenth_percentile(run["plain"]))
+        measured.append(this_round)
+    return measured
+
+
+def _median_range(values, form="{:.0f}"):
+    values = [v for v in values if v is not None]
+    if not values:
+        return "not reached"
+    return f"{form.format(statistics.median(values))} [{form.format(min(values))}-{form.format(max(values))}]"
+
+
+def report(model_name, best, target):
+    lines = [f"   {'optimizer':<24}{'steps to ' + format(target, '.0%'):>22}{'seconds to ' + format(target, '.0%'):>26}"
+             f"{'final test acc.':>28}   reached"]
+    summary = {}
+    for kind, (setting, runs) in best.items():
+        reached = [reach(run["curve"], target) for run in runs]
+        steps = [r[0] if r else None for r in reached]
+        seconds = [r[1] if r else None for r in reached]
+        finals = [run["final"] for run in runs]
+        summary[kind] = (steps, seconds, finals)
+        label = f"{kind} {setting}"
+        lines.append(f"   {label:<24}{_median_range(steps):>22}{_median_range(seconds, '{:.2f}'):>26}"
+                     f"{_median_range(finals, '{:.4f}'):>28}   {sum(r is not None for r in reached)}/{len(runs)}")
+    base_steps, base_seconds, base_finals = summary["momentum"]
+    for kind in summary:
+        if kind == "momentum":
+            continue
+        steps, seconds, finals = summary[kind]
+        lines.append(f"   {kind} / momentum: steps {_ratio(steps, base_steps)}, seconds {_ratio(seconds, base_seconds)}, "
+                     f"final accuracy {statistics.median(finals) - statistics.median(base_finals):+.4f}")
+    return lines
+
+
+def _ratio(values, base):
+    values, base = [v for v in values if v is not None], [v for v in base if v is not None]
+    if not values or not base:
+        return "n/a (a side did not reach the target)"
+    return f"{statistics.median(values) / statistics.median(base):.2f}x"
+
+
+def tenth_percentile(values):
+    """The 10th percentile: on a loaded machine, nearer a step's own cost than the median."""
+    ordered = sorted(values)
+    return ordered[int(0.1 * (len(ordered) - 1))]
+
+
+def step_time_lines(rounds, steps):
+    """Each optimizer's plain (and THOR's refresh) step against momentum's step of the same round."""
+    def ratios(kind, which):
+        return [r[kind][which] / r["momentum"][0] for r in rounds if r[kind][which] is not None]
+
+    momentum = [r["momentum"][0] * 1e3 for r in rounds]
+    lines = [f"   step times: {len(rounds)} rounds of {steps}-step runs, optimizers back to back in rotated order; "
+             f"ratios to momentum's step within each round, median [min-max]",
+             f"      momentum step {_median_range(momentum, '{:.2f}')} ms"]
+    for kind in rounds[0]:
+        if kind == "momentum":
+            continue
+        plain = [r[kind][0] * 1e3 for r in rounds]
+        line = (f"      {kind} step {_median_range(plain, '{:.2f}')} ms = "
+                f"{_median_range(ratios(kind, 0), '{:.2f}')}x momentum")
+        refresh = [r[kind][1] * 1e3 for r in rounds if r[kind][1] is not None]
+        if refresh:
+            line = (f"      {kind} plain step {_median_range(plain, '{:.2f}')} ms = "
+                    f"{_median_range(ratios(kind, 0), '{:.2f}')}x momentum; refresh step "
+                    f"{_median_range(refresh, '{:.1f}')} ms = {_median_range(ratios(kind, 1), '{:.1f}')}x")
+        lines.append(line)
+    fast = [f"{kind} {_median_range([r[kind][2] / r['momentum'][2] for r in rounds], '{:.2f}')}x"
+            for kind in rounds[0] if kind != "momentum"]
+    lines.append(f"      10th-percentile plain steps against momentum's (less sensitive to load): {'; '.join(fast)}")
+    return lines
+
+
+def estimated_time_lines(best, rounds, target):
+    """Time to target rebuilt from the step counts and each round's paired step times (less load noise).
+
+    THOR's steps to target include one refresh per ``FREQUENCY`` updates (the first included).
+    """
+    def median_steps(kind):
+        reached = [reach(run["curve"], target) for run in best[kind][1]]
+        steps = [r[0] for r in reached if r]
+        return statistics.median(steps) if steps else None
+
+    base = median_steps("momentum")
+    lines = []
+    for kind in best:
+        steps = median_steps(kind)
+        if kind == "momentum" or steps is None or base is None:
+            continue
+        refreshes = math.ceil(steps / FREQUENCY) if kind == "thor" else 0
+        ratios = []
+        for r in rounds:
+            refresh = r[kind][1] if r[kind][1] is not None else r[kind][0]
+            ratios.append(((steps - refreshes) * r[kind][0] + refreshes * refresh) / (base * r["momentum"][0]))
+        lines.append(f"   {kind} time to target rebuilt from its {steps:g} steps ({refreshes} refreshes) and the paired "
+                     f"step times, against momentum's {base:g}: {_median_range(ratios, '{:.2f}')}x")
+    return lines
+
+
+# ----------------------------------------------------------------- the plot
+
+def plot(results, path, print_fn=print):
+    try:
+        import matplotlib
+    except ImportError:
+        print_fn(f"\nNo plot: matplotlib is not installed (pip install -e \".[plot]\"); {path} not written.")
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    figure, axes = plt.subplots(len(results), 2, figsize=(11, 4 * len(results)), squeeze=False)
+    for row, (model_name, best) in enumerate(results.items()):
+        for kind, (setting, runs) in best.items():
+            steps = [point[0] for point in runs[0]["curve"]]
+            length = min(len(run["curve"]) for run in runs)
+            accuracy = np.median([[p[2] for p in run["curve"][:length]] for run in runs], axis=0)
+            seconds = np.median([[p[1] for p in run["curve"][:length]] for run in runs], axis=0)
+            label = f"{kind} {setting}"
+            axes[row, 0].plot(steps[:length], accuracy, label=label)
+            axes[row, 1].plot(seconds, accuracy, label=label)
+        for column, unit in enumerate(("steps", "training seconds")):
+            axis = axes[row, column]
+            axis.axhline(TARGETS[model_name], color="grey", linestyle=":", linewidth=1)
+            axis.set_ylim(0.8, 1.0)
+            axis.set_xlabel(unit)
+            axis.set_ylabel("test accuracy")
+            axis.set_title(f"{model_name}: test accuracy vs {unit} (median of seeds)")
+            axis.legend(loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    print_fn(f"\nPlot written to {path}")
+    return True
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", action="store_true", help="print the at-scale plan (ResNet-50, BERT-base) and exit")
+    parser.add_argument("--full", action="store_true", help="the full benchmark (more seeds, steps and settings)")
+    parser.add_argument("--models", default="cnn,mlp", help="comma-separated: cnn, mlp")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per optimizer (>= 3 for the goals)")
+    parser.add_argument("--plot", default=os.path.join(REPO, "tools", "bench_thor.png"), help="plot file")
+    parser.add_argument("--log-root", default="runs/bench_thor", help="where the runs' log_dirs go")
+    parser.add_argument("--block-size", type=int, default=128, help="--plan: block size against full inverses")
+    parser.add_argument("--bert-sequence", type=int, default=128, help="--plan: tokens per BERT sample")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if args.plan:
+        import thor_plan
+
+        print("\n".join(thor_plan.plan(bert_sequence=args.bert_sequence, block_size=args.block_size)))
+        return 0
+    import logging
+
+    logging.getLogger("moxlite").setLevel(logging.WARNING)
+    from moxlite.training import reporting
+
+    reporting.get_logger().setLevel(logging.WARNING)
+    config = dict(FULL if args.full else REDUCED)
+    if args.seeds:
+        config["seeds"] = args.seeds
+    print(f"{'Full' if args.full else 'Reduced'} run: {config['seeds']} seeds, sweeps {config['sweeps']}, "
+          f"THOR frequency {FREQUENCY}, steps {config['steps']}, test accuracy every {config['eval_every']} steps")
+    started = time.time()
+    os.makedirs(args.log_root, exist_ok=True)
+    results = benchmark(config, [m.strip() for m in args.models.split(",")], args.log_root)
+    os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
+    plot(results, args.plot)
+    print(f"\nTotal wall time {time.time() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
