@@ -176,3 +176,25 @@ def tf1_variable_store_scope(store):
         raise _missing("tensorflow.python.ops.variable_scope", "with_variable_store",
                        "give each model_fn template its own get_variable names")
     return variable_scope.with_variable_store(store)
+
+
+def layer_weight_variable(layer, name):
+    """The variable a Keras layer keeps its ``name`` weight in (``_kernel``, ``_embeddings``), or None.
+
+    The public ``kernel`` and ``embeddings`` properties return a tensor (the
+    kernel plus the LoRA product) when LoRA is enabled, and raise before the
+    layer is built.
+    """
+    return getattr(layer, f"_{name}", None)
+
+
+def direct_sublayers(layer):
+    """The layers ``layer`` holds directly, in order (Keras's ``_flatten_layers`` one level down).
+
+    ``Layer.layers`` exists only on models, and ``_layers`` misses layers
+    held in attributes.
+    """
+    flatten = getattr(layer, "_flatten_layers", None)
+    if flatten is None:
+        raise _missing(type(layer).__name__, "_flatten_layers", "list a model's layers for the precision report")
+    return list(flatten(include_self=False, recursive=False))

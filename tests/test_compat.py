@@ -119,3 +119,23 @@ def test_a_tf1_variable_store_keeps_get_variable_names_apart():
         assert in_first is not in_second
         with compat.tf1_variable_store_scope(first), pytest.raises(ValueError, match="already exists"):
             tf.compat.v1.get_variable("w", shape=[1])
+
+
+def test_layer_weight_variable_is_the_trained_kernel_and_embedding_table():
+    dense, embedding = keras.layers.Dense(3), keras.layers.Embedding(5, 2)
+    dense.build((None, 4))
+    embedding.build((None,))
+    assert compat.layer_weight_variable(dense, "kernel") is dense.kernel
+    assert compat.layer_weight_variable(embedding, "embeddings") is embedding.embeddings
+    assert compat.layer_weight_variable(dense, "kernel") in dense.trainable_weights
+
+
+def test_direct_sublayers_are_one_level_down_in_order():
+    inner = keras.Sequential([keras.layers.Dense(2, name="a"), keras.layers.Dense(2, name="b")], name="inner")
+    outer = keras.Sequential([keras.Input((3,)), inner, keras.layers.Dense(1, name="c")])
+    def names(layer):   # a built Sequential also holds its InputLayer
+        return [child.name for child in compat.direct_sublayers(layer)
+                if not isinstance(child, keras.layers.InputLayer)]
+
+    assert names(outer) == ["inner", "c"]
+    assert names(inner) == ["a", "b"]
