@@ -193,6 +193,36 @@ def set_flag(name, value):
             f"{FLAG_TABLE[name][0]}: {error}") from None
 
 
+def parse_loss_scale(value):
+    """The ``loss_scale`` flag's meaning: None (off), ``"dynamic"``, ``"dynamic:<start>"`` or a positive float.
+
+    Off is 0 or an empty, "none" or "off" value; ``dynamic:<start>`` is a
+    dynamic scale from another start (MindSpore's default is 2**24). Raises
+    ValueError saying what is accepted for anything else. The one reading of
+    the value, for the recipe check and the run.
+    """
+    text = str(value).strip().lower()
+    if text in ("0", "0.0", "", "none", "off"):
+        return None
+    if text == "dynamic":
+        return "dynamic"
+    if text.startswith("dynamic:"):
+        try:
+            start = float(text.split(":", 1)[1])
+        except ValueError:
+            start = -1.0
+        if start > 0:
+            return f"dynamic:{start:g}"
+        raise ValueError("'dynamic:<start>' needs a positive starting scale, e.g. dynamic:16777216")
+    try:
+        scale = float(text)
+    except ValueError:
+        scale = -1.0
+    if not scale > 0:
+        raise ValueError("use 0 (off), a positive number (a fixed scale) or 'dynamic'")
+    return scale
+
+
 def reset_flags():
     """Put every moxlite flag back to its default (for tests and repeated runs)."""
     _ensure_parsed()

@@ -153,3 +153,25 @@ def test_accumulators_are_per_replica_and_hold_the_running_sum(mnist_arrays, two
                                                                            from_logits=True))
     expected = tape.gradient(loss, trainer.model.trainable_variables)[0]
     np.testing.assert_allclose(accumulator.read_value().numpy(), expected.numpy(), atol=1e-6)
+
+
+def test_wrapping_the_same_optimizer_twice_leaves_it_and_its_schedule_unchanged():
+    # A factory around an optimizer instance, called twice: each wrapper counts one update per
+    # 2 micro-steps, and the inner optimizer alone still counts every step.
+    from moxlite import context
+    from moxlite.optimizers import current_learning_rate
+
+    decay = keras.optimizers.schedules.ExponentialDecay(1.0, decay_steps=1, decay_rate=0.5)
+    global_step = tf.Variable(13, dtype=tf.int64)
+    with context.activate(context.RunContext(global_step=global_step, global_batch_size=1, num_samples=None)):
+        inner = get_optimizer_fn("sgd", decay)()
+        factory = get_optimizer_wrapper_fn("batch_gradients", inner, num_batches=2)
+        first, second = factory(), factory()
+    assert float(current_learning_rate(inner)) == pytest.approx(0.5 ** 13)
+    assert float(current_learning_rate(first)) == pytest.approx(0.5 ** 6)
+    assert float(current_learning_rate(second)) == pytest.approx(0.5 ** 6)
+    # The applied update uses the per-update rate too: two micro-steps, then w -= 0.5**6 * mean(g).
+    weight = tf.Variable([1.0, 2.0])
+    for gradient in ([0.5, -1.0], [1.5, 1.0]):
+        second.apply_gradients([(tf.constant(gradient), weight)])
+    np.testing.assert_allclose(weight.numpy(), [1.0 - 0.5 ** 6 * 1.0, 2.0], rtol=1e-6)

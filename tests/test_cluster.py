@@ -53,6 +53,29 @@ def test_malformed_host_list_names_flag_value_and_fix(value, fragment):
     assert "\n" not in message
 
 
+@pytest.mark.parametrize("entry, valid", [
+    ("h0:2222", True), ("10.0.0.1:1", True), ("[::1]:2222", True), ("[fe80::1]:65535", True),
+    ("::1:2222", False), ("h0", False), ("h0:0", False), ("h0:70000", False), ("h 0:1", False),
+    ("h0:22:33", False), (":2222", False),
+])
+def test_flags_and_recipes_accept_the_same_host_port_entries(entry, valid, tmp_path):
+    # One rule (cluster.address_problem): the port follows the last ':', an IPv6 host is bracketed.
+    from moxlite.recipes import loader
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"run: {{steps: 5, log_dir: {tmp_path}}}\ninput: {{name: mnist}}\nmodel: {{name: mlp}}\n"
+                      f"optimizer: {{name: sgd}}\ndistribute: {{ps_hosts: ['{entry}'], strategy: parameter_server, "
+                      f"sync_replicas: false}}\n")
+    if valid:
+        assert cluster.parse_hosts("--ps_hosts", entry) == [entry]
+        assert loader.load([str(recipe)], []).recipe.distribute.ps_hosts == [entry]
+    else:
+        with pytest.raises(errors.ClusterError, match="--ps_hosts"):
+            cluster.parse_hosts("--ps_hosts", entry)
+        with pytest.raises(errors.RecipeError, match=r"distribute\.ps_hosts\[0\]: .* must be host:port"):
+            loader.load([str(recipe)], [])
+
+
 # ------------------------------------------------------------- flag mapping
 
 def test_no_cluster_flags_means_one_process_default_strategy():

@@ -46,8 +46,8 @@ def test_async_coordinator_on_worker0_counts_every_scheduled_increment(launches)
     coordinator = results["worker:0"]
     assert (coordinator["kind"], coordinator["role"], coordinator["num_workers"]) == ("parameter_server", "coordinator", 2)
     assert coordinator["counter"] == 200  # INCREMENTS scheduled, none lost
-    assert any(line.startswith("[worker:1] moxlite: serving worker:1") for line in run.lines)
-    assert any(line.startswith("[ps:0] moxlite: serving ps:0") for line in run.lines)
+    assert any(line.startswith("[worker:1] INFO:moxlite:serving worker:1") for line in run.lines)
+    assert any(line.startswith("[ps:0] INFO:moxlite:serving ps:0") for line in run.lines)
 
 
 def _pids(run, count, seconds=30):

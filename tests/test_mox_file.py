@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from moxlite import file as mox_file
+from moxlite import logs
 from moxlite.file import storage
 from moxlite.file.errors import (MissingPathError, ObjectStorageError, StorageAccessError,
                                  StorageUnreachableError)
@@ -255,6 +256,7 @@ def test_background_sync_skips_a_failed_round_and_keeps_going(s3, tmp_path, capl
     local.mkdir()
     (local / "x.txt").write_text("x")
     missing = f"nobucket-{free_port()}"
+    logs.get_logger().addHandler(caplog.handler)   # moxlite's channel does not propagate to the root logger
     sync = mox_file.background_sync_copy(str(local), f"s3://{missing}/train", seconds=0.1)
     try:
         assert wait_for(lambda: sync.failed_rounds >= 2, seconds=30)
@@ -263,6 +265,7 @@ def test_background_sync_skips_a_failed_round_and_keeps_going(s3, tmp_path, capl
     finally:
         with pytest.raises(MissingPathError, match=missing):
             sync.stop(final_sync=True)
+        logs.get_logger().removeHandler(caplog.handler)
     assert "round skipped" in caplog.text
 
 

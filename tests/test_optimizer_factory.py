@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite
-from moxlite import errors, flags
+from moxlite import errors, flags, logs
 from moxlite.optimizers import (
     OPTIMIZER_NAMES, WRAPPER_NAMES, describe_stack, get_optimizer_fn, get_optimizer_wrapper_fn, is_optimizer,
     wrapper_parameters)
@@ -199,7 +199,10 @@ def test_layer_statistics_interface_defaults_to_no_request_through_a_stack():
 def absl_warnings(caplog):
     wrapper_lib._reset_sync_replicas_warning()
     caplog.set_level(logging.WARNING)
+    logger = logs.get_logger()   # moxlite's channel does not propagate to the root logger caplog listens on
+    logger.addHandler(caplog.handler)
     yield lambda: [r for r in caplog.records if r.getMessage() == wrapper_lib.SYNC_REPLICAS_WARNING]
+    logger.removeHandler(caplog.handler)
     wrapper_lib._reset_sync_replicas_warning()
 
 

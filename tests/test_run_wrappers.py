@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import moxlite as mox
+from moxlite import logs
 from tests import runlib
 
 MICRO_BATCH = 10
@@ -56,8 +57,12 @@ def test_wrapper_with_sync_replicas_logs_moxings_warning_once(tmp_path, caplog):
     from moxlite.optimizers import wrapper as wrapper_lib
 
     wrapper_lib._reset_sync_replicas_warning()
-    with caplog.at_level("WARNING"):
-        train(tmp_path / "a", stack(2), MICRO_BATCH, 2)
-        train(tmp_path / "b", stack(2), MICRO_BATCH, 2)
+    logs.get_logger().addHandler(caplog.handler)   # moxlite's channel does not propagate to the root logger
+    try:
+        with caplog.at_level("WARNING"):
+            train(tmp_path / "a", stack(2), MICRO_BATCH, 2)
+            train(tmp_path / "b", stack(2), MICRO_BATCH, 2)
+    finally:
+        logs.get_logger().removeHandler(caplog.handler)
     message = "Using OptimizerWrapper when sync_replicas is True may cause performance loss."
     assert sum(message in record.getMessage() for record in caplog.records) == 1

@@ -66,6 +66,7 @@ def test_two_replicas_equal_one_at_double_batch_under_o1(tmp_path):
         np.testing.assert_allclose(two, one, atol=2e-3)
 
 
+@pytest.mark.slow   # about 200 s on the loaded 2-core machine, mostly tracing Swin and RandAugment
 def test_the_swin_recipe_shortened_trains_on_the_digits_with_every_step_of_its_pipeline(capsys, tmp_path):
     log_dir = tmp_path / "swin"
     code, out, err = run_recipe(

@@ -1,14 +1,28 @@
-"""moxlite.run against a hand-written Keras 3 custom loop and against model.fit.
+"""moxlite.run against the loops a Keras 3 user writes, at the same steps per traced call.
 
-Same model (an MLP on the bundled MNIST sample), same data pipeline, same batch,
-same optimizer, one process, measured side by side. Each contender notes the
-time every 10 steps (moxlite through its own log lines, the custom loop when it
-reads its loss, model.fit in a batch callback); steps/sec is taken between the
-``--warmup`` step and the last step, so tracing and start-up are left out.
-Rounds alternate the order of the contenders; the best and the median round of
-each are compared (on a shared 2-core machine single rounds vary by 15 %).
+Same model (an MLP 784-256-10 on the bundled MNIST sample), same data
+pipeline, same batch, same optimizer (SGD), one process, measured side by
+side. For each N in ``--steps_per_loop`` (default 1 and 50) three contenders
+run N steps per call into TensorFlow:
 
-    python tools/bench_runner.py [--steps 1000] [--warmup 100] [--batch_size 64] [--rounds 3]
+* ``moxlite.run`` with ``steps_per_loop=N``;
+* a hand-written loop: one ``tf.function`` that runs N train steps over a
+  dataset iterator (``for _ in tf.range(n): x, y = next(iterator)``);
+* ``model.fit`` with ``steps_per_execution=N``.
+
+Each reads its loss every max(10, N) steps (moxlite through its own log
+lines, the hand-written loop with ``float(loss)``, model.fit in a batch
+callback) and notes the time; steps/sec is taken between the ``--warmup``
+step and the last step, so tracing and start-up are left out. Rounds
+alternate the order of the contenders and of the N values. The table gives,
+per N, each contender's median steps/sec and the median and range over rounds
+of moxlite's ratio to each other contender in the same round (on a shared
+2-core machine single rounds vary by 15 % or more). ``--clock cpu`` counts
+this process's CPU seconds (all threads) instead of wall seconds: what each
+step costs, less disturbed when other jobs share the cores.
+
+    python tools/bench_runner.py [--steps 1000] [--warmup 100] [--batch_size 64] [--rounds 5]
+                                 [--steps_per_loop 1,50] [--clock wall|cpu]
 """
 
 import argparse
@@ -24,11 +38,18 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import moxlite as mox  # noqa: E402
+from moxlite import logs  # noqa: E402
 from moxlite.data import mnist  # noqa: E402
-from moxlite.training import reporting  # noqa: E402
 
 HIDDEN = 256
 LOG_EVERY = 10
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = CLOCKS["wall"]
+
+
+def log_every(steps_per_loop):
+    """Steps between loss reads: 10, or once per traced call when a call runs more."""
+    return max(LOG_EVERY, steps_per_loop)
 
 
 def dataset(images, labels, batch_size):
@@ -55,7 +76,7 @@ class _StepTimes(logging.Handler):
     def emit(self, record):
         message = record.getMessage()
         if message.startswith("step: "):
-            self.times.append((int(message.split("(")[0].split()[1]), time.perf_counter()))
+            self.times.append((int(message.split("(")[0].split()[1]), clock()))
 
 
 def time_moxlite(images, labels, batch_size, steps, steps_per_loop):
@@ -69,24 +90,24 @@ def time_moxlite(images, labels, batch_size, steps, steps_per_loop):
         return mox.ModelSpec(loss=loss, log_info={"loss": loss})
 
     recorder = _StepTimes()
-    logger = logging.getLogger("moxlite")
+    logger = logs.get_logger()
     logger.addHandler(recorder)
     try:
         with tempfile.TemporaryDirectory() as log_dir:
             mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.05),
                     run_mode=mox.ModeKeys.TRAIN, batch_size=batch_size, log_dir=log_dir,
-                    max_number_of_steps=steps, log_every_n_steps=LOG_EVERY, steps_per_loop=steps_per_loop)
+                    max_number_of_steps=steps, log_every_n_steps=log_every(steps_per_loop),
+                    steps_per_loop=steps_per_loop)
     finally:
         logger.removeHandler(recorder)
     return recorder.times
 
 
-def time_custom_loop(images, labels, batch_size, steps, steps_per_loop):
-    """The loop a Keras 3 user writes by hand: tf.function train step, loss read every 10 steps."""
+def time_hand_written_loop(images, labels, batch_size, steps, steps_per_loop):
+    """The loop a Keras 3 user writes by hand: N train steps per tf.function call, over an iterator."""
     model = build_model()
     optimizer = keras.optimizers.SGD(0.05)
 
-    @tf.function
     def train_step(x, y):
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
@@ -94,24 +115,36 @@ def time_custom_loop(images, labels, batch_size, steps, steps_per_loop):
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return loss
 
+    @tf.function
+    def train_steps(iterator, num_steps):
+        loss = tf.zeros([])
+        for _ in tf.range(num_steps):
+            x, y = next(iterator)
+            loss = train_step(x, y)
+        return loss
+
+    iterator = iter(dataset(images, labels, batch_size))
+    num_steps = tf.constant(steps_per_loop)
+    every = log_every(steps_per_loop)
     times = []
-    for step, (x, y) in enumerate(dataset(images, labels, batch_size).take(steps), start=1):
-        loss = train_step(x, y)
-        if step % LOG_EVERY == 0:
+    for step in range(steps_per_loop, steps + 1, steps_per_loop):
+        loss = train_steps(iterator, num_steps)
+        if step % every == 0:
             float(loss)
-            times.append((step, time.perf_counter()))
+            times.append((step, clock()))
     return times
 
 
 class _FitTimes(keras.callbacks.Callback):
-    def __init__(self):
+    def __init__(self, every):
         super().__init__()
+        self.every = every
         self.times = []
 
     def on_train_batch_end(self, batch, logs=None):
         step = batch + 1
-        if step % LOG_EVERY == 0:
-            self.times.append((step, time.perf_counter()))
+        if step % self.every == 0:
+            self.times.append((step, clock()))
 
 
 def time_fit(images, labels, batch_size, steps, steps_per_loop):
@@ -119,7 +152,7 @@ def time_fit(images, labels, batch_size, steps, steps_per_loop):
     model.compile(optimizer=keras.optimizers.SGD(0.05),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   steps_per_execution=steps_per_loop)
-    recorder = _FitTimes()
+    recorder = _FitTimes(log_every(steps_per_loop))
     model.fit(dataset(images, labels, batch_size), steps_per_epoch=steps, epochs=1, verbose=0,
               callbacks=[recorder])
     return recorder.times
@@ -132,7 +165,12 @@ def steady_rate(times, warmup):
     return (last_step - first_step) / (last_time - first_time)
 
 
-CONTENDERS = {"moxlite.run": time_moxlite, "custom loop": time_custom_loop, "model.fit": time_fit}
+CONTENDERS = {"moxlite.run": time_moxlite, "hand-written": time_hand_written_loop, "model.fit": time_fit}
+OTHERS = ("hand-written", "model.fit")
+
+
+def spread(values):
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def main():
@@ -140,31 +178,41 @@ def main():
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps_per_loop", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps_per_loop", default="1,50", help="comma-separated N values")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="wall seconds, or this process's CPU seconds (all threads)")
     options = parser.parse_args()
-    for handler in reporting.get_logger().handlers:   # keep the console quiet, the records flowing
+    global clock
+    clock = CLOCKS[options.clock]
+    loops = [int(n) for n in options.steps_per_loop.split(",")]
+    for handler in logs.get_logger().handlers:   # keep the console quiet, the records flowing
         handler.setLevel(logging.WARNING)
     (images, labels), _ = mnist.split()
     images = images.reshape(-1, 784)
-    rates = {name: [] for name in CONTENDERS}
+    rates = {(n, name): [] for n in loops for name in CONTENDERS}
     for round_index in range(options.rounds):
-        order = list(CONTENDERS) if round_index % 2 == 0 else list(reversed(CONTENDERS))
-        for name in order:
-            timer = CONTENDERS[name]
-            keras.backend.clear_session()
-            times = timer(images, labels, options.batch_size, options.steps, options.steps_per_loop)
-            rates[name].append(steady_rate(times, options.warmup))
-    best = {name: max(values) for name, values in rates.items()}
-    median = {name: statistics.median(values) for name, values in rates.items()}
+        forward = round_index % 2 == 0
+        for n in loops if forward else reversed(loops):
+            for name in list(CONTENDERS) if forward else list(reversed(CONTENDERS)):
+                keras.backend.clear_session()
+                times = CONTENDERS[name](images, labels, options.batch_size, options.steps, n)
+                rates[(n, name)].append(steady_rate(times, options.warmup))
     print(f"cores: {os.cpu_count()}  batch: {options.batch_size}  steps: {options.warmup}->{options.steps}  "
-          f"steps_per_loop: {options.steps_per_loop}  rounds: {options.rounds}")
-    for name in CONTENDERS:
-        runs = ", ".join(f"{r:.1f}" for r in rates[name])
-        print(f"{name:12s} best {best[name]:7.1f}  median {median[name]:7.1f} steps/sec  (rounds: {runs})")
-    for other in ("custom loop", "model.fit"):
-        print(f"ratio moxlite.run / {other:11s}: best {best['moxlite.run'] / best[other]:.3f}  "
-              f"median {median['moxlite.run'] / median[other]:.3f}")
+          f"rounds: {options.rounds}  clock: {options.clock}  "
+          f"(median steps/sec; ratios: median (min-max) over rounds)")
+    print("| N | moxlite.run | hand-written | model.fit | moxlite / hand-written | moxlite / model.fit |")
+    print("|---|---|---|---|---|---|")
+    for n in loops:
+        ratios = [[m / o for m, o in zip(rates[(n, "moxlite.run")], rates[(n, other)])] for other in OTHERS]
+        medians = " | ".join(f"{statistics.median(rates[(n, name)]):.0f}" for name in CONTENDERS)
+        print(f"| {n} | {medians} | {spread(ratios[0])} | {spread(ratios[1])} |")
+    if 1 in loops and len(loops) > 1:
+        top = max(loops)
+        ratios = [[m / o for m, o in zip(rates[(1, "moxlite.run")], rates[(top, other)])] for other in OTHERS]
+        print(f"| moxlite at N=1 vs the others at N={top} | | | | {spread(ratios[0])} | {spread(ratios[1])} |")
+    for (n, name), values in rates.items():
+        print(f"N={n:<3d} {name:12s} rounds: {', '.join(f'{v:.0f}' for v in values)}")
 
 
 if __name__ == "__main__":

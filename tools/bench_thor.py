@@ -376,7 +376,7 @@ def main(argv=None):
     parser.add_argument("--models", default="cnn,mlp", help="comma-separated: cnn, mlp")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per optimizer (>= 3 for the goals)")
     parser.add_argument("--plot", default=os.path.join(REPO, "tools", "bench_thor.png"), help="plot file")
-    parser.add_argument("--log-root", default="/tmp/moxlite/bench_thor", help="where the runs' log_dirs go")
+    parser.add_argument("--log-root", default="runs/bench_thor", help="where the runs' log_dirs go")
     parser.add_argument("--block-size", type=int, default=128, help="--plan: block size against full inverses")
     parser.add_argument("--bert-sequence", type=int, default=128, help="--plan: tokens per BERT sample")
     args = parser.parse_args(argv)

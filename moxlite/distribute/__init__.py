@@ -11,13 +11,12 @@ and ``tools/launch_local.py`` to start a whole cluster on one machine.
 """
 
 import dataclasses
-import logging
 from typing import Any, Optional
 
+from moxlite import logs
 from moxlite.distribute import cluster as cluster_module
 from moxlite.distribute.cluster import ClusterView, resolve
 
-logger = logging.getLogger("moxlite.distribute")
 
 __all__ = ["DistributionSetup", "setup", "ClusterView", "resolve"]
 
@@ -139,7 +138,8 @@ def _build_setup(view, timeout_seconds, variable_partitioner, environ):
 
         if view.coordinator_spawns_worker0:
             worker0_server = server.spawn_worker0_server(view)
-            logger.info("coordinator at %s; worker:0 served by child pid %d", view.address(), worker0_server.pid)
+            logs.get_logger().info("coordinator at %s; worker:0 served by child pid %d",
+                                   view.address(), worker0_server.pid)
         strategy, coordinator = strategy_module.build(view, timeout_seconds, variable_partitioner)
         replicas = strategy.num_replicas_in_sync
     return DistributionSetup(

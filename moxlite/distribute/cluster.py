@@ -148,16 +148,36 @@ def parse_hosts(flag, value):
     return hosts
 
 
-def _check_address(flag, value, entry):
-    fix = "write host:port entries separated by commas, e.g. localhost:2222,localhost:2223"
+def num_gpus_problem(num_gpus):
+    """What is wrong with ``num_gpus`` (devices per worker), or None; for flags and recipes."""
+    return None if num_gpus >= 1 else "must be at least 1 (devices per worker)"
+
+
+def address_problem(entry):
+    """What is wrong with ``entry`` as a task address, or None if it is a valid ``host:port``.
+
+    The port follows the last ':' and is a number in 1..65535; the host is not
+    empty and has no spaces; an IPv6 host is written in brackets, ``[::1]:2222``
+    (as gRPC wants it). The one rule for flags, TF_CONFIG and recipes.
+    """
     host, sep, port = entry.rpartition(":")
     if not entry or not sep or not host:
-        raise errors.ClusterError(f"{flag}={value!r}: entry {entry!r} is not host:port; {fix}")
+        return f"{entry!r} is not host:port"
     if not port.isdigit() or not 0 < int(port) < 65536:
-        raise errors.ClusterError(
-            f"{flag}={value!r}: port {port!r} of {entry!r} is not a number in 1..65535; {fix}")
+        return f"port {port!r} of {entry!r} is not a number in 1..65535"
     if any(char.isspace() for char in host):
-        raise errors.ClusterError(f"{flag}={value!r}: host {host!r} contains spaces; {fix}")
+        return f"host {host!r} contains spaces"
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        return f"IPv6 host {host!r} needs brackets: [{host}]:{port}"
+    return None
+
+
+def _check_address(flag, value, entry):
+    fix = "write host:port entries separated by commas, e.g. localhost:2222,localhost:2223"
+    problem = address_problem(entry)
+    if problem:
+        raise errors.ClusterError(f"{flag}={value!r}: entry {problem}; {fix}")
+    host, _, port = entry.rpartition(":")
     return f"{host}:{int(port)}"
 
 
@@ -167,8 +187,8 @@ def resolve(get_flag=None, environ=None):
         from moxlite.flags import flag_value as get_flag   # the flags as set, not the scripts' view
     environ = os.environ if environ is None else environ
     num_gpus = int(get_flag("num_gpus"))
-    if num_gpus < 1:
-        raise errors.ClusterError(f"--num_gpus={num_gpus}: must be at least 1 (devices per worker)")
+    if num_gpus_problem(num_gpus):
+        raise errors.ClusterError(f"--num_gpus={num_gpus}: {num_gpus_problem(num_gpus)}")
     sync_replicas = bool(get_flag("sync_replicas"))
     tpu = get_flag("tpu") or ""
     flag_values = {name: get_flag(name) or "" for name in ("job_name", "ps_hosts", "worker_hosts", "chief_hosts")}

@@ -13,9 +13,10 @@ from moxlite import errors
 
 
 def configure_local_devices(num_gpus):
-    """Names of the ``num_gpus`` local devices replicas run on ("/gpu:0" or "/cpu:0" ...)."""
-    if num_gpus < 1:
-        raise errors.ClusterError(f"--num_gpus={num_gpus}: must be at least 1 (devices per worker)")
+    """Names of the ``num_gpus`` local devices replicas run on ("/gpu:0" or "/cpu:0" ...).
+
+    ``num_gpus`` comes from a checked ClusterView (moxlite.distribute.cluster.resolve).
+    """
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         if len(gpus) < num_gpus:
@@ -42,8 +43,3 @@ def _split_cpu(count):
                 f"--num_gpus={count}: no GPU here, so the CPU must be split into {count} logical devices, "
                 f"but TensorFlow is already initialised with {have}; set num_gpus before any TensorFlow "
                 "op runs (on the command line, or call moxlite.distribute.setup() first)") from None
-
-
-def logical_cpu_count():
-    """Logical CPU devices TensorFlow exposes now (initialises the runtime)."""
-    return len(tf.config.list_logical_devices("CPU"))

@@ -12,14 +12,12 @@ Run directly (the worker-0 process starts its own server this way)::
 """
 
 import ctypes
-import logging
 import signal
 import subprocess
 import sys
 
+from moxlite import logs
 from moxlite.distribute import cluster
-
-logger = logging.getLogger("moxlite.distribute")
 
 _PR_SET_PDEATHSIG = 1
 
@@ -27,10 +25,8 @@ _PR_SET_PDEATHSIG = 1
 def serve_forever(view):
     """Run this task's server until the process is killed."""
     if view.kind != "parameter_server":
-        logger.warning("%s:%d has nothing to serve in %s training; exiting",
-                       view.task_type, view.task_index, view.kind)
-        print(f"moxlite: {view.task_type}:{view.task_index} is not needed in {view.kind} training; exiting",
-              flush=True)
+        logs.get_logger().info("%s:%d is not needed in %s training; exiting",
+                               view.task_type, view.task_index, view.kind)
         return
     from moxlite.distribute import devices
     import tensorflow as tf
@@ -41,7 +37,7 @@ def serve_forever(view):
     server = tf.distribute.Server(
         tf.train.ClusterSpec(view.training_jobs()), job_name=view.task_type,
         task_index=view.task_index, protocol="grpc", start=True)
-    print(f"moxlite: serving {view.task_type}:{view.task_index} at {view.address()}", flush=True)
+    logs.get_logger().info("serving %s:%d at %s", view.task_type, view.task_index, view.address())
     server.join()
 
 
@@ -85,7 +81,6 @@ def main():
     """Entry point: resolve the cluster from the flags and serve."""
     from moxlite import errors
 
-    logging.basicConfig(level=logging.INFO)
     try:
         view = cluster.resolve()
     except errors.MoxliteError as error:

@@ -7,14 +7,12 @@ index files are read first and uploaded last in a round, so the remote index nev
 a checkpoint whose data is not there yet (the killed-run test caught an index read late).
 """
 
-import logging
 import os
 import threading
 
+from moxlite import logs
 from moxlite.file.storage import join, locate, translate_errors
 from moxlite.file.transfer import DEFAULT_THREADS, copy_files
-
-logger = logging.getLogger("moxlite.file")
 
 _INDEX_NAMES = ("checkpoint",)
 
@@ -88,7 +86,7 @@ class BackgroundSync:
                 self.last_error = error
                 if raise_errors:
                     raise
-                logger.warning("mox.file.background_sync_copy(%r -> %r): round skipped: %s",
+                logs.get_logger().warning("mox.file.background_sync_copy(%r -> %r): round skipped: %s",
                                self.local_dir, self.remote_dir, str(error).splitlines()[0])
 
     def _upload_changes(self):

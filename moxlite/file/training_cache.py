@@ -17,17 +17,15 @@ A resume is therefore a plain second ``run`` with the same remote ``log_dir``. S
 """
 
 import inspect
-import logging
 import os
 import shutil
 import tempfile
 
+from moxlite import logs
 from moxlite.file import operations, transfer
 from moxlite.file.errors import MissingPathError, ObjectStorageError
 from moxlite.file.storage import is_remote
 from moxlite.file.sync import BackgroundSync
-
-logger = logging.getLogger("moxlite.file")
 
 DEFAULT_SYNC_SECONDS = 30.0
 
@@ -128,7 +126,7 @@ def run_through_local_cache(run, arguments):
             local["log_dir"] = local_log_dir
             sync = BackgroundSync(local_log_dir, remote_log_dir, seconds, delete_removed=True)
             sync.mark_in_sync()
-            logger.info("log_dir %s: training in the local cache %s, synced every %.0f s",
+            logs.get_logger().info("log_dir %s: training in the local cache %s, synced every %.0f s",
                         remote_log_dir, local_log_dir, seconds)
             sync.start()
     except BaseException:
@@ -152,7 +150,7 @@ def _finish(sync, cache_root, raise_errors):
         try:
             sync.stop(final_sync=True)
         except Exception as error:
-            logger.error("log_dir %s: the last upload failed (%s); the run's files are kept in %s",
+            logs.get_logger().error("log_dir %s: the last upload failed (%s); the run's files are kept in %s",
                          sync.remote_dir, str(error).splitlines()[0], cache_root)
             if raise_errors:
                 raise

@@ -5,9 +5,9 @@
     optimizer_fn = get_optimizer_wrapper_fn("batch_gradients", optimizer_fn, num_batches=8)
 """
 
-from moxlite.optimizers.factory import OPTIMIZER_NAMES, get_optimizer_fn, is_optimizer
+from moxlite.optimizers.factory import OPTIMIZER_NAMES, get_optimizer_fn
 from moxlite.optimizers.registry import (
     WRAPPER_NAMES, describe_stack, get_optimizer_wrapper_fn, wrapper_parameters)
 from moxlite.optimizers.schedules import current_learning_rate
 from moxlite.optimizers.wrapper import (
-    LayerStatisticsRequest, OptimizerWrapper, layer_statistics_request)
+    LayerStatisticsRequest, OptimizerWrapper, is_optimizer, layer_statistics_request)

@@ -27,6 +27,8 @@ import dataclasses
 
 import keras
 
+from moxlite import compat
+from moxlite.optimizers import schedules
 from moxlite.optimizers import wrapper as wrapper_lib
 from moxlite.optimizers.batch_gradients import BatchGradients
 
@@ -37,6 +39,10 @@ class Accumulation:
 
     num_batches: int
     apply_optimizer: keras.optimizers.Optimizer
+
+    def counting_updates(self):
+        """The scope to apply ``apply_optimizer`` in: its schedule counts one update per num_batches."""
+        return schedules.micro_steps_per_update(self.num_batches)
 
 
 class _SharedLossScale(keras.optimizers.LossScaleOptimizer):
@@ -56,9 +62,7 @@ class _SharedLossScale(keras.optimizers.LossScaleOptimizer):
     def build(self, var_list):
         if not self._outer.built:
             self._outer.build(var_list)
-        self.step_counter = self._outer.step_counter
-        self.dynamic_scale = self._outer.dynamic_scale
-        self.built = True
+        compat.share_loss_scale_state(self, self._outer)
 
 
 def accumulation_of(optimizer):

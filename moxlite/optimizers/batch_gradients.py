@@ -9,8 +9,8 @@ on every N-th step and nothing on the others, which is the gradient of the
 mean loss over N*B samples: N steps at batch B end where one step at batch
 N*B would. The inner optimizer counts applied updates: its ``iterations`` and
 its Keras learning-rate schedule advance once per N micro-batches (this
-wrapper multiplies the inner ``GlobalStepLearningRate.steps_per_update`` by
-N; see ``moxlite.optimizers.schedules``).
+wrapper applies and reads its inner optimizer inside
+``schedules.micro_steps_per_update(N)``; it changes nothing in that optimizer).
 
 Communication (MoXing's ``sync_on_apply``):
 
@@ -31,8 +31,8 @@ cross-replica context, on this wrapper's own micro-step counter.
 
 import keras
 import tensorflow as tf
-from tensorflow.python.distribute import numpy_dataset
 
+from moxlite import compat
 from moxlite.optimizers import schedules
 from moxlite.optimizers import wrapper as wrapper_lib
 
@@ -57,11 +57,18 @@ class BatchGradients(wrapper_lib.OptimizerWrapper):
             "'device' or 'cpu'", lambda v: v in ("device", "cpu")),
     }
 
-    def __init__(self, inner_optimizer, name=None, **parameters):
-        super().__init__(inner_optimizer, name=name, **parameters)
-        learning_rate = wrapper_lib.innermost(self.inner_optimizer)._learning_rate
-        if isinstance(learning_rate, schedules.GlobalStepLearningRate):
-            learning_rate.steps_per_update *= self.num_batches
+    @property
+    def learning_rate(self):
+        with schedules.micro_steps_per_update(self.num_batches):
+            return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, learning_rate):
+        self.inner_optimizer.learning_rate = learning_rate
+
+    def _apply_inner(self, distribution, grads, variables, reduced):
+        with schedules.micro_steps_per_update(self.num_batches):
+            super()._apply_inner(distribution, grads, variables, reduced)
 
     # State.
 
@@ -87,7 +94,7 @@ class BatchGradients(wrapper_lib.OptimizerWrapper):
             accumulator = keras.Variable(
                 initializer="zeros", shape=variable.shape, dtype=variable.dtype, trainable=False,
                 synchronization=synchronization, aggregation=aggregation, name=name)
-        self._track_variable(accumulator)
+        compat.track_optimizer_variable(self, accumulator)
         return accumulator
 
     @staticmethod
@@ -101,12 +108,7 @@ class BatchGradients(wrapper_lib.OptimizerWrapper):
         if tf.distribute.has_strategy():
             worker = distribution.extended.worker_devices[0]
             host = worker.rsplit("/device:", 1)[0] + host
-
-        def single_device_creator(next_creator, **kwargs):
-            kwargs["colocate_with"] = numpy_dataset.SingleDevice(host)
-            return next_creator(**kwargs)
-
-        return tf.variable_creator_scope(single_device_creator)
+        return compat.single_device_variables(host)
 
     # The step.
 

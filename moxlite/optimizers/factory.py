@@ -109,10 +109,4 @@ def get_optimizer_fn(name, learning_rate, **kwargs):
         except (ValueError, TypeError) as error:
             raise errors.OptimizerError(f"{label}: {error}") from None
 
-    optimizer_fn.optimizer_name = label
     return optimizer_fn
-
-
-def is_optimizer(obj):
-    """True for a Keras 3 optimizer instance, wrappers included (not for a factory)."""
-    return isinstance(obj, keras.optimizers.Optimizer)

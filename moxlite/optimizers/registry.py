@@ -39,16 +39,15 @@ def get_optimizer_wrapper_fn(name, opt, **kwargs):
     """
     cls = wrapper_class(name)
     cls.validate_parameters(kwargs)
-    if not (wrapper_lib.is_keras_optimizer(opt) or callable(opt) or tf1_adapter.is_tf1_optimizer(opt)):
+    if not (wrapper_lib.is_optimizer(opt) or callable(opt) or tf1_adapter.is_tf1_optimizer(opt)):
         raise errors.OptimizerTypeError(
             f"{name}: expected a Keras 3 optimizer or a zero-argument factory of one to wrap, "
             f"got {type(opt).__name__}: {errors.describe(opt)}")
 
     def wrapper_fn():
-        inner = opt if wrapper_lib.is_keras_optimizer(opt) or tf1_adapter.is_tf1_optimizer(opt) else opt()
+        inner = opt if wrapper_lib.is_optimizer(opt) or tf1_adapter.is_tf1_optimizer(opt) else opt()
         return cls(inner, **kwargs)
 
-    wrapper_fn.optimizer_name = name
     return wrapper_fn
 
 

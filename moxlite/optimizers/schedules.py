@@ -23,10 +23,11 @@ Two things live here.
    under parameter-server training. What the schedule sees:
 
    - a Keras ``LearningRateSchedule`` sees the number of applied updates,
-     ``global_step // steps_per_update``; ``steps_per_update`` is 1 unless a
-     ``batch_gradients`` wrapper above the optimizer multiplies it by its
-     ``num_batches`` (so with num_batches=N the schedule advances once per N
-     micro-batches, exactly as the optimizer's own ``iterations`` does);
+     ``global_step // steps_per_update``; ``steps_per_update`` is 1 unless
+     ``batch_gradients`` wrappers above the optimizer are applying or reading
+     it (``micro_steps_per_update``: the product of their ``num_batches``), so
+     with num_batches=N the schedule advances once per N micro-batches, exactly
+     as the optimizer's own ``iterations`` does;
    - a MoXing epoch string sees epochs = global_step * global_batch_size /
      num_samples, which counts samples and so is exact with or without
      accumulation.
@@ -35,6 +36,7 @@ Outside a run there is no global step: Keras schedules and floats behave as in
 plain Keras (schedules key on ``iterations``), and epoch strings are an error.
 """
 
+import contextlib
 import math
 import re
 
@@ -178,6 +180,27 @@ def steps_per_epoch_of(run_context, spec):
     return run_context.num_samples / run_context.global_batch_size
 
 
+# Micro-steps per applied update, for the optimizer being applied or read right now.
+# Process-wide, not thread-local: MirroredStrategy applies in one thread per replica.
+_micro_steps_per_update = [1]
+
+
+@contextlib.contextmanager
+def micro_steps_per_update(num_batches):
+    """While inside, each update takes ``num_batches`` times more micro-steps.
+
+    Entered by a ``batch_gradients`` wrapper around the calls that apply or
+    read its inner optimizer (and by a loop that applies that optimizer for
+    it); nested wrappers multiply. Python state, read when a step is traced.
+    """
+    outer = _micro_steps_per_update[0]
+    _micro_steps_per_update[0] = outer * num_batches
+    try:
+        yield
+    finally:
+        _micro_steps_per_update[0] = outer
+
+
 @keras.saving.register_keras_serializable(package="moxlite")
 class GlobalStepLearningRate:
     """A zero-argument learning rate that reads the run's global step.
@@ -187,9 +210,11 @@ class GlobalStepLearningRate:
     counts: "updates" (the schedule sees global_step // steps_per_update) or
         "micro_steps" (it sees global_step itself; used by epoch strings,
         whose steps_per_epoch is already in micro-steps).
-    steps_per_update: set by ``batch_gradients`` wrappers stacked above the
-        optimizer (the product of their ``num_batches``); not serialised,
-        since the wrappers set it again when a stack is rebuilt from config.
+
+    How many micro-steps make one update is not stored here: the
+    ``batch_gradients`` wrappers above the optimizer say so while they apply or
+    read it (``micro_steps_per_update``), so building a wrapper changes nothing
+    in the optimizer it wraps and a factory may be called any number of times.
     """
 
     COUNTS = ("updates", "micro_steps")
@@ -200,12 +225,12 @@ class GlobalStepLearningRate:
         self.schedule = schedule
         self.global_step = global_step
         self.counts = counts
-        self.steps_per_update = 1
 
     def step_seen_by_schedule(self):
         step = tf.convert_to_tensor(self.global_step)
-        if self.counts == "updates" and self.steps_per_update > 1:
-            step = step // self.steps_per_update
+        steps_per_update = _micro_steps_per_update[0]
+        if self.counts == "updates" and steps_per_update > 1:
+            step = step // steps_per_update
         return step
 
     def __call__(self):

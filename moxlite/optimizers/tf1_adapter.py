@@ -24,9 +24,8 @@ import contextlib
 import functools
 
 import tensorflow as tf
-from absl import logging
 
-from moxlite import context, errors
+from moxlite import context, errors, logs
 from moxlite.optimizers import schedules, tf1
 
 # TF1 class name -> (moxlite class, TF1 attribute of the learning rate,
@@ -98,8 +97,8 @@ def _learning_rate(optimizer, value):
     schedule = _step_schedule(value)
     run_context = context.current()
     if schedule is not None and run_context is not None:
-        logging.info("learning rate: %s of the global step, bound to moxlite's global step",
-                     type(schedule).__name__)
+        logs.get_logger().info("learning rate: %s of the global step, bound to moxlite's global step",
+                               type(schedule).__name__)
         return schedules.GlobalStepLearningRate(schedule, run_context.global_step, counts="micro_steps")
     if isinstance(value, tf.Variable):
         return value.read_value

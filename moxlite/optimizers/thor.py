@@ -32,18 +32,17 @@ counters. Per-layer variables are created when the first step is traced
 (only then are the layers known).
 """
 
-import logging
 import re
 import sys
 
 import keras
 import tensorflow as tf
 
+from moxlite import compat, logs
 from moxlite.optimizers import thor_factors, thor_inverse
 from moxlite.optimizers import wrapper as wrapper_lib
 from moxlite.optimizers.lars import DEFAULT_EXCLUDE, _patterns, variable_path
 
-logger = logging.getLogger("moxlite.thor")
 
 TRACKED_KINDS = ("Dense", "Conv2D", "Embedding", "EinsumDense", "LayerNormalization")
 
@@ -62,11 +61,11 @@ def _int_at_least(minimum):
 
 def _identities(variable):
     """ids of a variable and of what it wraps (mirrored components, aggregating wrappers)."""
-    variable = getattr(variable, "_value", variable) if isinstance(variable, keras.Variable) else variable
+    variable = compat.backing_variable(variable)
     found = {id(variable)}
     for component in getattr(variable, "values", ()) or ():
         found.add(id(component))
-    inner = getattr(variable, "_v", None)
+    inner = compat.wrapped_variable(variable)
     if inner is not None:
         found.add(id(inner))
     return found
@@ -395,15 +394,16 @@ class THOR(wrapper_lib.OptimizerWrapper):
         chosen = [f"{slot.name} ({slot.kind}: {slot.geometry.describe()}{self._blocks_note(slot)})"
                   for slot in self._slots]
         plain = [variable_path(v) for v in variables if self._slot_covering(v) is None]
+        logger = logs.get_logger()
         if not self._slots:
             logger.warning("thor: no layer statistics reached the optimizer; every variable gets the plain "
-                            "gradient (THOR needs the synchronous loop and Dense/Conv2D/Embedding/EinsumDense/"
-                            "LayerNormalization layers)")
+                           "gradient (THOR needs the synchronous loop and Dense/Conv2D/Embedding/EinsumDense/"
+                           "LayerNormalization layers)")
         logger.info("thor: preconditioning %d layer(s): %s", len(chosen), "; ".join(chosen) or "none")
         skipped = [f"{path} ({why})" for path, why in self._skipped.items()]
         logger.info("thor: plain gradient for %d variable(s) (biases, normalization, other layers, bare "
-                     "get_variable variables): %s%s", len(plain), ", ".join(plain) or "none",
-                     f"; layers not preconditioned: {'; '.join(skipped)}" if skipped else "")
+                    "get_variable variables): %s%s", len(plain), ", ".join(plain) or "none",
+                    f"; layers not preconditioned: {'; '.join(skipped)}" if skipped else "")
 
     @staticmethod
     def _blocks_note(slot):

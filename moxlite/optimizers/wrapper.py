@@ -82,9 +82,8 @@ from typing import Any, Callable, Optional, Tuple
 
 import keras
 import tensorflow as tf
-from absl import logging
 
-from moxlite import context, errors, flags
+from moxlite import compat, context, errors, flags, logs
 from moxlite.optimizers import tf1_adapter
 
 SYNC_REPLICAS_WARNING = "Using OptimizerWrapper when sync_replicas is True may cause performance loss."
@@ -127,7 +126,7 @@ def _warn_if_sync_replicas():
         if _warned:
             return
         _warned = True
-    logging.warning(SYNC_REPLICAS_WARNING)
+    logs.get_logger().warning(SYNC_REPLICAS_WARNING)
 
 
 def _reset_sync_replicas_warning():
@@ -136,8 +135,8 @@ def _reset_sync_replicas_warning():
     _warned = False
 
 
-def is_keras_optimizer(obj):
-    """True for a Keras 3 optimizer instance (wrappers included)."""
+def is_optimizer(obj):
+    """True for a Keras 3 optimizer instance, wrappers included (not for a factory)."""
     return isinstance(obj, keras.optimizers.Optimizer)
 
 
@@ -208,11 +207,7 @@ def _install_reduction_switch(optimizer):
     """
     if getattr(optimizer, "_moxlite_reduction_switch", False):
         return
-    original = getattr(optimizer, "_all_reduce_sum_gradients", None)
-    if original is None:
-        raise errors.OptimizerError(
-            f"{type(optimizer).__name__} has no _all_reduce_sum_gradients: this Keras version's "
-            "optimizer cannot be wrapped by moxlite; use the TensorFlow backend of Keras 3")
+    original = compat.gradient_all_reduce(optimizer)
 
     def all_reduce_unless_reduced(grads_and_vars):
         if optimizer._moxlite_gradients_reduced:
@@ -220,7 +215,7 @@ def _install_reduction_switch(optimizer):
         return original(grads_and_vars)
 
     optimizer._moxlite_gradients_reduced = False
-    optimizer._all_reduce_sum_gradients = all_reduce_unless_reduced
+    compat.replace_gradient_all_reduce(optimizer, all_reduce_unless_reduced)
     optimizer._moxlite_reduction_switch = True
 
 

@@ -23,7 +23,9 @@ RUN_MODES = {"train": ModeKeys.TRAIN, "eval": ModeKeys.EVAL, "predict": ModeKeys
 class BatchFacts:
     """How samples are spread over replicas and steps (MoXing's definitions).
 
-    global_batch = per_replica_batch x devices_per_worker x num_workers;
+    replicas = devices_per_worker x num_workers; replicas_in_sync is that in
+    synchronous training and devices_per_worker in asynchronous training;
+    global_batch = per_replica_batch x replicas;
     update_batch = global_batch x the num_batches of every batch_gradients
     wrapper (samples behind one applied update); steps_per_epoch =
     ceil(num_samples / global_batch).
@@ -32,6 +34,8 @@ class BatchFacts:
     per_replica_batch: int
     devices_per_worker: int
     num_workers: int
+    replicas: int
+    replicas_in_sync: int
     global_batch: int
     accumulation: int
     update_batch: int
@@ -399,13 +403,14 @@ def batch_facts(loaded, flags, num_samples):
     recipe = loaded.recipe
     view = cluster_view(loaded, flags)
     devices = recipe.distribute.num_gpus
-    global_batch = recipe.run.batch_size * devices * view.num_workers
+    replicas = devices * view.num_workers
+    in_sync = replicas if view.sync_replicas else devices
+    global_batch = recipe.run.batch_size * replicas
     accumulation = 1
     for wrapper in recipe.optimizer.wrappers:
         if wrapper.name == "batch_gradients":
             accumulation *= int(wrapper.params.get("num_batches", _default_num_batches()))
     steps = math.ceil(num_samples / global_batch) if num_samples else None
-    in_sync = devices * view.num_workers if view.sync_replicas else devices
     strategy = f"{_KIND_NAMES.get(view.kind, view.kind)}: {view.num_workers} worker(s) x {devices} device(s)"
     strategy += f", {in_sync} replica(s) in sync per step"
     if view.jobs.get("ps"):
@@ -415,7 +420,8 @@ def batch_facts(loaded, flags, num_samples):
     if view.jobs:
         strategy += f"; this process: {view.role} (task {view.task_index})"
     return BatchFacts(per_replica_batch=recipe.run.batch_size, devices_per_worker=devices,
-                      num_workers=view.num_workers, global_batch=global_batch, accumulation=accumulation,
+                      num_workers=view.num_workers, replicas=replicas, replicas_in_sync=in_sync,
+                      global_batch=global_batch, accumulation=accumulation,
                       update_batch=global_batch * accumulation, num_samples=num_samples, steps_per_epoch=steps,
                       strategy=strategy)
 

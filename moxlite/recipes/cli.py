@@ -41,20 +41,8 @@ def _parser():
 
 
 def main(argv=None):
-    """Entry point of ``moxlite-run`` and ``python -m moxlite``; returns the exit code.
-
-    Called with ``argv`` (tests, scripts) it returns. Called as the program
-    (``argv`` None) it ends the process itself once the output is flushed:
-    after a multi-replica run of a model with BatchNormalization, TensorFlow's
-    collective-ops threads can keep interpreter shutdown waiting forever
-    (seen with benchmark.yaml on two logical CPUs), although the run is done.
-    """
-    code = _main_returning(argv)
-    if argv is None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    return code
+    """Entry point of ``moxlite-run`` and ``python -m moxlite``; returns the exit code."""
+    return _main_returning(argv)
 
 
 # MoXing's cluster flags, accepted after the recipe files so that one command line works for

@@ -52,7 +52,7 @@ def probe_optimizer(plan):
     run_context = context.RunContext(
         global_step=tf.Variable(0, dtype=tf.int64, trainable=False),
         global_batch_size=facts.global_batch, num_samples=facts.num_samples,
-        num_replicas=facts.devices_per_worker * (facts.num_workers if plan.flags["sync_replicas"] else 1),
+        num_replicas=facts.replicas_in_sync,
         num_workers=facts.num_workers, sync_replicas=plan.flags["sync_replicas"])
     try:
         with context.activate(run_context):
@@ -70,13 +70,14 @@ def probe_optimizer(plan):
 def check_trained_model(plan):
     """Eval, predict and export need a checkpoint: say so before log_dir is written to."""
     from moxlite.file import training_cache
+    from moxlite.training import checkpoints
 
     run = plan.loaded.recipe.run
-    if run.mode != "train" and not training_cache.has_checkpoint(run.log_dir, run.checkpoint_path):
-        raise plan.loaded.error(
-            ("run", "mode"), f"{run.mode!r} needs a trained model, but run.log_dir={run.log_dir!r} holds no "
-                             f"checkpoint and run.checkpoint_path={run.checkpoint_path!r}; train first "
-                             f"(--mode train) or set run.checkpoint_path to a trained run's log_dir")
+    missing = run.mode != "train" and checkpoints.missing_trained_model(
+        run.log_dir, run.checkpoint_path, "run.", exists=training_cache.has_checkpoint)
+    if missing:
+        raise plan.loaded.error(("run", "mode"), f"{run.mode!r} {missing}; train first (--mode train) or set "
+                                                 f"run.checkpoint_path to a trained run's log_dir")
 
 
 def dry_run_report(plan):
@@ -89,7 +90,7 @@ def dry_run_report(plan):
         lines += [f"  {index + 1}. {line}" for index, line in enumerate(stack)]
     else:
         lines.append(f"Optimizer: none (run.mode is {plan.loaded.recipe.run.mode})")
-    replicas = facts.devices_per_worker * facts.num_workers
+    replicas = facts.replicas
     lines.append(f"Strategy: {facts.strategy}")
     lines.append(f"Replicas: {replicas} ({facts.num_workers} worker(s) x {facts.devices_per_worker} device(s))")
     batch = (f"Batch: per replica {facts.per_replica_batch}, global {facts.global_batch} "

@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Optional, Union
 
 import yaml
 
-from moxlite import errors
+from moxlite import errors, flags
+from moxlite.distribute import cluster
 from moxlite.recipes import schema
 
 
@@ -252,11 +253,6 @@ def apply_override(data, text, locations):
     _copy_origins(path, value, locations, lambda _path: origin)
 
 
-def mode_override(mode):
-    """The ``--set`` text equivalent of ``--mode``."""
-    return f"run.mode={mode}"
-
-
 # ----------------------------------------------------------------- building the dataclasses
 
 def load(paths, overrides=(), data=None):
@@ -430,18 +426,15 @@ def check(loaded):
         raise error(("run", "log_dir"), f"{run.log_dir!r} would make a directory {shadowing!r} in the current "
                                         f"directory, which hides the installed {shadowing} package from scripts "
                                         f"and recipes run here; use e.g. runs/<name>")
-    for name in ("output_fn",):
-        if getattr(run, name) is not None and not schema.is_reference(getattr(run, name)):
-            raise error(("run", name), f"{getattr(run, name)!r} must be a 'package.module:function' reference")
+    if run.output_fn is not None and not schema.is_reference(run.output_fn):
+        raise error(("run", "output_fn"), f"{run.output_fn!r} must be a 'package.module:function' reference")
     if run.mode == "train" and recipe.input.epochs is None and run.steps == 0:
         raise error(("run", "steps"), "0 with input.epochs: null would train forever; set run.steps or input.epochs")
     if recipe.input.epochs is not None and recipe.input.epochs < 1:
         raise error(("input", "epochs"), f"{recipe.input.epochs} must be a positive integer or null")
     if run.mode == "train" and recipe.optimizer.name is None:
         raise error(("optimizer", "name"), "missing: training needs an optimizer (e.g. momentum, sgd, adam)")
-    if run.mode in ("predict",) and run.output_every_n_steps == 0:
-        pass  # the default output collects every step
-    for section, names in (("input", ("kwargs",)), ("model", ("kwargs",))):
+    for section in ("input", "model"):
         block = getattr(recipe, section)
         if block.kwargs and not schema.is_reference(block.name):
             raise error((section, "kwargs"), f"only used with a 'package.module:function' {section}.name; "
@@ -488,12 +481,13 @@ def _check_model_options(loaded):
 def _check_distribute(loaded):
     recipe, error = loaded.recipe, loaded.error
     dist = recipe.distribute
-    if dist.num_gpus < 1:
-        raise error(("distribute", "num_gpus"), f"{dist.num_gpus} must be a positive integer")
+    if cluster.num_gpus_problem(dist.num_gpus):
+        raise error(("distribute", "num_gpus"), f"{dist.num_gpus} {cluster.num_gpus_problem(dist.num_gpus)}")
     for name in ("ps_hosts", "worker_hosts"):
         for index, host in enumerate(getattr(dist, name)):
-            if host.count(":") != 1 or not host.rsplit(":", 1)[1].isdigit():
-                raise error(("distribute", name, index), f"{host!r} must be host:port, e.g. localhost:2222")
+            problem = cluster.address_problem(host)
+            if problem:
+                raise error(("distribute", name, index), f"{host!r} must be host:port, e.g. localhost:2222 ({problem})")
     if dist.strategy == "parameter_server":
         if dist.sync_replicas:
             raise error(("distribute", "sync_replicas"), "true contradicts strategy 'parameter_server' (asynchronous); set it to false")
@@ -517,13 +511,11 @@ def _check_precision(loaded):
     recipe, error = loaded.recipe, loaded.error
     precision = recipe.precision
     scale = precision.loss_scale
-    if isinstance(scale, str) and scale != "dynamic":
-        try:
-            float(scale[len("dynamic:"):] if scale.startswith("dynamic:") else scale)
-        except ValueError:
-            raise error(("precision", "loss_scale"), f"{scale!r} must be 0 (off), a number, 'dynamic' or 'dynamic:<start>'") from None
-    if isinstance(scale, float) and scale < 0:
-        raise error(("precision", "loss_scale"), f"{scale} must be 0 (off), a positive number or 'dynamic'")
+    try:
+        flags.parse_loss_scale(scale)
+    except ValueError:
+        raise error(("precision", "loss_scale"),
+                    f"{scale!r} must be 0 (off), a number, 'dynamic' or 'dynamic:<start>' (numbers > 0)") from None
     if precision.gradient_clip < 0:
         raise error(("precision", "gradient_clip"), f"{precision.gradient_clip} must be 0 (off) or positive")
 

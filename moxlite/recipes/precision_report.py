@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from moxlite import flags
+from moxlite import compat, flags
 from moxlite.contract import ModeKeys
 from moxlite.training import amp, precision
 
@@ -50,7 +50,7 @@ def layer_dtype_lines(plan):
 
 def _walk(layer, prefix=""):
     """Every sublayer, depth first, each with ``path`` set to its chain of names (for the table)."""
-    for child in layer._flatten_layers(include_self=False, recursive=False):
+    for child in compat.direct_sublayers(layer):
         name = f"{prefix}{child.name}"
         yield _Named(child, name)
         yield from _walk(child, name + "/")

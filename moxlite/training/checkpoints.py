@@ -323,3 +323,14 @@ def has_checkpoint(log_dir, checkpoint_path):
     """True when a run could restore from ``log_dir`` or ``checkpoint_path``."""
     return bool((log_dir and latest_checkpoint(log_dir)) or (checkpoint_path and latest_checkpoint(checkpoint_path)))
 
+
+def missing_trained_model(log_dir, checkpoint_path, prefix="", exists=has_checkpoint):
+    """Why EVAL, PREDICT or EXPORT cannot run (no checkpoint to restore), or None.
+
+    ``prefix`` names the two settings as the caller's user knows them ("run." in a recipe);
+    ``exists(log_dir, checkpoint_path)`` is the test (the recipe's also looks on object storage).
+    """
+    if exists(log_dir, checkpoint_path):
+        return None
+    return (f"needs a trained model, but {prefix}log_dir={log_dir!r} holds no checkpoint and "
+            f"{prefix}checkpoint_path={checkpoint_path!r}")

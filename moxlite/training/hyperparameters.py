@@ -18,6 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from moxlite import compat
 from moxlite.training.reporting import get_logger
 
 
@@ -38,7 +39,7 @@ def hyperparameter_variables(optimizer):
         if callable(declared):
             found.extend((f"{type(member).__name__}.{getattr(v, 'name', 'variable')}", v) for v in declared())
             continue
-        rate = getattr(member, "_learning_rate", None)
+        rate = compat.learning_rate_attribute(member)
         if isinstance(rate, (keras.Variable, tf.Variable)):
             found.append((f"{type(member).__name__}.learning_rate", rate))
     return found

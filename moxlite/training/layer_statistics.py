@@ -23,6 +23,8 @@ from typing import Any, List, Optional
 import keras
 import tensorflow as tf
 
+from moxlite import compat
+
 _KINDS = {
     "Dense": keras.layers.Dense,
     "Conv2D": keras.layers.Conv2D,
@@ -49,18 +51,16 @@ class LayerRecord:
 
 def underlying_variable(variable):
     """The tf.Variable behind a Keras variable (what the optimizer's variable lists hold)."""
-    if isinstance(variable, keras.Variable):
-        return getattr(variable, "_value", variable)
-    return variable
+    return compat.backing_variable(variable)
 
 
 def _kernel_of(layer, kind):
     if kind == "Embedding":
-        kernel = getattr(layer, "_embeddings", None)
+        kernel = compat.layer_weight_variable(layer, "embeddings")
     elif kind == "LayerNormalization":
         kernel = layer.gamma if layer.gamma is not None else layer.beta
     else:
-        kernel = getattr(layer, "_kernel", None)
+        kernel = compat.layer_weight_variable(layer, "kernel")
     if kernel is None or getattr(layer, "lora_enabled", False):
         return None
     return underlying_variable(kernel)

@@ -20,12 +20,9 @@ _AUTO_NAME = re.compile(r"^(?P<prefix>.+?)(?:_(?P<index>\d+))?$")
 
 def keras_name_counters():
     """A copy of Keras's counters of made-up layer names (prefix -> names made so far)."""
-    try:
-        from keras.src.backend.common import global_state
-    except ImportError:  # a Keras without this module: keep every name as it is
-        return {}
-    counters = global_state.get_global_attribute("object_name_uids")
-    return dict(counters or {})
+    from moxlite import compat
+
+    return compat.keras_auto_name_counters()
 
 
 def made_up_names(before, after):

@@ -34,30 +34,10 @@ class PrecisionSettings:
 
 
 def _loss_scale_from_flag():
-    text = str(flags.get_flag("loss_scale")).strip().lower()
-    if text in ("0", "0.0", "", "none", "off"):
-        return None
-    if text == "dynamic":
-        return "dynamic"
-    if text.startswith("dynamic:"):   # a dynamic scale from another start (MindSpore's default is 2**24)
-        try:
-            start = float(text.split(":", 1)[1])
-        except ValueError:
-            start = -1.0
-        if start > 0:
-            return f"dynamic:{start:g}"
-        raise errors.ArgumentError(
-            f"--loss_scale={flags.get_flag('loss_scale')!r} is not valid; 'dynamic:<start>' needs a positive "
-            f"starting scale, e.g. dynamic:16777216")
     try:
-        loss_scale = float(text)
-    except ValueError:
-        loss_scale = -1.0
-    if not loss_scale > 0:
-        raise errors.ArgumentError(
-            f"--loss_scale={flags.get_flag('loss_scale')!r} is not valid; use 0 (off), a positive "
-            f"number (a fixed scale) or 'dynamic'")
-    return loss_scale
+        return flags.parse_loss_scale(flags.get_flag("loss_scale"))
+    except ValueError as problem:
+        raise errors.ArgumentError(f"--loss_scale={flags.get_flag('loss_scale')!r} is not valid; {problem}") from None
 
 
 def _amp_plan_from_flags():

@@ -5,38 +5,12 @@ Eval:     ``[VALIDATION METRICS] step: 31 loss: 0.301 accuracy: 0.912``
 Only the chief writes summaries; every process may log to its console.
 """
 
-import logging
-import sys
 import time
 
 import numpy as np
 import tensorflow as tf
 
-LOGGER_NAME = "moxlite"
-
-
-class _StdoutHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stdout`` is at the time of the record (redirections included)."""
-
-    @property
-    def stream(self):
-        return sys.stdout
-
-    @stream.setter
-    def stream(self, value):
-        pass
-
-
-def get_logger():
-    """moxlite's logger; prints ``INFO:moxlite:...`` lines to stdout unless the app configured it."""
-    logger = logging.getLogger(LOGGER_NAME)
-    if not logger.handlers:
-        handler = _StdoutHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
-    return logger
+from moxlite.logs import get_logger  # the one channel (moxlite.logs); other modules reach it from here too
 
 
 def format_value(value):

@@ -11,7 +11,7 @@ import os
 
 import tensorflow as tf
 
-from moxlite import context, distribute, errors, flags
+from moxlite import compat, context, distribute, errors, flags
 from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.file import training_cache
 from moxlite.optimizers import tf1_adapter
@@ -52,11 +52,10 @@ def run(input_fn=None, output_fn=None, model_fn=None, optimizer_fn=None, run_mod
         export_model=export_model, save_model_steps=save_model_steps, steps_per_loop=steps_per_loop,
         keep_checkpoint_max=keep_checkpoint_max))
     mode = args["run_mode"]
-    if mode != ModeKeys.TRAIN and not checkpoints.has_checkpoint(args["log_dir"], args["checkpoint_path"]):
+    missing = mode != ModeKeys.TRAIN and checkpoints.missing_trained_model(args["log_dir"], args["checkpoint_path"])
+    if missing:
         raise errors.CheckpointError(
-            f"run_mode={mode} needs a trained model, but log_dir={args['log_dir']!r} holds no checkpoint "
-            f"and checkpoint_path={args['checkpoint_path']!r}; train first or pass checkpoint_path=<dir of a "
-            f"TRAIN run>")
+            f"run_mode={mode} {missing}; train first or pass checkpoint_path=<dir of a TRAIN run>")
     # Only training is distributed across processes; the other modes run on this process's devices.
     setup = distribute.setup(local_only=(mode != ModeKeys.TRAIN))
     if setup.serves_only:
@@ -128,8 +127,7 @@ class _Run:
         if self.strategy.num_replicas_in_sync == 1 and not self.setup.coordinator:
             return
         for variable in self.template.external_variables:
-            if not isinstance(variable, tf.distribute.DistributedValues) and \
-                    not hasattr(variable, "_distribute_strategy"):
+            if not compat.created_under_a_strategy(variable):
                 raise errors.ModelFnError(
                     f"model_fn uses variable {variable.name!r}, created before run() outside the "
                     f"distribution strategy; construct the Keras model inside model_fn (or do not build "

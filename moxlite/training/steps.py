@@ -208,7 +208,8 @@ class TrainStep:
         for number, (optimizer, accumulation) in enumerate(zip(self.optimizers, accumulations)):
             pairs = [(gradient_sums[number][position] / num_batches, variable_lists[number][position])
                      for position in sorted(used[number])]
-            self._apply(optimizer, accumulation.apply_optimizer, pairs)
+            with accumulation.counting_updates():
+                self._apply(optimizer, accumulation.apply_optimizer, pairs)
         return {key: total / num_batches for key, total in zip(log_keys, log_sums)}
 
     def _clipped(self, gradients, optimizer):

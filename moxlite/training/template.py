@@ -17,10 +17,8 @@ import weakref
 
 import keras
 import tensorflow as tf
-# TF1 variable stores have no public API; get_variable's name clashes across calls need one.
-from tensorflow.python.ops import variable_scope
 
-from moxlite import errors, graph_collections
+from moxlite import compat, errors, graph_collections
 from moxlite.contract import ModelSpec
 from moxlite.training import naming
 from moxlite.training.calling import call_with_accepted_kwargs
@@ -127,7 +125,7 @@ class ModelTemplate:
                 return variable
             return self._reuse(cursor, kwargs)
 
-        with variable_scope.with_variable_store(self._variable_store()), \
+        with compat.tf1_variable_store_scope(self._variable_store()), \
                 tf.variable_creator_scope(creator):
             yield
 
@@ -141,7 +139,7 @@ class ModelTemplate:
         """
         graph = tf.compat.v1.get_default_graph()
         if graph not in self._stores:
-            self._stores[graph] = variable_scope._VariableStore()
+            self._stores[graph] = compat.new_tf1_variable_store()
         return self._stores[graph]
 
     def _reuse(self, cursor, kwargs):
@@ -182,7 +180,7 @@ def _identities(variable):
     if _is_sharded(variable):
         return {id(variable)}.union(*(_identities(shard) for shard in variable.variables))
     wrapped = list(getattr(variable, "values", ()))
-    inner = getattr(variable, "_v", None)
+    inner = compat.wrapped_variable(variable)
     if inner is not None:
         wrapped.append(inner)
     return {id(variable)} | {id(component) for component in wrapped}
@@ -203,6 +201,4 @@ def _referenced_keras_variables(function):
 
 def _backing_variable(variable):
     """The tf.Variable behind a Keras 3 variable (or the variable itself)."""
-    # Keras 3 keeps the backend variable in ``_value``; it has no public accessor that does
-    # not autocast to a tensor.
-    return getattr(variable, "_value", variable) if isinstance(variable, keras.Variable) else variable
+    return compat.backing_variable(variable)

@@ -1,0 +1,141 @@
+"""moxlite.compat: one test per private TensorFlow/Keras API moxlite relies on.
+
+Each test checks that the pinned versions still behave as the helper
+assumes, so an upgrade that changes one fails here, by name.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from moxlite import compat
+
+
+def test_replaced_gradient_all_reduce_is_what_apply_uses():
+    optimizer = keras.optimizers.SGD(learning_rate=0.5)
+    weight = tf.Variable([1.0, 2.0])
+    optimizer.build([weight])
+    original = compat.gradient_all_reduce(optimizer)
+    seen = []
+
+    def doubled(grads_and_vars):
+        seen.append(len(grads_and_vars))
+        return [(2.0 * g, v) for g, v in original(grads_and_vars)]
+
+    compat.replace_gradient_all_reduce(optimizer, doubled)
+    optimizer.apply([tf.constant([1.0, -1.0])], [weight])
+    assert seen == [1]
+    np.testing.assert_allclose(weight.numpy(), [1.0 - 0.5 * 2.0, 2.0 + 0.5 * 2.0])
+
+
+def test_an_optimizer_without_the_all_reduce_hook_is_named_in_the_error():
+    class Plain:
+        pass
+
+    with pytest.raises(compat.CompatibilityError, match="Plain has no _all_reduce_sum_gradients"):
+        compat.replace_gradient_all_reduce(Plain(), lambda pairs: pairs)
+
+
+def test_tracked_variable_is_one_of_the_optimizer_variables():
+    optimizer = keras.optimizers.SGD(learning_rate=0.1)
+    optimizer.build([tf.Variable([1.0])])
+    extra = keras.Variable(np.zeros(3, np.float32), trainable=False, name="extra")
+    compat.track_optimizer_variable(optimizer, extra)
+    assert any(variable is extra for variable in optimizer.variables)
+
+
+def test_shared_loss_scale_state_unscales_and_counts_on_the_source(two_device_strategy):
+    del two_device_strategy  # only the logical devices; one replica context here
+    weight = keras.Variable(np.array([1.0, 2.0], np.float32))
+    source = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.5), initial_scale=8.0)
+    source.build([weight])
+    sharing = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.5), initial_scale=8.0)
+    compat.share_loss_scale_state(sharing, source)
+    assert sharing.built and sharing.dynamic_scale is source.dynamic_scale
+    sharing.inner_optimizer.build([weight])
+    sharing.apply([tf.constant([8.0, -8.0])], [weight])   # gradients of the loss scaled by 8
+    np.testing.assert_allclose(weight.numpy(), [0.5, 2.5])
+    assert int(source.step_counter.numpy()) == 1
+
+
+def test_backing_variable_is_the_tf_variable_behind_a_keras_variable():
+    variable = keras.Variable(np.array([3.0], np.float32))
+    backing = compat.backing_variable(variable)
+    assert isinstance(backing, tf.Variable) and not isinstance(backing, keras.Variable)
+    backing.assign([4.0])
+    assert float(variable.numpy()[0]) == 4.0
+    plain = tf.Variable(1.0)
+    assert compat.backing_variable(plain) is plain
+
+
+def test_wrapped_variable_of_a_parameter_server_aggregating_variable():
+    from tensorflow.python.distribute import ps_values  # the class ParameterServerStrategy creates
+
+    inner = tf.Variable(1.0)
+    aggregating = ps_values.AggregatingVariable(tf.distribute.get_strategy(), inner, tf.VariableAggregation.SUM)
+    assert compat.wrapped_variable(aggregating) is inner
+    assert compat.wrapped_variable(inner) is None
+    assert compat.created_under_a_strategy(aggregating)
+
+
+def test_created_under_a_strategy_tells_mirrored_from_plain_variables(two_device_strategy):
+    with two_device_strategy.scope():
+        mirrored = tf.Variable(1.0)
+    assert compat.created_under_a_strategy(mirrored)
+    assert not compat.created_under_a_strategy(tf.Variable(1.0))
+
+
+def test_single_device_variables_are_not_mirrored(two_device_strategy):
+    with two_device_strategy.scope(), compat.single_device_variables("/device:CPU:0"):
+        variable = tf.Variable(np.zeros(2, np.float32))
+    assert not isinstance(variable, tf.distribute.DistributedValues)
+    assert variable.device.endswith("device:CPU:0")
+
+
+def test_learning_rate_attribute_is_the_variable_a_float_rate_lives_in():
+    optimizer = keras.optimizers.SGD(learning_rate=0.25)
+    stored = compat.learning_rate_attribute(optimizer)
+    assert isinstance(stored, keras.Variable)
+    optimizer.learning_rate = 0.5            # the public setter writes that same variable
+    assert float(stored.numpy()) == 0.5
+
+
+def test_keras_auto_name_counters_count_made_up_layer_names():
+    before = compat.keras_auto_name_counters()
+    keras.layers.Dense(1)
+    keras.layers.Dense(1)
+    after = compat.keras_auto_name_counters()
+    assert after.get("dense", 0) == before.get("dense", 0) + 2
+
+
+def test_a_tf1_variable_store_keeps_get_variable_names_apart():
+    with tf.Graph().as_default():
+        first, second = compat.new_tf1_variable_store(), compat.new_tf1_variable_store()
+        with compat.tf1_variable_store_scope(first):
+            in_first = tf.compat.v1.get_variable("w", shape=[1])
+        with compat.tf1_variable_store_scope(second):
+            in_second = tf.compat.v1.get_variable("w", shape=[1])   # no "Variable w already exists"
+        assert in_first is not in_second
+        with compat.tf1_variable_store_scope(first), pytest.raises(ValueError, match="already exists"):
+            tf.compat.v1.get_variable("w", shape=[1])
+
+
+def test_layer_weight_variable_is_the_trained_kernel_and_embedding_table():
+    dense, embedding = keras.layers.Dense(3), keras.layers.Embedding(5, 2)
+    dense.build((None, 4))
+    embedding.build((None,))
+    assert compat.layer_weight_variable(dense, "kernel") is dense.kernel
+    assert compat.layer_weight_variable(embedding, "embeddings") is embedding.embeddings
+    assert compat.layer_weight_variable(dense, "kernel") in dense.trainable_weights
+
+
+def test_direct_sublayers_are_one_level_down_in_order():
+    inner = keras.Sequential([keras.layers.Dense(2, name="a"), keras.layers.Dense(2, name="b")], name="inner")
+    outer = keras.Sequential([keras.Input((3,)), inner, keras.layers.Dense(1, name="c")])
+    def names(layer):   # a built Sequential also holds its InputLayer
+        return [child.name for child in compat.direct_sublayers(layer)
+                if not isinstance(child, keras.layers.InputLayer)]
+
+    assert names(outer) == ["inner", "c"]
+    assert names(inner) == ["a", "b"]

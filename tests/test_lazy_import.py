@@ -1,0 +1,98 @@
+"""The package face is lazy: the CLI's help and recipe checks import no TensorFlow.
+
+Each check runs in a fresh interpreter (this test process has TensorFlow
+loaded already), reports whether ``tensorflow`` or ``keras`` reached
+``sys.modules`` and how long the import plus the CLI call took.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+import moxlite
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CASES_PATH = os.path.join(REPO, "tests", "bad_recipes", "cases.yaml")
+# Bad recipes the schema and loader reject: a wrong key, type, YAML, cluster address,
+# loss scale and override. (Optimizer and wrapper names and arguments are checked against
+# Keras's signatures, so rejecting those needs TensorFlow.)
+LOADER_CASES = ("unknown_section_with_suggestion", "steps_not_an_integer", "yaml_syntax_error",
+                "host_without_port", "loss_scale_word", "override_wrong_type")
+SECONDS = 1.0
+
+PROBE = r"""
+import contextlib, io, json, sys, time
+started = time.perf_counter()
+from moxlite.recipes import cli
+codes = []
+for arguments in json.loads(sys.argv[1]):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            codes.append(cli.main(arguments))
+        except SystemExit as done:
+            codes.append(done.code)
+from absl import flags
+print(json.dumps({"codes": codes, "moxing_flags_defined": "num_gpus" in flags.FLAGS, "seconds": time.perf_counter() - started,
+                  "loaded": sorted(name for name in ("tensorflow", "keras") if name in sys.modules)}))
+"""
+
+
+def probe(arguments_list):
+    environ = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    finished = subprocess.run([sys.executable, "-c", PROBE, json.dumps(arguments_list)], cwd=REPO, env=environ,
+                              capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(finished.stdout.strip().splitlines()[-1])
+
+
+def bad_recipe_arguments(tmp_path, name):
+    with open(CASES_PATH, encoding="utf-8") as handle:
+        case = next(case for case in yaml.safe_load(handle) if case["name"] == name)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(case["recipe"].replace("LOG_DIR", str(tmp_path / "logs")))
+    arguments = [str(path)]
+    for override in case.get("set", []):
+        arguments += ["--set", override]
+    return arguments
+
+
+@pytest.mark.parametrize("arguments", [["--help"], ["--help-recipe"]], ids=["help", "help_recipe"])
+def test_help_imports_no_tensorflow_and_takes_under_a_second(arguments):
+    result = probe([arguments])
+    assert result["codes"] == [0]
+    assert result["loaded"] == []
+    assert result["moxing_flags_defined"]
+    assert result["seconds"] < SECONDS, result
+
+
+def test_bad_recipes_are_rejected_without_importing_tensorflow(tmp_path):
+    result = probe([bad_recipe_arguments(tmp_path, name) for name in LOADER_CASES])
+    assert result["codes"] == [2] * len(LOADER_CASES)
+    assert result["loaded"] == []
+    assert result["seconds"] < SECONDS, result
+    assert not (tmp_path / "logs").exists()
+
+
+def test_every_exported_name_resolves_to_its_target():
+    for name in moxlite.__all__:
+        assert getattr(moxlite, name) is not None, name
+        assert name in dir(moxlite)
+    from moxlite.training.run import run
+    assert moxlite.run is run
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'rnu'"):
+        moxlite.rnu  # noqa: B018
+
+
+def test_a_subpackage_is_imported_on_first_access():
+    # As when moxlite/__init__.py imported the runner eagerly: moxlite.optimizers works after import moxlite.
+    environ = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = "import moxlite; assert callable(moxlite.optimizers.get_optimizer_fn); print('ok')"
+    finished = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=environ, capture_output=True,
+                              text=True, timeout=120)
+    assert finished.stdout.strip().splitlines()[-1:] == ["ok"], finished.stderr[-2000:]
