@@ -138,8 +138,9 @@ def test_bad_names_and_arguments_get_one_line_errors(tmp_path):
 
 
 def test_var_scope_under_the_use_fp16_flag_through_run(tmp_path):
-    """use_fp16 (mixed_float16) already keeps float32 variables: var_scope(float32) keeps that, and
-    var_scope(float16) makes them float16; the run trains and checkpoints those dtypes."""
+    """use_fp16 (the O3 precision level) computes in float16 with float32 variables: var_scope(float32)
+    composes with it. The levels keep every variable in float32 (master weights), so a
+    var_scope(float16) inside a run yields to them; outside a level the scope decides."""
     seen = {}
 
     def model_fn(inputs, mode):
@@ -162,5 +163,13 @@ def test_var_scope_under_the_use_fp16_flag_through_run(tmp_path):
     assert seen["dtypes"] == (tf.float16, tf.float16)   # fp16 compute in both layers
     from tests import runlib
     stored = runlib.checkpoint_by_name(str(tmp_path))
-    assert stored["fp32_vars/kernel"].dtype == np.float32 and stored["fp16_vars/kernel"].dtype == np.float16
+    assert stored["fp32_vars/kernel"].dtype == np.float32 and stored["fp16_vars/kernel"].dtype == np.float32
     assert not np.array_equal(stored["fp32_vars/kernel"], np.zeros((4, 8)))
+    keras.config.set_dtype_policy("float16")   # no precision level: the scope decides
+    try:
+        with mox.var_scope(force_dtype=tf.float32):
+            layer = keras.layers.Dense(2)
+            layer.build((None, 4))
+    finally:
+        keras.config.set_dtype_policy("float32")
+    assert (layer.kernel.dtype, layer.compute_dtype) == ("float32", "float16")
