@@ -147,3 +147,80 @@ def test_checkpoints_keyed_by_creation_order_still_read_or_say_how_to_convert(tm
     np.testing.assert_allclose(metrics["accuracy"], np.mean(logits.argmax(1) == labels), atol=1e-6)
     with pytest.raises(errors.CheckpointError, match="keyed variables by creation order.*convert it first"):
         _run(tmp_path / "tuned", inserted_model_fn, 1, checkpoint_path=str(tmp_path / "old"))
+
+
+def asymmetric_model_fn(inputs, mode):
+    """Two equal-shaped layers whose gradients differ (b_branch goes through a relu)."""
+    images, labels = inputs
+    first = _dense(runlib.NUM_CLASSES, "a_branch", 4)(images)
+    second = _dense(runlib.NUM_CLASSES, "b_branch", 5)(images)
+    return runlib.spec_for(images, labels, first + tf.nn.relu(second))
+
+
+def asymmetric_swapped_model_fn(inputs, mode):
+    images, labels = inputs
+    second = _dense(runlib.NUM_CLASSES, "b_branch", 5)(images)
+    first = _dense(runlib.NUM_CLASSES, "a_branch", 4)(images)
+    return runlib.spec_for(images, labels, first + tf.nn.relu(second))
+
+
+def _momentum():
+    return mox.get_optimizer_fn("momentum", 0.05, momentum=0.9)
+
+
+OPTIMIZER_STACKS = {
+    "momentum": _momentum,
+    # lars keeps its own state through momentum; batch_gradients adds an accumulator per variable.
+    "batch_gradients(lars(momentum))": lambda: mox.get_optimizer_wrapper_fn(
+        "batch_gradients", mox.get_optimizer_wrapper_fn("lars", _momentum(), ratio=0.01), num_batches=2),
+    # thor adds per-layer factors and inverses, created when it first sees the layers called.
+    "thor(momentum)": lambda: mox.get_optimizer_wrapper_fn("thor", _momentum(), damping=0.05, frequency=2),
+}
+
+
+def _run_stack(log_dir, model_fn, steps, stack):
+    images, labels = runlib.mnist_rows(128)
+    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
+                   optimizer_fn=OPTIMIZER_STACKS[stack](), run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH,
+                   log_dir=str(log_dir), max_number_of_steps=steps, save_model_steps=1)
+
+
+@pytest.mark.parametrize("stack", list(OPTIMIZER_STACKS))
+def test_resume_with_layers_created_in_the_other_order_keeps_each_optimizer_slot_on_its_variable(tmp_path, stack):
+    """Slots follow names: a resumed run whose model_fn creates two equal-shaped layers in the
+    other order ends where the uninterrupted run does (a_branch's momentum, accumulator and
+    factors stay a_branch's). Before, they were restored by position, onto b_branch."""
+    _run_stack(tmp_path / "whole", asymmetric_model_fn, 6, stack)
+    _run_stack(tmp_path / "resumed", asymmetric_model_fn, 3, stack)
+    _run_stack(tmp_path / "resumed", asymmetric_swapped_model_fn, 6, stack)
+    whole = runlib.checkpoint_by_name(tmp_path / "whole")
+    resumed = runlib.checkpoint_by_name(tmp_path / "resumed")
+    assert list(resumed)[0] == "b_branch/kernel"   # created first by the resuming model_fn
+    assert not np.allclose(whole["a_branch/kernel"], whole["b_branch/kernel"])
+    for name in whole:
+        np.testing.assert_allclose(resumed[name], whole[name], atol=1e-5, err_msg=name)
+
+
+def _write_creation_order_slots(monkeypatch, log_dir, model_fn, steps):
+    """A checkpoint as the moxlite before this change wrote it: optimizer slots in creation
+    order and no marker saying they follow names."""
+    from moxlite.training import checkpoints, template
+
+    with monkeypatch.context() as patch:
+        patch.setattr(template.ModelTemplate, "slot_order", lambda self, variables: list(variables))
+        patch.setattr(checkpoints, "SLOTS_BY_NAME_KEY", "unrelated_marker")
+        _run_stack(log_dir, model_fn, steps, "momentum")
+
+
+def test_checkpoint_with_slots_in_creation_order_resumes_only_in_that_order(tmp_path, monkeypatch):
+    _run_stack(tmp_path / "whole", asymmetric_model_fn, 4, "momentum")
+    _write_creation_order_slots(monkeypatch, tmp_path / "old", asymmetric_model_fn, 2)
+    before = runlib.directory_state(tmp_path / "old")
+    with pytest.raises(errors.CheckpointError, match="slots .* in variable creation order.*another order"):
+        _run_stack(tmp_path / "old", asymmetric_swapped_model_fn, 4, "momentum")
+    assert runlib.directory_state(tmp_path / "old") == before
+    # The order that wrote it keeps its slots in creation order and ends where a new run does.
+    _run_stack(tmp_path / "old", asymmetric_model_fn, 4, "momentum")
+    whole, old = runlib.checkpoint_by_name(tmp_path / "whole"), runlib.checkpoint_by_name(tmp_path / "old")
+    for name in whole:
+        np.testing.assert_allclose(old[name], whole[name], atol=1e-5, err_msg=name)

@@ -149,6 +149,12 @@ class THOR(wrapper_lib.OptimizerWrapper):
         self._dropped = self.add_variable(shape=(), dtype="int64", aggregation="only_first_replica",
                                           name="thor_statistics_dropped")
 
+    def _position_of(self, slot):
+        """(index in the built variable list of the first variable ``slot`` covers, its path)."""
+        positions = [index for index, variable in enumerate(getattr(self, "_trainable_variables", None) or [])
+                     if _identities(variable) & slot.identities]
+        return (min(positions, default=float("inf")), slot.name)
+
     def _ensure_slot_state(self, slot):
         """Create ``slot``'s variables (once, outside any traced function)."""
         if slot.state is not None:
@@ -257,7 +263,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
 
     def _collect(self, distribution, slots, tensors):
         """Cross-replica context: one all-reduce of every slot's sums, added to the accumulators."""
-        for slot in slots:
+        # Keras saves optimizer variables by position: create the state in the order of the
+        # variables this optimizer was built with (sorted by checkpoint key in run), not in the
+        # order model_fn called its layers, so a resume finds each layer's factors by name.
+        for slot in sorted(slots, key=self._position_of):
             self._ensure_slot_state(slot)
 
         def reduce_and_add():

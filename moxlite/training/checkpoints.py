@@ -24,6 +24,9 @@ CHECKPOINT_NAME = "model.ckpt"
 
 
 ORDER_KEY = "model_variable_order"
+# Present in checkpoints whose optimizer slots are in checkpoint-key order (see naming.in_key_order);
+# earlier ones hold them in the creation order of model_fn's variables.
+SLOTS_BY_NAME_KEY = "optimizer_slots_by_name"
 
 
 def variable_keys(variables):
@@ -120,9 +123,11 @@ class Checkpointer:
 
     def __init__(self, log_dir, global_step, variables, optimizers=(), iterator=None,
                  save_model_secs=None, save_model_steps=None, keep_checkpoint_max=5,
-                 is_chief=True, ambiguous=()):
+                 is_chief=True, ambiguous=(), slots_by_name=True):
         """``variables``: {stable key: variable} (see ``ModelTemplate.checkpoint_keys``), or a
-        list keyed by the variables' own names; ``ambiguous``: keys shared by several."""
+        list keyed by the variables' own names; ``ambiguous``: keys shared by several;
+        ``slots_by_name``: the optimizers were built with their variables in key order (False
+        only to keep resuming a log_dir whose slots are in creation order, see ``legacy_slot_order``)."""
         self.log_dir = log_dir
         self._training = bool(optimizers)
         self.global_step = global_step
@@ -136,10 +141,13 @@ class Checkpointer:
         trackables = dict(global_step=global_step, model=dict(self._variables))
         trackables[ORDER_KEY] = order
         self._order = order
+        if optimizers and slots_by_name:
+            trackables[SLOTS_BY_NAME_KEY] = _KeyList(["sorted by checkpoint key"])
         self.iterator_mismatch = None
         for index, optimizer in enumerate(optimizers):
             trackables["optimizer" if index == 0 else f"optimizer_{index}"] = optimizer
-        self._state = {k: v for k, v in trackables.items() if k != ORDER_KEY}
+        self._state = {k: v for k, v in trackables.items() if k not in (ORDER_KEY, SLOTS_BY_NAME_KEY)}
+        self._markers = {k: v for k, v in trackables.items() if k in (ORDER_KEY, SLOTS_BY_NAME_KEY)}
         self._optimizers = list(optimizers)
         self._iterator = iterator
         if iterator is not None:
@@ -262,7 +270,7 @@ class Checkpointer:
         """Save ``iterator`` from now on (a restarted input) instead of the one given at first."""
         self._iterator = iterator
         trackables = dict(self._state, iterator=iterator)
-        trackables[ORDER_KEY] = self._order
+        trackables.update(self._markers)
         self._checkpoint = tf.train.Checkpoint(**trackables)
         if self._manager is not None:
             self._manager = None
@@ -317,6 +325,26 @@ class Checkpointer:
         if self._scratch:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+
+
+def legacy_slot_order(log_dir):
+    """How the optimizer slots in ``log_dir``'s newest checkpoint are ordered, when not by name.
+
+    None: nothing to resume, no optimizer state, or slots in checkpoint-key order (this
+    moxlite). Otherwise the checkpoint was written by an earlier moxlite, which saved slots in
+    the creation order of model_fn's variables: returns (prefix, the model keys in the
+    creation order of the run that wrote it, or None when the checkpoint did not record them).
+    """
+    prefix = latest_checkpoint(log_dir) if log_dir else None
+    if not prefix:
+        return None
+    roots = {name.split("/")[0] for name, _ in tf.train.list_variables(prefix)}
+    if SLOTS_BY_NAME_KEY in roots or not any(root.startswith("optimizer") for root in roots):
+        return None
+    if ORDER_KEY not in roots:
+        return prefix, None
+    keys = tf.train.load_checkpoint(prefix).get_tensor(f"{ORDER_KEY}/.ATTRIBUTES/VARIABLE_VALUE")
+    return prefix, [key.decode() for key in keys]
 
 
 def has_checkpoint(log_dir, checkpoint_path):

@@ -10,6 +10,10 @@ replaced by the one a fresh process would give (the first ``dense`` made by
 model_fn is ``dense``, the next ``dense_1``...), which the same model_fn
 reproduces in every run. A layer inserted before others shifts those made-up
 names: name the layers a warm start must find.
+
+Optimizers get their variables sorted by these keys (``in_key_order``): Keras
+saves slots (momentum, Adam m/v, accumulators) by position in that list, so a
+position must mean a name, not a creation order.
 """
 
 import collections
@@ -66,3 +70,10 @@ def keyed(variables, renamed):
             key = f"{key}~{seen[key] - 1}"
         result[key] = variable
     return result, sorted(k for k, n in counts.items() if n > 1)
+
+
+def in_key_order(variables, keys_by_id):
+    """``variables`` sorted by checkpoint key (``keys_by_id``: id of a variable -> key; a
+    variable without one sorts by its own name), so that an optimizer's slot positions
+    follow names and not the order in which model_fn created the variables."""
+    return sorted(variables, key=lambda v: keys_by_id.get(id(v)) or variable_name(v))

@@ -213,6 +213,33 @@ class _Run:
                 for optimizer in optimizers if loss_scaling.find(optimizer) is not None]
 
     def _variable_lists(self, spec):
+        """Each optimizer's trainable variables, sorted by checkpoint key: Keras saves slots by
+        position, so the order must not depend on the order model_fn created the variables.
+
+        A log_dir whose checkpoint an earlier moxlite wrote (slots in creation order) keeps
+        creation order, so it still resumes, but only when model_fn creates its variables in
+        the order recorded there; ``self._slots_by_name`` says which order was used.
+        """
+        lists = self._variable_lists_in_creation_order(spec)
+        legacy = checkpoints.legacy_slot_order(self.args["log_dir"])
+        self._slots_by_name = legacy is None
+        if legacy is None:
+            return [self.template.slot_order(variables) for variables in lists]
+        prefix, saved_order = legacy
+        order = list(self.template.checkpoint_keys()[0])
+        if saved_order is not None and sorted(saved_order) == sorted(order) and saved_order != order:
+            raise errors.CheckpointError(
+                f"checkpoint {prefix!r} was written by an earlier moxlite that saved optimizer slots "
+                f"(momentum, Adam moments, accumulators) in variable creation order, and this model_fn "
+                f"creates its variables in another order, so the slots would attach to the wrong variables; "
+                f"resume with the model_fn's original creation order, or start a new log_dir with "
+                f"checkpoint_path={prefix!r} (weights by name, fresh optimizer slots)")
+        self.logger.warning(
+            "Keeping optimizer slots in variable creation order: log_dir's checkpoint %s was written by "
+            "an earlier moxlite that saved them so; a new log_dir saves them by variable name", prefix)
+        return lists
+
+    def _variable_lists_in_creation_order(self, spec):
         trainable = self.template.trainable_variables + [
             v for v in self.template.external_variables if v.trainable]
         excluded = checkpoints.split_patterns(flags.get_flag("trainable_exclude_patterns"))
@@ -248,7 +275,8 @@ class _Run:
             return checkpoints.Checkpointer(
                 args["log_dir"], run_context.global_step, keyed, optimizers, ambiguous=ambiguous,
                 iterator=iterator, save_model_secs=save_secs, save_model_steps=save_steps,
-                keep_checkpoint_max=args["keep_checkpoint_max"], is_chief=self._is_chief())
+                keep_checkpoint_max=args["keep_checkpoint_max"], is_chief=self._is_chief(),
+                slots_by_name=self._slots_by_name)
 
         def make_loop(skip_steps):
             dataset_fn = make_dataset_fn(args["input_fn"], ModeKeys.TRAIN, self.batch_size,

@@ -62,6 +62,18 @@ class ModelTemplate:
         see ``moxlite.training.naming``."""
         return naming.keyed(self.variables, self._made_up_names)
 
+    def slot_order(self, variables):
+        """``variables`` (trainable ones, shards counted apart) in the order of their checkpoint
+        keys: the order optimizers are given, so slots are saved by name, not creation order."""
+        keys_by_id = {}
+        for key, variable in self.checkpoint_keys()[0].items():
+            if _is_sharded(variable):
+                for index, shard in enumerate(variable.variables):
+                    keys_by_id[id(shard)] = f"{key}/part_{index:05d}"
+            else:
+                keys_by_id[id(variable)] = key
+        return naming.in_key_order(variables, keys_by_id)
+
     @property
     def external_variables(self):
         """Variables model_fn uses but did not create."""
