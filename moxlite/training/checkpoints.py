@@ -17,7 +17,7 @@ import time
 import tensorflow as tf
 
 from moxlite import errors
-from moxlite.training import hyperparameters, naming
+from moxlite.training import hyperparameters, input_resume, naming
 from moxlite.training.reporting import get_logger
 
 CHECKPOINT_NAME = "model.ckpt"
@@ -140,7 +140,6 @@ class Checkpointer:
         self._global_step_trackables = dict(global_step=global_step)
         trackables = dict(global_step=global_step, model=dict(self._variables))
         trackables[ORDER_KEY] = order
-        self._order = order
         if optimizers and slots_by_name:
             trackables[SLOTS_BY_NAME_KEY] = _KeyList(["sorted by checkpoint key"])
         self.iterator_mismatch = None
@@ -267,9 +266,10 @@ class Checkpointer:
             self.iterator_mismatch = text[0][:200] if text else type(error).__name__
 
     def replace_iterator(self, iterator):
-        """Save ``iterator`` from now on (a restarted input) instead of the one given at first."""
+        """Save ``iterator`` from now on (a restarted input) instead of the one given at first,
+        or no input position when None."""
         self._iterator = iterator
-        trackables = dict(self._state, iterator=iterator)
+        trackables = dict(self._state, iterator=iterator) if iterator is not None else dict(self._state)
         trackables.update(self._markers)
         self._checkpoint = tf.train.Checkpoint(**trackables)
         if self._manager is not None:
@@ -314,7 +314,16 @@ class Checkpointer:
         """Write a checkpoint for ``step`` unless one was already written for it."""
         if not self.log_dir or step == self._last_saved_step:
             return None
-        path = self._ensure_manager().save(checkpoint_number=step)
+        try:
+            path = self._ensure_manager().save(checkpoint_number=step)
+        except tf.errors.FailedPreconditionError as error:
+            # TF refuses before writing a file; run() probes for this first, so this is the rare
+            # pipeline that passed the probe: save on without the input position, and say so once.
+            if self._iterator is None or not input_resume.is_unsavable_position(error):
+                raise
+            input_resume.report_unsaved_position(input_resume.refusal_detail(error))
+            self.replace_iterator(None)
+            path = self._ensure_manager().save(checkpoint_number=step)
         self._last_save_time = time.monotonic()
         self._last_saved_step = step
         if self.is_chief:

@@ -7,7 +7,18 @@ model, optimizer and step still fit, so by default the run resumes them with
 the input restarted from its beginning and says so; with
 ``--noallow_input_restart`` (recipe ``run.allow_input_restart: false``) it
 stops with one line instead. Never a raw TensorFlow error.
+
+A pipeline with stateful ops (``tf.random.uniform`` or
+``tf.image.random_flip_left_right`` inside a ``.map``) has no position
+TensorFlow can save at all. ``position_unsavable`` finds that out before
+training starts; the run then checkpoints model, optimizer and step without
+the input and, like a run on several replicas, resumes by skipping the
+batches already trained on.
 """
+
+import re
+import shutil
+import tempfile
 
 import tensorflow as tf
 
@@ -17,6 +28,42 @@ from moxlite.training.reporting import get_logger
 # What TensorFlow raises for an iterator state that does not fit its dataset.
 MISMATCH_ERRORS = (tf.errors.InternalError, tf.errors.FailedPreconditionError, tf.errors.InvalidArgumentError,
                    tf.errors.NotFoundError)
+
+
+def position_unsavable(iterator):
+    """Why TensorFlow cannot save ``iterator``'s position (a stateful op in its pipeline), or None.
+
+    Writes the iterator alone to a scratch directory, which TF refuses for such a pipeline
+    before any file is written; nothing lands in ``log_dir``. Called before the first batch,
+    when tf.data has filled no buffer yet, so what it writes is small.
+    """
+    scratch = tempfile.mkdtemp(prefix="moxlite-input-probe-")
+    try:
+        tf.train.Checkpoint(iterator=iterator).write(scratch + "/probe")
+    except tf.errors.FailedPreconditionError as error:
+        return refusal_detail(error)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return None
+
+
+def is_unsavable_position(error):
+    """True when ``error`` is TF refusing to save an iterator whose pipeline has stateful ops."""
+    return isinstance(error, tf.errors.FailedPreconditionError) and "stateful" in str(error)
+
+
+def refusal_detail(error):
+    """``RandomUniform is stateful`` out of TF's message with its function and op names around it."""
+    text = re.sub(r"\{\{[^}]*\}\}\s*", "", first_line(error))
+    return re.sub(r"\s*\[Op:.*$", "", text).rstrip(". ") or type(error).__name__
+
+
+def report_unsaved_position(detail):
+    """The one line that says checkpoints of this run hold no input position, and what a resume does."""
+    get_logger().warning(
+        "Checkpoints cannot save the input position because input_fn's pipeline has stateful ops (%s); they "
+        "save model, optimizer and global step, and a resume replays input_fn from its beginning, skipping "
+        "the batches already trained on (as on several replicas); random ops then draw new values", detail)
 
 
 def restart_or_stop(prefix, step, detail):

@@ -291,8 +291,12 @@ class _Run:
                                  save_summary_steps=args["save_summary_steps"],
                                  nonfinite_policy=self.nonfinite_policy)
 
-        if self._iterator_is_checkpointable():
-            loop = make_loop(skip_steps=0)
+        loop = make_loop(skip_steps=0) if self._iterator_is_checkpointable() else None
+        # Without a log_dir nothing is saved, so there is nothing to probe or to say.
+        unsavable = loop is not None and args["log_dir"] and input_resume.position_unsavable(loop.iterator)
+        if unsavable:
+            input_resume.report_unsaved_position(unsavable)
+        if loop is not None and not unsavable:
             checkpointer = checkpointer_for(loop.iterator)
             source = checkpointer.restore(args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"))
 
@@ -313,7 +317,10 @@ class _Run:
             source = checkpointer.restore(args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"))
             resumed = int(run_context.global_step.numpy()) if source and checkpoints.latest_checkpoint(
                 args["log_dir"]) == source else 0
-            loop = make_loop(skip_steps=0 if async_mode else resumed)
+            if loop is None or resumed:
+                if loop is not None:
+                    loop.close()
+                loop = make_loop(skip_steps=0 if async_mode else resumed)
         start = int(run_context.global_step.numpy())
         steps_per_worker = args["max_number_of_steps"]
         target = steps_per_worker * (self.setup.num_workers if async_mode else 1) or None
