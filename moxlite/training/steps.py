@@ -91,20 +91,15 @@ def loss_scale_of(optimizer):
 class TrainStep:
     """One optimizer step per loss, on the variables that loss trains.
 
-    gradient_clip: clip threshold (0: off) applied to the gradient of the global batch:
-        ``global_norm`` clips all gradients together by their joint norm, ``norm`` each
-        variable's gradient by its own norm. The replicas' gradients are summed first, so
-        the threshold means the same on any number of replicas.
+    Clipping is not done here: it is a link of the optimizer stack (``training/clipping.py``),
+    so that it sees unscaled, accumulated gradients.
     """
 
-    def __init__(self, template, optimizers, variable_lists, num_replicas, gradient_clip=0.0,
-                 gradient_clip_type="global_norm", skip_nonfinite=False):
+    def __init__(self, template, optimizers, variable_lists, num_replicas, skip_nonfinite=False):
         self.template = template
         self.optimizers = optimizers
         self.variable_lists = variable_lists
         self.num_replicas = num_replicas
-        self.gradient_clip = gradient_clip
-        self.gradient_clip_type = gradient_clip_type
         # nonfinite_policy=skip: a step whose loss is non-finite hands NaN gradients to the
         # optimizer stack, whose SkipNonFinite then skips it (see moxlite.training.nonfinite).
         self.skip_nonfinite = skip_nonfinite
@@ -158,11 +153,8 @@ class TrainStep:
         return gradients[:len(variables)]
 
     def _apply(self, optimizer, apply_optimizer, pairs):
-        """Clip (at ``optimizer``'s loss scale) and apply with ``apply_optimizer``."""
-        pairs = [(g, v) for g, v in pairs if g is not None]
-        if self.gradient_clip and pairs:
-            pairs = list(zip(self._clipped([g for g, _ in pairs], optimizer), [v for _, v in pairs]))
-        apply_optimizer.apply_gradients(pairs)
+        """Apply the gradients that exist with ``apply_optimizer``."""
+        apply_optimizer.apply_gradients([(g, v) for g, v in pairs if g is not None])
 
     def accumulated(self, batches, accumulations, log_keys):
         """One update from ``len(batches)`` micro-batches, summed in tensors (no shared state).
@@ -211,19 +203,6 @@ class TrainStep:
             with accumulation.counting_updates():
                 self._apply(optimizer, accumulation.apply_optimizer, pairs)
         return {key: total / num_batches for key, total in zip(log_keys, log_sums)}
-
-    def _clipped(self, gradients, optimizer):
-        gradients = [tf.convert_to_tensor(g) for g in gradients]
-        if self.num_replicas > 1:
-            gradients = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, gradients)
-        # Gradients of a scaled loss are scaled too: so is the threshold.
-        threshold = self.gradient_clip * loss_scale_of(optimizer)
-        if self.gradient_clip_type == "global_norm":
-            gradients, _ = tf.clip_by_global_norm(gradients, threshold)
-        else:
-            gradients = [tf.clip_by_norm(g, threshold) for g in gradients]
-        # The optimizer sums the replicas' gradients: each hands in an equal share of the clipped sum.
-        return [g / self.num_replicas for g in gradients]
 
 
 class EvalStep:
