@@ -82,6 +82,16 @@ def test_train_augmentation_is_random_geometry_then_the_same_scaling(name):
     assert len(crops) > 1   # the geometry is random
 
 
+def test_a_crop_taller_than_wide_always_fits_the_resized_image():
+    """VGG/ResNet-v1 resize the shorter side from min(h, w) * 256/224 up: for a 24x20 crop that
+    was 23 rows, and one random draw in a few failed with 'Need value.shape >= size'."""
+    train = mox.get_data_augmentation_fn("resnet_v1_50", mox.ModeKeys.TRAIN, output_height=24, output_width=20)
+    evaluate = mox.get_data_augmentation_fn("resnet_v1_50", mox.ModeKeys.EVAL, output_height=24, output_width=20)
+    wide = np.zeros((10, 40, 3), np.uint8)
+    assert {train(wide).numpy().shape for _ in range(60)} == {(24, 20, 3)}
+    assert evaluate(wide).numpy().shape == (24, 20, 3)
+
+
 def test_wrong_inputs_get_one_line_errors(tmp_path):
     with pytest.raises(errors.ArgumentError, match="is not a folder"):
         mox.ImageClassificationRawMetadata(base_dir=str(tmp_path / "missing"))

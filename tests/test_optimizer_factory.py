@@ -126,7 +126,7 @@ def test_top_level_exports_are_the_factories():
 # Wrappers: registry, validation, stacking, serialisation, MoXing's warning.
 
 def test_registry_lists_wrappers_and_their_parameters():
-    assert WRAPPER_NAMES == ("batch_gradients", "lars")
+    assert WRAPPER_NAMES == ("batch_gradients", "lars", "thor")
     parameters = wrapper_parameters("batch_gradients")
     assert parameters["num_batches"][0] == 8 and parameters["sync_on_apply"][0] is True
     assert "integer >= 1" in parameters["num_batches"][1]
@@ -135,7 +135,7 @@ def test_registry_lists_wrappers_and_their_parameters():
 
 
 def test_unknown_wrapper_lists_the_valid_ones():
-    with pytest.raises(errors.OptimizerError, match="'thorn' is unknown; valid wrappers: batch_gradients, lars"):
+    with pytest.raises(errors.OptimizerError, match="'thorn' is unknown; valid wrappers: batch_gradients, lars, thor"):
         get_optimizer_wrapper_fn("thorn", get_optimizer_fn("sgd", 0.1))
 
 

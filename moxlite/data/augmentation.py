@@ -85,10 +85,12 @@ def _resize_shorter_side(image, length):
 
 
 def _vgg_geometry(image, height, width, training, seeds):
-    resize_min = round(min(height, width) * 256 / 224)
+    # Slim's rule: the shorter side goes to 256..512 for a 224 crop. A crop that is not square
+    # must still fit inside the resized image, so neither bound may fall below its longer side.
+    resize_min = max(round(min(height, width) * 256 / 224), height, width)
+    resize_max = max(round(min(height, width) * 512 / 224), resize_min)
     if training:
-        length = tf.random.stateless_uniform([], seeds[0], resize_min, round(min(height, width) * 512 / 224) + 1,
-                                             dtype=tf.int32)
+        length = tf.random.stateless_uniform([], seeds[0], resize_min, resize_max + 1, dtype=tf.int32)
         image = _resize_shorter_side(image, length)
         image = tf.image.stateless_random_crop(image, [height, width, 3], seeds[1])
         return tf.image.stateless_random_flip_left_right(image, seeds[2])
