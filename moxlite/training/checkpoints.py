@@ -311,8 +311,16 @@ class Checkpointer:
         return False
 
     def save(self, step):
-        """Write a checkpoint for ``step`` unless one was already written for it."""
+        """Write a checkpoint for ``step`` unless one was already written for it.
+
+        Never writes non-finite model weights: under parameter servers a worker's update can
+        reach the weights before the run reads its non-finite flag, so the weights are checked
+        here too, and the last finite checkpoint is kept instead."""
         if not self.log_dir or step == self._last_saved_step:
+            return None
+        if not self._weights_finite():
+            get_logger().warning("Not saving a checkpoint at global step %d: the model's weights are not "
+                                 "finite; the last finite checkpoint is kept", step)
             return None
         try:
             path = self._ensure_manager().save(checkpoint_number=step)
@@ -329,6 +337,10 @@ class Checkpointer:
         if self.is_chief:
             get_logger().info("Saved checkpoint for step %d: %s", step, path)
         return path
+
+    def _weights_finite(self):
+        floating = [v for v in self._variables.values() if v.dtype.is_floating]
+        return all(bool(tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v)))) for v in floating)
 
     def close(self):
         if self._scratch:
