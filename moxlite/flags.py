@@ -33,7 +33,7 @@ FLAG_TABLE = {
     "chief_hosts": ("string", "", "host:port of the coordinator in asynchronous mode (default: a free port beside worker 0)."),
     "sync_replicas": ("boolean", True, "Synchronous data parallelism (True) or asynchronous parameter-server training (False)."),
     "tpu": ("string", "", "TPU name or grpc:// address; selects TPUStrategy."),
-    "steps_per_loop": ("integer", 1, "Training steps run inside one traced call."),
+    "steps_per_loop": ("integer or auto", "auto", "Training steps run inside one traced call; 'auto' runs each call up to the next log line, summary, checkpoint or the end (bounded to about a second)."),
     "num_samples": ("integer", 0, "Training samples per epoch, for epoch-based learning-rate strings when the input is infinite (0: from the input)."),
     "keep_checkpoint_max": ("integer", 5, "Checkpoints kept in log_dir."),
     "loss_scale": ("string", "0", "Loss scale for fp16: 0 (off; dynamic when computing in float16), a number (fixed, never changes), 'dynamic' or 'dynamic:<start>'."),
@@ -55,7 +55,30 @@ FLAG_TABLE = {
     "train_url": ("string", "", "Output location passed by the platform to every job."),
 }
 
+class _IntegerOrAutoParser(absl_flags.ArgumentParser):
+    """A positive integer, or the word ``auto``."""
+
+    def parse(self, argument):
+        if isinstance(argument, str) and argument.strip().lower() == "auto":
+            return "auto"
+        try:
+            value = int(argument)
+        except (TypeError, ValueError):
+            value = None
+        if value is None or isinstance(argument, bool) or value < 1:
+            raise ValueError(f"{argument!r} is neither a positive integer nor 'auto'")
+        return value
+
+    def flag_type(self):
+        return "integer or auto"
+
+
+def _define_integer_or_auto(name, default, help_text, **kwargs):
+    absl_flags.DEFINE(_IntegerOrAutoParser(), name, default, help_text, **kwargs)
+
+
 _DEFINERS = {
+    "integer or auto": _define_integer_or_auto,
     "integer": absl_flags.DEFINE_integer,
     "string": absl_flags.DEFINE_string,
     "boolean": absl_flags.DEFINE_boolean,
@@ -93,6 +116,8 @@ def _in_moxlite_kind(name, value):
                 return text in ("true", "1", "yes")
         if kind == "string":
             return str(value)
+        if kind == "integer or auto":
+            return _IntegerOrAutoParser().parse(value)
     except (TypeError, ValueError):
         pass
     raise errors.ArgumentError(

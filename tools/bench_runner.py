@@ -10,6 +10,11 @@ run N steps per call into TensorFlow:
   dataset iterator (``for _ in tf.range(n): x, y = next(iterator)``);
 * ``model.fit`` with ``steps_per_execution=N``.
 
+``auto`` in ``--steps_per_loop`` (in the default list) adds moxlite as a user
+runs it: the default ``steps_per_loop="auto"`` and the default log line every
+10 steps, so calls of up to 10 steps. It is compared with the other two at the
+largest N.
+
 Each reads its loss every max(10, N) steps (moxlite through its own log
 lines, the hand-written loop with ``float(loss)``, model.fit in a batch
 callback) and notes the time; steps/sec is taken between the ``--warmup``
@@ -22,7 +27,7 @@ this process's CPU seconds (all threads) instead of wall seconds: what each
 step costs, less disturbed when other jobs share the cores.
 
     python tools/bench_runner.py [--steps 1000] [--warmup 100] [--batch_size 64] [--rounds 5]
-                                 [--steps_per_loop 1,50] [--clock wall|cpu]
+                                 [--steps_per_loop 1,50,auto] [--clock wall|cpu]
 """
 
 import argparse
@@ -43,13 +48,14 @@ from moxlite.data import mnist  # noqa: E402
 
 HIDDEN = 256
 LOG_EVERY = 10
+AUTO = "auto"
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 clock = CLOCKS["wall"]
 
 
 def log_every(steps_per_loop):
     """Steps between loss reads: 10, or once per traced call when a call runs more."""
-    return max(LOG_EVERY, steps_per_loop)
+    return LOG_EVERY if steps_per_loop == AUTO else max(LOG_EVERY, steps_per_loop)
 
 
 def dataset(images, labels, batch_size):
@@ -179,25 +185,28 @@ def main():
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps_per_loop", default="1,50", help="comma-separated N values")
+    parser.add_argument("--steps_per_loop", default="1,50,auto",
+                        help="comma-separated N values; 'auto' adds moxlite's default against the largest N")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="wall seconds, or this process's CPU seconds (all threads)")
     options = parser.parse_args()
     global clock
     clock = CLOCKS[options.clock]
-    loops = [int(n) for n in options.steps_per_loop.split(",")]
+    values = [n.strip() for n in options.steps_per_loop.split(",")]
+    loops = [int(n) for n in values if n != AUTO]
+    runs = [(n, name) for n in loops for name in CONTENDERS]
+    if AUTO in values:
+        runs.append((AUTO, "moxlite.run"))
     for handler in logs.get_logger().handlers:   # keep the console quiet, the records flowing
         handler.setLevel(logging.WARNING)
     (images, labels), _ = mnist.split()
     images = images.reshape(-1, 784)
-    rates = {(n, name): [] for n in loops for name in CONTENDERS}
+    rates = {run: [] for run in runs}
     for round_index in range(options.rounds):
-        forward = round_index % 2 == 0
-        for n in loops if forward else reversed(loops):
-            for name in list(CONTENDERS) if forward else list(reversed(CONTENDERS)):
-                keras.backend.clear_session()
-                times = CONTENDERS[name](images, labels, options.batch_size, options.steps, n)
-                rates[(n, name)].append(steady_rate(times, options.warmup))
+        for n, name in runs if round_index % 2 == 0 else reversed(runs):
+            keras.backend.clear_session()
+            times = CONTENDERS[name](images, labels, options.batch_size, options.steps, n)
+            rates[(n, name)].append(steady_rate(times, options.warmup))
     print(f"cores: {os.cpu_count()}  batch: {options.batch_size}  steps: {options.warmup}->{options.steps}  "
           f"rounds: {options.rounds}  clock: {options.clock}  "
           f"(median steps/sec; ratios: median (min-max) over rounds)")
@@ -207,12 +216,15 @@ def main():
         ratios = [[m / o for m, o in zip(rates[(n, "moxlite.run")], rates[(n, other)])] for other in OTHERS]
         medians = " | ".join(f"{statistics.median(rates[(n, name)]):.0f}" for name in CONTENDERS)
         print(f"| {n} | {medians} | {spread(ratios[0])} | {spread(ratios[1])} |")
-    if 1 in loops and len(loops) > 1:
+    if loops:
         top = max(loops)
-        ratios = [[m / o for m, o in zip(rates[(1, "moxlite.run")], rates[(top, other)])] for other in OTHERS]
-        print(f"| moxlite at N=1 vs the others at N={top} | | | | {spread(ratios[0])} | {spread(ratios[1])} |")
+        for mine, label in (((1, "moxlite.run"), "moxlite at N=1"), ((AUTO, "moxlite.run"), "moxlite default (auto)")):
+            if mine in rates and mine[0] != top:
+                ratios = [[m / o for m, o in zip(rates[mine], rates[(top, other)])] for other in OTHERS]
+                print(f"| {label} vs the others at N={top} | {statistics.median(rates[mine]):.0f} | | | "
+                      f"{spread(ratios[0])} | {spread(ratios[1])} |")
     for (n, name), values in rates.items():
-        print(f"N={n:<3d} {name:12s} rounds: {', '.join(f'{v:.0f}' for v in values)}")
+        print(f"N={n!s:<4} {name:12s} rounds: {', '.join(f'{v:.0f}' for v in values)}")
 
 
 if __name__ == "__main__":

@@ -408,11 +408,13 @@ def check(loaded):
     recipe, error = loaded.recipe, loaded.error
     run = recipe.run
     positive = {"batch_size": run.batch_size, "log_every_n_steps": run.log_every_n_steps,
-                "steps_per_loop": run.steps_per_loop, "keep_checkpoint_max": run.keep_checkpoint_max,
-                "save_summary_steps": run.save_summary_steps}
+                "keep_checkpoint_max": run.keep_checkpoint_max, "save_summary_steps": run.save_summary_steps}
     for name, value in positive.items():
         if value < 1:
             raise error(("run", name), f"{value} must be a positive integer")
+    if run.steps_per_loop != "auto" and (isinstance(run.steps_per_loop, str) or run.steps_per_loop < 1):
+        raise error(("run", "steps_per_loop"), f"{run.steps_per_loop!r} must be a positive integer or 'auto' (the "
+                                               f"default)")
     for name in ("steps", "eval_steps", "output_every_n_steps"):
         if getattr(run, name) < 0:
             raise error(("run", name), f"{getattr(run, name)} must be 0 or more")

@@ -107,7 +107,7 @@ class RunSection:
     nonfinite_policy: str = setting("stop", "At a non-finite loss or gradient: stop (nothing saved, the last finite checkpoint kept) or skip the step.", ("stop", "skip"))
     allow_input_restart: bool = setting(True, "Resume with the input restarted when the saved input position no longer fits the input pipeline (false: stop).")
     max_consecutive_nonfinite: int = setting(10, "With nonfinite_policy: skip, stop after this many non-finite steps in a row.")
-    steps_per_loop: int = setting(1, "Training steps run inside one traced call.")
+    steps_per_loop: Union[int, str] = setting("auto", "Training steps run inside one traced call; 'auto' runs each call up to the next log line, summary, checkpoint or the end (bounded to about a second).")
     export_model: bool = setting(False, "Export a SavedModel for serving (ExportKeys.TF_SERVING) after the run.")
     inter_mode: Optional[str] = setting(None, "A second mode run interleaved with the main one (e.g. eval during train).", ("eval",))
     output_every_n_steps: int = setting(0, "Call output_fn every this many steps (predict).")

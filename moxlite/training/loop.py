@@ -24,6 +24,17 @@ def first_or_mean(strategy, per_replica, first_only):
         lambda v: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None), per_replica)
 
 
+def is_infinite(dataset):
+    """True when ``dataset`` (a distributed dataset) is known never to end (e.g. ``.repeat()``)."""
+    cardinality = getattr(dataset, "cardinality", None)
+    if callable(cardinality):   # a plain tf.data.Dataset (the default strategy); a property otherwise
+        cardinality = cardinality()
+    try:
+        return cardinality is not None and int(cardinality) == int(tf.data.INFINITE_CARDINALITY)
+    except (TypeError, ValueError):
+        return False
+
+
 class SyncTrainLoop:
     """Synchronous steps: every replica steps together, one global step per step."""
 
@@ -40,6 +51,7 @@ class SyncTrainLoop:
         self._summaries = summaries
         self._save_summary_steps = save_summary_steps
         dataset = strategy.distribute_datasets_from_function(dataset_fn)
+        self._infinite = is_infinite(dataset)
         self.iterator = iter(dataset)
         # The iterator is passed, not captured: a traced function that captures an iterator
         # keeps it alive until interpreter shutdown, where destroying it deadlocked pytest
@@ -49,52 +61,71 @@ class SyncTrainLoop:
         self._any_worker = None
 
     def _steps(self, iterator, num_steps, consecutive):
-        """Up to ``num_steps`` steps; ends early at the input's end, at a non-finite step under
-        nonfinite_policy=stop, or at the max_consecutive_nonfinite-th such step in a row."""
+        """Up to ``num_steps`` steps; ends early at the input's end or after a non-finite step
+        (the host then stops, or logs the skipped step as it would after a one-step call)."""
         keys = [k for k in self._log_keys if k not in nonfinite.PRIVATE_KEYS]
         logs = {key: tf.zeros([], tf.float32) for key in keys}
         done = tf.constant(0, tf.int64)
-        skipped = tf.constant(0, tf.int64)
+        bad = tf.constant(False)
         bad_loss = tf.constant(0.0)
-        stop = self.nonfinite_policy.action == "stop"
-        limit = tf.constant(self.nonfinite_policy.max_consecutive, tf.int64)
         for _ in tf.range(num_steps):
-            optional = iterator.get_next_as_optional()
-            if not optional.has_value():
-                break
-            per_replica = self.strategy.run(self._train_step, args=(optional.get_value(),))
-            flag = per_replica[nonfinite.FLAG_KEY]
-            loss = per_replica[nonfinite.LOSS_KEY]
-            if self.strategy.num_replicas_in_sync > 1:
-                # Any replica's non-finite step is the step's: a SUM, whatever log_first_clone says.
-                flag = self.strategy.reduce(tf.distribute.ReduceOp.SUM, flag, axis=None)
-                loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
-            logs = first_or_mean(self.strategy, {k: per_replica[k] for k in keys}, self._log_first_clone)
-            self.global_step.assign_add(1)
+            if self._infinite:
+                # The end never comes: a plain read, without an optional and its check.
+                logs, bad, bad_loss = self._one_step(next(iterator), keys)
+            else:
+                optional = iterator.get_next_as_optional()
+                if not optional.has_value():
+                    break
+                logs, bad, bad_loss = self._one_step(optional.get_value(), keys)
             done += 1
-            bad = flag > 0
-            consecutive = tf.where(bad, consecutive + 1, tf.zeros_like(consecutive))
-            skipped += tf.cast(bad, tf.int64)
-            bad_loss = tf.where(bad, loss, bad_loss)
-            if bad and (stop or consecutive >= limit):
+            if bad:
                 break
-        return done, logs, consecutive, skipped, bad_loss
+        # Only the last step can be non-finite: the run of such steps grows or restarts there.
+        zero = tf.zeros_like(consecutive)
+        consecutive = tf.where(done == 0, consecutive,
+                               tf.where(bad, tf.where(done == 1, consecutive, zero) + 1, zero))
+        return done, logs, consecutive, bad, bad_loss
+
+    def _one_step(self, batch, keys):
+        """One step on ``batch``: its log values, whether it was non-finite, its summed loss."""
+        per_replica, guard = self.strategy.run(self._replica_step, args=(batch,))
+        if self.strategy.num_replicas_in_sync > 1:
+            # Any replica's non-finite step is the step's: a SUM, whatever log_first_clone says.
+            guard = self.strategy.reduce(tf.distribute.ReduceOp.SUM, guard, axis=None)
+        logs = first_or_mean(self.strategy, {k: per_replica[k] for k in keys}, self._log_first_clone)
+        self.global_step.assign_add(1)
+        return logs, guard[0] > 0, guard[1]
+
+    def _replica_step(self, batch):
+        """The train step on one replica; its non-finite flag and loss stacked for one reduction."""
+        values = dict(self._train_step(batch))
+        return values, tf.stack([values.pop(nonfinite.FLAG_KEY), values.pop(nonfinite.LOSS_KEY)])
 
     def run_steps(self, num_steps):
         """Run up to ``num_steps`` steps; return (steps done, log values of the last step).
 
-        Fewer steps than asked means the input ended.
+        Fewer steps than asked means the input ended. A traced call ends after a non-finite
+        step; under nonfinite_policy=skip the remaining steps then run in further calls, so
+        the skips are reported step by step whatever the number of steps per call.
         """
-        if num_steps not in self._step_counts:
-            self._step_counts[num_steps] = tf.constant(num_steps, tf.int64)
-        done, logs, consecutive, skipped, bad_loss = self._loop(
-            self.iterator, self._step_counts[num_steps], tf.constant(self._consecutive_nonfinite, tf.int64))
-        self._consecutive_nonfinite = int(consecutive)
-        skipped = int(skipped)
-        if skipped:
-            nonfinite.handle(self.nonfinite_policy, self, int(self.global_step.numpy()), float(bad_loss),
-                             skipped, self._consecutive_nonfinite)
-        return int(done), logs
+        total, last_logs = 0, None
+        while total < num_steps:
+            asked = num_steps - total
+            if asked not in self._step_counts:
+                self._step_counts[asked] = tf.constant(asked, tf.int64)
+            done, logs, consecutive, bad, bad_loss = self._loop(
+                self.iterator, self._step_counts[asked], tf.constant(self._consecutive_nonfinite, tf.int64))
+            done = int(done)
+            total += done
+            if done:
+                last_logs = logs
+            self._consecutive_nonfinite = int(consecutive)
+            if bool(bad):
+                nonfinite.handle(self.nonfinite_policy, self, int(self.global_step.numpy()), float(bad_loss),
+                                 1, self._consecutive_nonfinite)
+            elif done < asked:
+                break   # the input ended
+        return total, last_logs if last_logs is not None else logs
 
     def any_worker(self, requested):
         """True when any worker passes ``requested``: every worker calls this at the same step

@@ -22,7 +22,7 @@ from moxlite.training.evaluation import Evaluator, predict
 from moxlite.training.inputs import call_input_fn, make_dataset_fn, placeholder_batch, as_model_inputs
 from moxlite.training.loop import SyncTrainLoop
 from moxlite.training.template import ModelTemplate
-from moxlite.training.trainer import Cadence, train
+from moxlite.training.trainer import AUTO_STEPS_ACROSS_WORKERS, Cadence, eval_batches_per_call, train
 from moxlite.training.validation import validate_run_arguments
 
 
@@ -332,7 +332,11 @@ class _Run:
         context.training_started()
         self.logger.info("Training: %d replica(s), batch %d per replica, global batch %d, from step %d",
                          self.setup.num_replicas_in_sync, self.batch_size, self.global_batch_size, start)
-        cadence = Cadence(args["steps_per_loop"], args["log_every_n_steps"], args["save_summary_steps"])
+        cadence = Cadence(args["steps_per_loop"], args["log_every_n_steps"], args["save_summary_steps"],
+                          # synchronous workers agree after every call, so they must make the same calls
+                          auto_max_steps=(None if async_mode or self.setup.num_workers == 1
+                                          else AUTO_STEPS_ACROSS_WORKERS),
+                          save_model_secs=save_secs)
         user_summaries = loop.user_summaries() if hasattr(loop, "user_summaries") else contextlib.ExitStack()
         monitors = self._overflow_monitors(optimizers, summaries)
         interrupt = interrupts.Interrupts()
@@ -406,7 +410,7 @@ class _Run:
         spec, _, step = self._restore_for_inference(ModeKeys.EVAL)
         keys = list(steps.log_values(spec))
         evaluator = Evaluator(self.strategy, self._dataset_fn(ModeKeys.EVAL), self.template,
-                              batches_per_call=self.args["steps_per_loop"])
+                              batches_per_call=eval_batches_per_call(self.args["steps_per_loop"]))
         metrics, samples = evaluator.evaluate(keys, max_batches=self.args["max_number_of_steps"])
         self.logger.info(reporting.validation_line(step, metrics))
         if self._is_chief() and self.args["log_dir"] and os.path.isdir(self.args["log_dir"]):

@@ -3,24 +3,95 @@
 The loop object (``SyncTrainLoop`` or ``AsyncTrainLoop``) runs steps; the
 trainer decides how many per call so that logging, summary and checkpoint
 boundaries fall exactly on their steps.
+
+``steps_per_loop="auto"`` (the default) runs each traced call up to the next
+step at which the host has something to do: a log line (and the hooks called
+with it), a summary, a checkpoint by steps (and the interleaved evaluation
+after it), the last step. Splitting the steps into calls changes nothing
+computed, so the run equals one at ``steps_per_loop=1`` step for step. Only
+the host's clock is read between calls, so a call is also bounded in time
+(``CallBound``): time-based checkpoints and SIGINT/SIGTERM wait at most about
+``AUTO_CALL_SECONDS`` for the call in flight.
 """
 
 import dataclasses
-from typing import Callable, Optional
+import time
+from typing import Callable, Optional, Union
 
 import numpy as np
 
 from moxlite.training import reporting
 
 
+AUTO = "auto"
+# The time one traced call may take under steps_per_loop="auto": how long a time-based
+# checkpoint or a SIGINT/SIGTERM may wait for the call in flight (at most a tenth of
+# save_model_secs when that is shorter).
+AUTO_CALL_SECONDS = 1.0
+clock = time.monotonic   # what CallBound measures calls with (a test may replace it)
+# The bound under steps_per_loop="auto" when synchronous workers must make the same calls:
+# their clocks would disagree, so a fixed count (the default log interval bounds it anyway).
+AUTO_STEPS_ACROSS_WORKERS = 10
+
+
 @dataclasses.dataclass
 class Cadence:
     """How often things happen, in global steps (0 = never)."""
 
-    steps_per_loop: int = 1
+    steps_per_loop: Union[int, str] = AUTO
     log_every_n_steps: int = 10
     save_summary_steps: int = 100
     save_model_steps: int = 0
+    # steps_per_loop="auto" on several synchronous workers: a fixed bound instead of the
+    # clock, since every worker must make the same calls (they agree on stopping after each).
+    auto_max_steps: Optional[int] = None
+    save_model_secs: Optional[float] = None
+
+
+class CallBound:
+    """The most steps one traced call may run under ``steps_per_loop="auto"``.
+
+    Starts at one step (the first call also traces), then follows the measured time per
+    step so that a call lasts about ``seconds``, growing at most twofold per call and
+    shrinking at once when steps get slower. With ``fixed`` steps the clock is not read.
+    """
+
+    def __init__(self, seconds=None, fixed=None):
+        self.seconds = seconds or AUTO_CALL_SECONDS
+        self.fixed = fixed
+        self.steps = fixed or 1
+        self._started = None
+
+    def start(self):
+        if self.fixed is None:
+            self._started = clock()
+
+    def record(self, steps):
+        """After a call that ran ``steps`` steps: the bound for the next call."""
+        if self.fixed is not None or steps <= 0:
+            return
+        per_step = max(clock() - self._started, 1e-9) / steps
+        self.steps = max(1, min(2 * self.steps, int(self.seconds / per_step)))
+
+
+def is_auto(steps_per_loop):
+    return steps_per_loop == AUTO
+
+
+def eval_batches_per_call(steps_per_loop):
+    """Batches per traced call of run_mode=EVAL: one under "auto", since sums carried across
+    batches inside a call would round differently from the host's float64 totals."""
+    return 1 if is_auto(steps_per_loop) else steps_per_loop
+
+
+def call_bound(cadence):
+    """The ``CallBound`` of a run with ``steps_per_loop="auto"``, None for a fixed count."""
+    if not is_auto(cadence.steps_per_loop):
+        return None
+    seconds = AUTO_CALL_SECONDS
+    if cadence.save_model_secs:
+        seconds = min(seconds, cadence.save_model_secs / 10)
+    return CallBound(seconds, fixed=cadence.auto_max_steps)
 
 
 def _next_boundary(step, every):
@@ -45,15 +116,21 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
     throughput.reset(start_step)
     step = start_step
     logs = {}
+    bound = call_bound(cadence)
     while target_step is None or step < target_step:
-        chunk = cadence.steps_per_loop
+        chunk = bound.steps if bound is not None else cadence.steps_per_loop
         for limit in (target_step,
                       _next_boundary(step, cadence.log_every_n_steps),
                       _next_boundary(step, cadence.save_summary_steps),
                       _next_boundary(step, checkpointer.save_model_steps if checkpointer else 0)):
             if limit is not None:
                 chunk = min(chunk, limit - step)
-        done, step_logs = loop.run_steps(max(chunk, 1))
+        chunk = max(chunk, 1)
+        if bound is not None:
+            bound.start()
+        done, step_logs = loop.run_steps(chunk)
+        if bound is not None:
+            bound.record(done)
         if done == 0:
             logger.info("Input ended at global step %d", step)
             break

@@ -99,7 +99,11 @@ def validate_run_arguments(args):
         _positive_int(name, args[name])
     if args["steps_per_loop"] is None:
         args["steps_per_loop"] = flags.get_flag("steps_per_loop")
-    _positive_int("steps_per_loop", args["steps_per_loop"], allow_none=False)
+    value = args["steps_per_loop"]
+    if not isinstance(value, str) or value != "auto":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise errors.ArgumentError(f"steps_per_loop={errors.describe(value)} is not valid; pass a positive "
+                                       f"integer or 'auto' (the default)")
     if args["keep_checkpoint_max"] is None:
         args["keep_checkpoint_max"] = flags.get_flag("keep_checkpoint_max")
     _positive_int("keep_checkpoint_max", args["keep_checkpoint_max"], allow_none=False)
