@@ -60,9 +60,13 @@ class SyncTrainLoop:
         self._step_counts = {}
         self._any_worker = None
 
-    def _steps(self, iterator, num_steps, consecutive):
+    def _steps(self, iterator, num_steps):
         """Up to ``num_steps`` steps; ends early at the input's end or after a non-finite step
-        (the host then stops, or logs the skipped step as it would after a one-step call)."""
+        (the host then stops, or logs the skipped step as it would after a one-step call).
+
+        Returns [steps done, 1 if the last one was non-finite], the last step's log values and
+        its summed loss: one small tensor for the host to read after every call.
+        """
         keys = [k for k in self._log_keys if k not in nonfinite.PRIVATE_KEYS]
         logs = {key: tf.zeros([], tf.float32) for key in keys}
         done = tf.constant(0, tf.int64)
@@ -80,11 +84,7 @@ class SyncTrainLoop:
             done += 1
             if bad:
                 break
-        # Only the last step can be non-finite: the run of such steps grows or restarts there.
-        zero = tf.zeros_like(consecutive)
-        consecutive = tf.where(done == 0, consecutive,
-                               tf.where(bad, tf.where(done == 1, consecutive, zero) + 1, zero))
-        return done, logs, consecutive, bad, bad_loss
+        return tf.stack([done, tf.cast(bad, tf.int64)]), logs, bad_loss
 
     def _one_step(self, batch, keys):
         """One step on ``batch``: its log values, whether it was non-finite, its summed loss."""
@@ -113,17 +113,20 @@ class SyncTrainLoop:
             asked = num_steps - total
             if asked not in self._step_counts:
                 self._step_counts[asked] = tf.constant(asked, tf.int64)
-            done, logs, consecutive, bad, bad_loss = self._loop(
-                self.iterator, self._step_counts[asked], tf.constant(self._consecutive_nonfinite, tf.int64))
-            done = int(done)
+            status, logs, bad_loss = self._loop(self.iterator, self._step_counts[asked])
+            done, bad = (int(value) for value in status.numpy())
             total += done
             if done:
                 last_logs = logs
-            self._consecutive_nonfinite = int(consecutive)
-            if bool(bad):
+            if bad:
+                # Only a call's last step can be non-finite: the run of such steps grows or restarts.
+                self._consecutive_nonfinite = self._consecutive_nonfinite + 1 if done == 1 else 1
                 nonfinite.handle(self.nonfinite_policy, self, int(self.global_step.numpy()), float(bad_loss),
                                  1, self._consecutive_nonfinite)
-            elif done < asked:
+                continue
+            if done:
+                self._consecutive_nonfinite = 0
+            if done < asked:
                 break   # the input ended
         return total, last_logs if last_logs is not None else logs
 
