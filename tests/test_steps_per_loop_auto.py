@@ -225,3 +225,16 @@ def test_the_flag_defaults_to_auto_and_reads_integers():
     assert mox.get_flag("steps_per_loop") == 12
     with pytest.raises(errors.ArgumentError, match="neither a positive integer nor 'auto'"):
         mox.set_flag("steps_per_loop", "fast")
+
+
+def test_a_recipe_takes_auto_by_default_an_integer_or_auto_and_refuses_anything_else():
+    from moxlite.recipes import loader
+
+    data = {"run": {"log_dir": "/tmp/moxlite-auto-test", "steps": 5}, "input": {"name": "synthetic"},
+            "model": {"name": "mlp"}, "optimizer": {"name": "sgd", "learning_rate": 0.1}}
+    assert loader.load([], data=data).recipe.run.steps_per_loop == "auto"
+    assert loader.load([], ["run.steps_per_loop=25"], data=data).recipe.run.steps_per_loop == 25
+    assert loader.load([], ["run.steps_per_loop=auto"], data=data).recipe.run.steps_per_loop == "auto"
+    for bad in ("fast", "0"):
+        with pytest.raises(errors.RecipeError, match="steps_per_loop.*must be a positive integer or 'auto'"):
+            loader.load([], [f"run.steps_per_loop={bad}"], data=data)
