@@ -7,15 +7,17 @@ they were.
 """
 
 import contextlib
+import dataclasses
 import os
 
 import tensorflow as tf
 
-from moxlite import compat, context, distribute, errors, flags
+from moxlite import compat, context, distribute, errors
 from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.file import training_cache
 from moxlite.optimizers import tf1_adapter
 from moxlite.optimizers.schedules import current_learning_rate
+from moxlite.training import config as config_lib
 from moxlite.training import (checkpoints, export, input_resume, interrupts, loss_scaling, nonfinite, precision,
                               reporting, steps)
 from moxlite.training.evaluation import Evaluator, predict
@@ -23,7 +25,6 @@ from moxlite.training.inputs import call_input_fn, make_dataset_fn, placeholder_
 from moxlite.training.loop import SyncTrainLoop
 from moxlite.training.template import ModelTemplate
 from moxlite.training.trainer import Cadence, train
-from moxlite.training.validation import validate_run_arguments
 
 
 def run(input_fn=None, output_fn=None, model_fn=None, optimizer_fn=None, run_mode="invalid",
@@ -43,25 +44,32 @@ def run(input_fn=None, output_fn=None, model_fn=None, optimizer_fn=None, run_mod
     """
     if training_cache.needs_local_cache(locals()):  # s3:// / obs:// log_dir: run in a local cache
         return training_cache.run_through_local_cache(run, locals())
-    args = validate_run_arguments(dict(
-        input_fn=input_fn, output_fn=output_fn, model_fn=model_fn, optimizer_fn=optimizer_fn,
-        run_mode=run_mode, inter_mode=inter_mode, batch_size=batch_size, auto_batch=auto_batch,
-        log_dir=log_dir, max_number_of_steps=max_number_of_steps, checkpoint_path=checkpoint_path,
-        log_every_n_steps=log_every_n_steps, output_every_n_steps=output_every_n_steps,
-        save_summary_steps=save_summary_steps, save_model_secs=save_model_secs,
-        export_model=export_model, save_model_steps=save_model_steps, steps_per_loop=steps_per_loop,
-        keep_checkpoint_max=keep_checkpoint_max))
-    mode = args["run_mode"]
-    missing = mode != ModeKeys.TRAIN and checkpoints.missing_trained_model(args["log_dir"], args["checkpoint_path"])
+    return _run_checked(config_lib.from_run_arguments(locals()))
+
+
+def run_config(config):
+    """``run`` of a RunConfig built by the caller (a recipe): the same run, no flag read or set."""
+    if training_cache.needs_local_cache({"log_dir": config.log_dir, "checkpoint_path": config.checkpoint_path}):
+        def run_locally(log_dir=None, checkpoint_path=None):
+            return _run_checked(dataclasses.replace(config, log_dir=log_dir, checkpoint_path=checkpoint_path))
+
+        return training_cache.run_through_local_cache(
+            run_locally, {"log_dir": config.log_dir, "checkpoint_path": config.checkpoint_path})
+    return _run_checked(config)
+
+
+def _run_checked(config):
+    mode = config.run_mode
+    missing = mode != ModeKeys.TRAIN and checkpoints.missing_trained_model(config.log_dir, config.checkpoint_path)
     if missing:
         raise errors.CheckpointError(
             f"run_mode={mode} {missing}; train first or pass checkpoint_path=<dir of a TRAIN run>")
     # Only training is distributed across processes; the other modes run on this process's devices.
-    setup = distribute.setup(local_only=(mode != ModeKeys.TRAIN))
+    setup = distribute.setup(local_only=(mode != ModeKeys.TRAIN), get_flag=config.distribution.get_flag)
     if setup.serves_only:
         setup.serve_forever()
         return None
-    current = _Run(args, setup)
+    current = _Run(config, setup)
     try:
         return current.execute()
     except errors.MoxliteError:
@@ -85,31 +93,31 @@ def nonfinite_reported(log_dir):
 class _Run:
     """One call of ``run``: the pieces it builds, in the order it builds them."""
 
-    def __init__(self, args, setup):
-        self.args = args
+    def __init__(self, config, setup):
+        self.config = config
         self.setup = setup
         self.strategy = setup.strategy
-        self.mode = args["run_mode"]
-        self.batch_size = args["batch_size"]
+        self.mode = config.run_mode
+        self.batch_size = config.batch_size
         self.global_batch_size = self.batch_size * setup.num_replicas_in_sync
-        self.template = ModelTemplate(args["model_fn"])
+        self.template = ModelTemplate(config.model_fn)
         self.logger = reporting.get_logger()
-        self.precision = precision.from_flags()
-        self.nonfinite_policy = nonfinite.Policy.from_flags()
+        self.precision = config.precision
+        self.nonfinite_policy = config.nonfinite_policy
 
     # ---- shared pieces ---------------------------------------------------------------------
 
     def _dataset_fn(self, mode):
-        return make_dataset_fn(self.args["input_fn"], mode, self.batch_size, self.args["auto_batch"])
+        return make_dataset_fn(self.config.input_fn, mode, self.batch_size, self.config.auto_batch)
 
     def _probe(self, mode):
         """input_fn's per-replica batch spec and, where known, the number of samples per epoch."""
-        raw = call_input_fn(self.args["input_fn"], mode, self.batch_size, self.args["auto_batch"])
-        batched = raw.batch(self.batch_size) if self.args["auto_batch"] else raw
+        raw = call_input_fn(self.config.input_fn, mode, self.batch_size, self.config.auto_batch)
+        batched = raw.batch(self.batch_size) if self.config.auto_batch else raw
         cardinality = int(raw.cardinality())
         num_samples = None
         if cardinality >= 0:
-            num_samples = cardinality if self.args["auto_batch"] else cardinality * self.batch_size
+            num_samples = cardinality if self.config.auto_batch else cardinality * self.batch_size
         return batched, num_samples
 
     def _build(self, mode):
@@ -155,9 +163,9 @@ class _Run:
     def _execute_mode(self):
         if self.mode == ModeKeys.TRAIN:
             result = self._train()
-            if self.args["export_model"] == ExportKeys.TF_SERVING and self._is_chief():
+            if self.config.export_model == ExportKeys.TF_SERVING and self._is_chief():
                 result["export_path"] = export.export_saved_model(
-                    self.template, self._train_element_spec, self.args["log_dir"])
+                    self.template, self._train_element_spec, self.config.log_dir)
                 self.logger.info("Exported SavedModel to %s", result["export_path"])
             return result
         if self.mode == ModeKeys.EVAL:
@@ -167,8 +175,8 @@ class _Run:
         return self._export()
 
     def _train(self):
-        args = self.args
-        if self.setup.coordinator is not None and args["inter_mode"] is not None:
+        config = self.config
+        if self.setup.coordinator is not None and config.inter_mode is not None:
             raise errors.ArgumentError(
                 "inter_mode=EVAL is not supported in asynchronous (parameter-server) training; drop "
                 "inter_mode and run EVAL on the checkpoints in log_dir from a separate process")
@@ -177,14 +185,14 @@ class _Run:
                 "nonfinite_policy=skip is not supported in asynchronous (parameter-server) training; use "
                 "the default nonfinite_policy=stop, which stops at the first non-finite step")
         spec, self._train_element_spec, num_samples = self._build(ModeKeys.TRAIN)
-        factories = args["optimizer_fn"]
+        factories = config.optimizer_fn
         steps.check_spec(spec, ModeKeys.TRAIN, num_optimizers=len(factories))
         variable_lists = self._variable_lists(spec)
         global_step = self._global_step()
         run_context = context.RunContext(
             global_step=global_step, global_batch_size=self.global_batch_size,
-            num_samples=flags.get_flag("num_samples") or num_samples or None,
-            num_samples_inferred=not flags.get_flag("num_samples") and bool(num_samples),
+            num_samples=self.config.num_samples or num_samples or None,
+            num_samples_inferred=not self.config.num_samples and bool(num_samples),
             num_replicas=self.setup.num_replicas_in_sync, num_workers=self.setup.num_workers,
             sync_replicas=self.setup.sync_replicas, strategy=self.strategy)
         with context.activate(run_context), self.strategy.scope():
@@ -221,7 +229,7 @@ class _Run:
         the order recorded there; ``self._slots_by_name`` says which order was used.
         """
         lists = self._variable_lists_in_creation_order(spec)
-        legacy = checkpoints.legacy_slot_order(self.args["log_dir"])
+        legacy = checkpoints.legacy_slot_order(self.config.log_dir)
         self._slots_by_name = legacy is None
         if legacy is None:
             return [self.template.slot_order(variables) for variables in lists]
@@ -242,7 +250,7 @@ class _Run:
     def _variable_lists_in_creation_order(self, spec):
         trainable = self.template.trainable_variables + [
             v for v in self.template.external_variables if v.trainable]
-        excluded = checkpoints.split_patterns(flags.get_flag("trainable_exclude_patterns"))
+        excluded = checkpoints.split_patterns(self.config.trainable_exclude_patterns)
         trainable = [v for v in trainable if not checkpoints.matches_any(v.name, excluded)]
         if spec.var_scopes is None:
             return [trainable]
@@ -262,43 +270,41 @@ class _Run:
         return lists
 
     def _train_loop(self, run_context, spec, optimizers, train_step):
-        args = self.args
+        config = self.config
         log_keys = list(steps.log_values(spec)) + list(nonfinite.PRIVATE_KEYS)
-        summaries = reporting.SummaryWriter(args["log_dir"], enabled=self._is_chief())
+        summaries = reporting.SummaryWriter(config.log_dir, enabled=self._is_chief())
         async_mode = self.setup.coordinator is not None
-        save_secs, save_steps = args["save_model_secs"], args["save_model_steps"]
-        if not save_secs and not save_steps:
-            save_secs = 600
+        save_secs, save_steps = config.save_every
 
         def checkpointer_for(iterator):
             keyed, ambiguous = self.template.checkpoint_keys()
             return checkpoints.Checkpointer(
-                args["log_dir"], run_context.global_step, keyed, optimizers, ambiguous=ambiguous,
+                config.log_dir, run_context.global_step, keyed, optimizers, ambiguous=ambiguous,
                 iterator=iterator, save_model_secs=save_secs, save_model_steps=save_steps,
-                keep_checkpoint_max=args["keep_checkpoint_max"], is_chief=self._is_chief(),
+                keep_checkpoint_max=config.keep_checkpoint_max, is_chief=self._is_chief(),
                 slots_by_name=self._slots_by_name)
 
         def make_loop(skip_steps):
-            dataset_fn = make_dataset_fn(args["input_fn"], ModeKeys.TRAIN, self.batch_size,
-                                         args["auto_batch"], skip_steps=skip_steps)
+            dataset_fn = make_dataset_fn(config.input_fn, ModeKeys.TRAIN, self.batch_size,
+                                         config.auto_batch, skip_steps=skip_steps)
             if async_mode:
                 from moxlite.training.async_loop import AsyncTrainLoop
                 return AsyncTrainLoop(self.setup.coordinator, self.strategy, dataset_fn, train_step,
                                       run_context.global_step, log_keys)
             return SyncTrainLoop(self.strategy, dataset_fn, train_step, run_context.global_step, log_keys,
-                                 log_first_clone=flags.get_flag("log_first_clone"),
+                                 log_first_clone=self.config.log_first_clone,
                                  summaries=summaries,
-                                 save_summary_steps=args["save_summary_steps"],
+                                 save_summary_steps=config.save_summary_steps,
                                  nonfinite_policy=self.nonfinite_policy)
 
         loop = make_loop(skip_steps=0) if self._iterator_is_checkpointable() else None
         # Without a log_dir nothing is saved, so there is nothing to probe or to say.
-        unsavable = loop is not None and args["log_dir"] and input_resume.position_unsavable(loop.iterator)
+        unsavable = loop is not None and config.log_dir and input_resume.position_unsavable(loop.iterator)
         if unsavable:
             input_resume.report_unsaved_position(unsavable)
         if loop is not None and not unsavable:
             checkpointer = checkpointer_for(loop.iterator)
-            source = checkpointer.restore(args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"))
+            source = checkpointer.restore(config.checkpoint_path, self.config.checkpoint_exclude_patterns)
 
             def restarted_loop():
                 fresh = make_loop(skip_steps=0)
@@ -307,38 +313,39 @@ class _Run:
 
             if checkpointer.iterator_mismatch is not None:
                 input_resume.restart_or_stop(source, int(run_context.global_step.numpy()),
-                                             checkpointer.iterator_mismatch)
+                                             checkpointer.iterator_mismatch, config.allow_input_restart)
                 loop.close()
                 loop = restarted_loop()
-            elif source and source == checkpoints.latest_checkpoint(args["log_dir"]):
-                loop = input_resume.GuardedLoop(loop, run_context.global_step, restarted_loop, source)
+            elif source and source == checkpoints.latest_checkpoint(config.log_dir):
+                loop = input_resume.GuardedLoop(loop, run_context.global_step, restarted_loop, source,
+                                                config.allow_input_restart)
         else:
             checkpointer = checkpointer_for(None)
-            source = checkpointer.restore(args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"))
+            source = checkpointer.restore(config.checkpoint_path, self.config.checkpoint_exclude_patterns)
             resumed = int(run_context.global_step.numpy()) if source and checkpoints.latest_checkpoint(
-                args["log_dir"]) == source else 0
+                config.log_dir) == source else 0
             if loop is None or resumed:
                 if loop is not None:
                     loop.close()
                 loop = make_loop(skip_steps=0 if async_mode else resumed)
         start = int(run_context.global_step.numpy())
-        steps_per_worker = args["max_number_of_steps"]
+        steps_per_worker = config.max_number_of_steps
         target = steps_per_worker * (self.setup.num_workers if async_mode else 1) or None
         if target is not None and start >= target:
             self.logger.info("Restored global step %d >= max_number_of_steps %d: nothing to train",
                              start, target)
             return {"global_step": start}
-        evaluate = self._interleaved_evaluation() if args["inter_mode"] == ModeKeys.EVAL else None
+        evaluate = self._interleaved_evaluation() if config.inter_mode == ModeKeys.EVAL else None
         context.training_started()
         self.logger.info("Training: %d replica(s), batch %d per replica, global batch %d, from step %d",
                          self.setup.num_replicas_in_sync, self.batch_size, self.global_batch_size, start)
-        cadence = Cadence(args["steps_per_loop"], args["log_every_n_steps"], args["save_summary_steps"])
+        cadence = Cadence(config.steps_per_loop, config.log_every_n_steps, config.save_summary_steps)
         user_summaries = loop.user_summaries() if hasattr(loop, "user_summaries") else contextlib.ExitStack()
         monitors = self._overflow_monitors(optimizers, summaries)
         interrupt = interrupts.Interrupts()
         interrupt.install()
         try:
-            with user_summaries, nonfinite_reported(args["log_dir"]):
+            with user_summaries, nonfinite_reported(config.log_dir):
                 step, logs = train(loop, start, target, cadence, checkpointer, summaries,
                                    self.global_batch_size,
                                    learning_rate=lambda: current_learning_rate(optimizers[0]),
@@ -351,7 +358,7 @@ class _Run:
                 if self._is_chief():
                     self.logger.info("Interrupted by %s at global step %d: saved checkpoint %s; run again with "
                                      "the same log_dir to resume", interrupts.name_of(interrupt.signum), step,
-                                     checkpoints.latest_checkpoint(args["log_dir"]))
+                                     checkpoints.latest_checkpoint(config.log_dir))
             else:
                 if evaluate is not None:
                     evaluate(step)
@@ -378,7 +385,7 @@ class _Run:
         keys = list(steps.log_values(eval_spec))
         evaluator = Evaluator(self.strategy, self._dataset_fn(ModeKeys.EVAL), self.template)
         eval_summaries = reporting.SummaryWriter(
-            os.path.join(self.args["log_dir"], "eval"), enabled=self._is_chief())
+            os.path.join(self.config.log_dir, "eval"), enabled=self._is_chief())
 
         evaluated = set()
 
@@ -397,8 +404,8 @@ class _Run:
         steps.check_spec(spec, mode)
         global_step = self._global_step()
         keyed, ambiguous = self.template.checkpoint_keys()
-        checkpointer = checkpoints.Checkpointer(self.args["log_dir"], global_step, keyed, ambiguous=ambiguous)
-        checkpointer.restore(self.args["checkpoint_path"], flags.get_flag("checkpoint_exclude_patterns"),
+        checkpointer = checkpoints.Checkpointer(self.config.log_dir, global_step, keyed, ambiguous=ambiguous)
+        checkpointer.restore(self.config.checkpoint_path, self.config.checkpoint_exclude_patterns,
                              warm_start_step=True)
         return spec, element_spec, int(global_step.numpy())
 
@@ -406,11 +413,11 @@ class _Run:
         spec, _, step = self._restore_for_inference(ModeKeys.EVAL)
         keys = list(steps.log_values(spec))
         evaluator = Evaluator(self.strategy, self._dataset_fn(ModeKeys.EVAL), self.template,
-                              batches_per_call=self.args["steps_per_loop"])
-        metrics, samples = evaluator.evaluate(keys, max_batches=self.args["max_number_of_steps"])
+                              batches_per_call=self.config.steps_per_loop)
+        metrics, samples = evaluator.evaluate(keys, max_batches=self.config.max_number_of_steps)
         self.logger.info(reporting.validation_line(step, metrics))
-        if self._is_chief() and self.args["log_dir"] and os.path.isdir(self.args["log_dir"]):
-            summaries = reporting.SummaryWriter(os.path.join(self.args["log_dir"], "eval"), enabled=True)
+        if self._is_chief() and self.config.log_dir and os.path.isdir(self.config.log_dir):
+            summaries = reporting.SummaryWriter(os.path.join(self.config.log_dir, "eval"), enabled=True)
             summaries.scalars(step, metrics)
             summaries.close()
         return {**metrics, "global_step": step, "num_samples": samples}
@@ -418,13 +425,13 @@ class _Run:
     def _predict(self):
         self._restore_for_inference(ModeKeys.PREDICT)
         outputs, _ = predict(self.strategy, self._dataset_fn(ModeKeys.PREDICT), self.template,
-                             self.args["output_fn"], self.args["output_every_n_steps"],
-                             max_batches=self.args["max_number_of_steps"])
+                             self.config.output_fn, self.config.output_every_n_steps,
+                             max_batches=self.config.max_number_of_steps)
         return outputs
 
     def _export(self):
         _, element_spec, _ = self._restore_for_inference(ModeKeys.EXPORT)
-        target_dir = self.args["log_dir"] or self.args["checkpoint_path"]
+        target_dir = self.config.log_dir or self.config.checkpoint_path
         path = export.export_saved_model(self.template, element_spec, target_dir)
         self.logger.info("Exported SavedModel to %s", path)
         return path
