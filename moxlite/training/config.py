@@ -117,7 +117,7 @@ class RunConfig:
     save_model_secs: Optional[int] = None
     save_model_steps: Optional[int] = None
     export_model: Union[bool, str, None] = False
-    steps_per_loop: int = 1
+    steps_per_loop: Union[int, str] = 1       # a positive integer (or "auto" where the flag allows it)
     keep_checkpoint_max: int = 5
     # From MoXing's flags (or a recipe's fields) rather than run()'s arguments.
     num_samples: int = 0                      # training samples per epoch; 0: from the input

@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from moxlite import errors
 from moxlite.training.reporting import get_logger
+from moxlite.training.trainer_protocol import Trainer
 
 # What TensorFlow raises for an iterator state that does not fit its dataset.
 MISMATCH_ERRORS = (tf.errors.InternalError, tf.errors.FailedPreconditionError, tf.errors.InvalidArgumentError,
@@ -87,10 +88,10 @@ def first_line(error):
     return lines[0][:200] if lines else type(error).__name__
 
 
-class GuardedLoop:
-    """A training loop whose iterator was restored from a checkpoint. TensorFlow may find the
+class RestartingTrainer(Trainer):
+    """A trainer whose iterator was restored from a checkpoint. TensorFlow may find the
     restored position unfit for the pipeline at any later batch (a shuffle buffer runs out);
-    the loop then asks ``restart()`` for a loop with a fresh input and goes on with that one,
+    it then asks ``restart()`` for a trainer with a fresh input and goes on with that one,
     counting the steps the failed call did before it failed."""
 
     def __init__(self, loop, global_step, restart, prefix, allow_restart):
@@ -100,9 +101,6 @@ class GuardedLoop:
         self._restart = restart
         self._prefix = prefix
         self._restarted = False
-
-    def __getattr__(self, name):
-        return getattr(self._loop, name)
 
     def run_steps(self, num_steps):
         if self._restarted:
@@ -120,3 +118,15 @@ class GuardedLoop:
             self._restarted = True
             more, logs = self._loop.run_steps(num_steps - done) if num_steps > done else (0, {})
             return done + more, logs
+
+    def finish(self, counted_step):
+        return self._loop.finish(counted_step)
+
+    def any_worker(self, requested):
+        return self._loop.any_worker(requested)
+
+    def user_summaries(self):
+        return self._loop.user_summaries()
+
+    def close(self):
+        self._loop.close()

@@ -1,10 +1,10 @@
-"""moxlite's own training loop on tf.distribute (no ``model.fit``).
+"""The synchronous trainer: moxlite's own training loop on tf.distribute (no ``model.fit``).
 
 ``strategy.run`` inside a ``tf.function`` that runs up to ``steps_per_loop``
 steps per call, for the default strategy, MirroredStrategy,
 MultiWorkerMirroredStrategy and TPUStrategy. The asynchronous
-(parameter-server) variant lives in ``async_loop``; both expose ``run_steps``
-so ``trainer`` drives them the same way.
+(parameter-server) trainer lives in ``async_loop``; both are a
+``trainer_protocol.Trainer``, so the controller drives them the same way.
 """
 
 import contextlib
@@ -12,6 +12,7 @@ import contextlib
 import tensorflow as tf
 
 from moxlite.training import nonfinite
+from moxlite.training.trainer_protocol import Trainer
 
 
 def first_or_mean(strategy, per_replica, first_only):
@@ -24,7 +25,7 @@ def first_or_mean(strategy, per_replica, first_only):
         lambda v: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None), per_replica)
 
 
-class SyncTrainLoop:
+class SyncTrainer(Trainer):
     """Synchronous steps: every replica steps together, one global step per step."""
 
     def __init__(self, strategy, dataset_fn, train_step, global_step, log_keys, log_first_clone=True,
@@ -95,6 +96,10 @@ class SyncTrainLoop:
             nonfinite.handle(self.nonfinite_policy, self, int(self.global_step.numpy()), float(bad_loss),
                              skipped, self._consecutive_nonfinite)
         return int(done), logs
+
+    def finish(self, counted_step):
+        """Nothing is in flight after ``run_steps``: the controller's count is exact."""
+        return counted_step
 
     def any_worker(self, requested):
         """True when any worker passes ``requested``: every worker calls this at the same step
