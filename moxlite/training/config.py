@@ -14,6 +14,7 @@ import typing
 from typing import Any, Callable, Mapping, Optional, Tuple, Union
 
 from moxlite import errors, flags
+from moxlite.contract import ModeKeys
 from moxlite.training import nonfinite as nonfinite_lib, precision as precision_lib
 from moxlite.training.validation import validate_run_arguments
 
@@ -167,9 +168,8 @@ def from_run_arguments(arguments: Mapping[str, Any], settings: Optional[Mapping[
 
     checked = validate_run_arguments({name: arguments.get(name, _RUN_DEFAULTS.get(name)) for name in RUN_ARGUMENTS},
                                      setting=setting)
-    if checked["optimizer_fn"] is None:
-        checked["optimizer_fn"] = ()
-    checked["optimizer_fn"] = tuple(checked["optimizer_fn"])
+    # Checked as a list of factories in TRAIN; the other modes never call it (MoXing ignored it).
+    checked["optimizer_fn"] = tuple(checked["optimizer_fn"]) if checked["run_mode"] == ModeKeys.TRAIN else ()
     return RunConfig(
         **checked,
         **{name: setting(name) for name in _PLAIN_SETTINGS},
