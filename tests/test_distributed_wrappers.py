@@ -9,7 +9,7 @@ import pytest
 import moxlite as mox
 from moxlite import errors
 from moxlite.optimizers import accumulation
-from moxlite.training.async_loop import AsyncTrainLoop
+from moxlite.training.async_loop import AsyncTrainer
 from tests import distlib, runlib
 from tests.dist_scripts import train_embedding, train_mnist
 
@@ -45,7 +45,7 @@ def test_batch_gradients_below_another_wrapper_is_refused_by_the_async_loop():
         optimizers = [stack]
 
     with pytest.raises(errors.OptimizerError, match="outermost wrapper"):
-        AsyncTrainLoop._accumulations_of(Step())
+        AsyncTrainer._accumulations_of(Step())
 
 
 def test_loss_scaled_batch_gradients_applies_the_unscaled_mean_on_the_shared_scale():

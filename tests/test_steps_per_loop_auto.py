@@ -20,7 +20,8 @@ import tensorflow as tf
 import moxlite as mox
 from moxlite import errors, logs
 from moxlite.training import loop as loop_lib
-from moxlite.training import nonfinite, trainer
+from moxlite.training import controller
+from moxlite.training import nonfinite
 from tests import runlib
 
 BATCH = 20
@@ -63,17 +64,17 @@ def _run(log_dir, steps_per_loop, monkeypatch, images, labels, num_gpus=1, repea
     """Train the seeded MLP; return what the host saw: lines, hook calls, steps per call, result."""
     mox.set_flag("num_gpus", num_gpus)
     calls, hooked = [], []
-    original = loop_lib.SyncTrainLoop.run_steps
+    original = loop_lib.SyncTrainer.run_steps
 
     def counted(loop, num_steps):
         done, values = original(loop, num_steps)
         calls.append(done)
         return done, values
 
-    monkeypatch.setattr(loop_lib.SyncTrainLoop, "run_steps", counted)
+    monkeypatch.setattr(loop_lib.SyncTrainer, "run_steps", counted)
     # No time bound here (the tests below check it with a fake clock): auto's calls then grow
     # 1, 2, 4, ... steps up to the next boundary, the same on a loaded machine.
-    monkeypatch.setattr(trainer, "AUTO_CALL_SECONDS", 1e9)
+    monkeypatch.setattr(controller, "AUTO_CALL_SECONDS", 1e9)
 
     def model_fn(inputs, mode):
         spec = runlib.mlp_model_fn(inputs, mode)
@@ -183,15 +184,15 @@ class _TimedLoop:
 
 def test_the_auto_bound_keeps_each_call_near_a_second_and_adapts_to_slower_steps(monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(trainer, "clock", clock)
+    monkeypatch.setattr(controller, "clock", clock)
     loop = _TimedLoop(clock, seconds_per_step=2 ** -7)   # exact in binary: 128 steps a second
-    cadence = trainer.Cadence("auto", log_every_n_steps=0, save_summary_steps=0)
-    trainer.train(loop, 0, 2000, cadence, None, None, global_batch_size=1)
+    cadence = controller.Cadence("auto", log_every_n_steps=0, save_summary_steps=0)
+    controller.train(loop, 0, 2000, cadence, None, None, global_batch_size=1)
     assert sum(loop.calls) == 2000
     # Tracing made the first call slow: one step, then doubling up to about 1 s of steps.
     assert loop.calls[:9] == [1, 1, 2, 4, 8, 16, 32, 64, 128] and max(loop.calls) == 128
     # Steps 32x slower: the next call is bounded at once.
-    bound = trainer.CallBound()
+    bound = controller.CallBound()
     bound.steps = 128
     bound.start()
     clock.now += 128 * 0.25
@@ -200,13 +201,13 @@ def test_the_auto_bound_keeps_each_call_near_a_second_and_adapts_to_slower_steps
 
 
 def test_save_model_secs_shortens_the_auto_bound_and_workers_get_a_fixed_one():
-    assert trainer.call_bound(trainer.Cadence("auto", save_model_secs=3)).seconds == pytest.approx(0.3)
-    assert trainer.call_bound(trainer.Cadence("auto", save_model_secs=600)).seconds == trainer.AUTO_CALL_SECONDS
-    fixed = trainer.call_bound(trainer.Cadence("auto", auto_max_steps=10))
+    assert controller.call_bound(controller.Cadence("auto", save_model_secs=3)).seconds == pytest.approx(0.3)
+    assert controller.call_bound(controller.Cadence("auto", save_model_secs=600)).seconds == controller.AUTO_CALL_SECONDS
+    fixed = controller.call_bound(controller.Cadence("auto", auto_max_steps=10))
     fixed.start()
     fixed.record(10)
     assert fixed.steps == 10
-    assert trainer.call_bound(trainer.Cadence(7)) is None
+    assert controller.call_bound(controller.Cadence(7)) is None
 
 
 @pytest.mark.parametrize("value", [0, -1, "fast", 2.5, True])

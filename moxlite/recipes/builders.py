@@ -1,6 +1,8 @@
-"""Turn a checked recipe into the flags and the arguments of ``moxlite.run``.
+"""Turn a checked recipe into the ``RunConfig`` of ``moxlite.run``.
 
-Data flows one way: recipe -> Plan (flags + run arguments + facts) -> run.
+Data flows one way: recipe -> Plan (settings + run arguments + facts) -> RunConfig -> run.
+The recipe's distribute, precision and run settings carry MoXing's flag names, but
+they go into the RunConfig as fields: running a recipe sets no flag.
 Building a Plan resolves every built-in name and every module:function
 reference, checks the optimizer stack and the data-set options, and writes
 nothing, so a recipe that fails here leaves ``log_dir`` untouched.
@@ -49,7 +51,7 @@ class Plan:
     """Everything needed to run a recipe, built without side effects."""
 
     loaded: LoadedRecipe
-    flags: Dict[str, Any]
+    flags: Dict[str, Any]          # the recipe's values of MoXing's flags, by flag name (never set)
     run_arguments: Dict[str, Any]
     make_model_fn: Callable[[], Callable]
     eval_arguments: Optional[Dict[str, Any]]
@@ -62,6 +64,12 @@ class Plan:
         arguments = dict(self.eval_arguments if eval_after_train else self.run_arguments)
         arguments["model_fn"] = self.make_model_fn()
         return arguments
+
+    def config(self, eval_after_train=False):
+        """The RunConfig of one run: ``arguments(...)`` with the recipe's settings, no flag read."""
+        from moxlite.training import config
+
+        return config.from_run_arguments(self.arguments(eval_after_train), settings=self.flags)
 
 
 def build_plan(loaded: LoadedRecipe) -> Plan:
@@ -103,7 +111,8 @@ def build_plan(loaded: LoadedRecipe) -> Plan:
 # ----------------------------------------------------------------- flags
 
 def flags_of(recipe: schema.Recipe) -> Dict[str, Any]:
-    """The MoXing flags a recipe sets (every one, so earlier runs in the process do not leak)."""
+    """The recipe's value of each MoXing flag that a run reads (every one, so that neither an earlier
+    run nor a script's flags leak into it); they become RunConfig fields, not flags."""
     dist, precision = recipe.distribute, recipe.precision
     return {
         "num_gpus": dist.num_gpus,

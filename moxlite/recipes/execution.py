@@ -12,7 +12,8 @@ from moxlite.recipes import builders
 
 
 def apply_flags(plan):
-    """Set the MoXing flags the recipe asks for (every one, so earlier runs do not leak)."""
+    """Set the MoXing flags to the recipe's values, for a script that calls ``moxlite.run`` with
+    ``plan.arguments()`` itself (a recipe run does not: it passes them as RunConfig fields)."""
     import moxlite
 
     for name, value in plan.flags.items():
@@ -27,10 +28,11 @@ def prepare_distribution(plan):
     set-up back from ``moxlite.distribute.setup``.
     """
     from moxlite import distribute
+    from moxlite.training.config import Distribution
 
-    apply_flags(plan)
     try:
-        return distribute.setup(local_only=plan.loaded.recipe.run.mode.upper() != ModeKeys.TRAIN)
+        return distribute.setup(local_only=plan.loaded.recipe.run.mode.upper() != ModeKeys.TRAIN,
+                                get_flag=Distribution.of(plan.flags.__getitem__).get_flag)
     except errors.UserInputError as error:
         raise plan.loaded.error(("distribute",), str(error)) from None
 
@@ -142,25 +144,24 @@ def _is_chief(flags):
 
 
 def execute(plan, print_fn=print, on_training_started=None):
-    """Set the flags and the seed, run, then (train mode) evaluate; returns the final metrics dict or None.
+    """Set the seed, run the plan's RunConfig, then (train mode) evaluate; returns the final metrics dict or None.
 
     on_training_started: called once when the training run has passed its checks and restored
         its state (the CLI writes log_dir/recipe.yaml then); not called in other modes.
     """
     import keras
 
-    import moxlite
     from moxlite import context
+    from moxlite.training.run import run_config
 
-    apply_flags(plan)
     if plan.seed is not None:
         keras.utils.set_random_seed(plan.seed)
-    arguments = plan.arguments()
+    config = plan.config()
     with context.on_training_started(on_training_started or (lambda: None)):
-        result = moxlite.run(**arguments)
-    mode = arguments["run_mode"]
-    if mode == ModeKeys.PREDICT and isinstance(arguments["output_fn"], builders.PredictionTally):
-        print_fn(f"[RESULT] {arguments['output_fn'].summary()}")
+        result = run_config(config)
+    mode = config.run_mode
+    if mode == ModeKeys.PREDICT and isinstance(config.output_fn, builders.PredictionTally):
+        print_fn(f"[RESULT] {config.output_fn.summary()}")
         return None
     if mode == ModeKeys.EVAL:
         print_fn(result_line(result, "evaluation"))
@@ -169,7 +170,7 @@ def execute(plan, print_fn=print, on_training_started=None):
         print_fn(f"[RESULT] exported SavedModel to {result}")
         return None
     if plan.eval_arguments is not None and _is_chief(plan.flags):
-        metrics = moxlite.run(**plan.arguments(eval_after_train=True))
+        metrics = run_config(plan.config(eval_after_train=True))
         print_fn(result_line(metrics, "evaluation on the held-out split after training"))
         return metrics
     return result if isinstance(result, dict) else None

@@ -2,22 +2,9 @@
 
 import tensorflow as tf
 
-from moxlite import compat, flags
+from moxlite import compat
 from moxlite.contract import ModeKeys
 from moxlite.training import amp, precision
-
-
-def _settings_for(plan_flags):
-    """The precision settings the recipe's flags give, leaving the process's flags as they were."""
-    names = [name for name in plan_flags if name in flags.FLAG_TABLE]
-    saved = {name: flags.get_flag(name) for name in names}
-    try:
-        for name in names:
-            flags.set_flag(name, plan_flags[name])
-        return precision.from_flags()
-    finally:
-        for name, value in saved.items():
-            flags.set_flag(name, value)
 
 
 def _zeros_like(spec):
@@ -26,7 +13,7 @@ def _zeros_like(spec):
 
 def layer_dtype_lines(plan):
     """Lines: the level, then one row per layer of the recipe's model built on one zero sample."""
-    settings = _settings_for(plan.flags)
+    settings = precision.from_values({name: plan.flags[name] for name in precision.FLAG_NAMES})
     level = settings.amp_plan
     header = f"Precision: amp_level {level.level}"
     if level.mixed:

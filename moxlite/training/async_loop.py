@@ -1,4 +1,4 @@
-"""Asynchronous (parameter-server) training steps through a ``ClusterCoordinator``.
+"""The asynchronous trainer: parameter-server training steps through a ``ClusterCoordinator``.
 
 The coordinator schedules each step on whichever worker is free; workers read
 their own copy of the input (``create_per_worker_dataset``) and update the
@@ -27,12 +27,15 @@ The learning rate of an update is read at the global step before its N
 micro-batches are counted: the step a run at batch N*B would read.
 """
 
+import contextlib
+
 import numpy as np
 import tensorflow as tf
 
 from moxlite import errors
 from moxlite.optimizers import accumulation as accumulation_lib
 from moxlite.training import nonfinite
+from moxlite.training.trainer_protocol import Trainer
 
 
 class _RemoteScalar:
@@ -47,7 +50,7 @@ class _RemoteScalar:
         return value.astype(dtype) if dtype is not None else value
 
 
-class AsyncTrainLoop:
+class AsyncTrainer(Trainer):
     """``run_steps`` schedules steps and returns at once; ``finish`` waits for all of them."""
 
     def __init__(self, coordinator, strategy, dataset_fn, train_step, global_step, log_keys):
@@ -75,7 +78,7 @@ class AsyncTrainLoop:
     @staticmethod
     def _accumulations_of(train_step):
         """One ``Accumulation`` per optimizer of ``train_step``; checked to be usable here."""
-        accumulations = [accumulation_lib.accumulation_of(o) for o in getattr(train_step, "optimizers", [])]
+        accumulations = [accumulation_lib.accumulation_of(o) for o in train_step.optimizers]
         for accumulation in accumulations:
             nested = accumulation_lib.nested_batch_gradients(accumulation.apply_optimizer)
             if nested is not None:
@@ -148,12 +151,21 @@ class AsyncTrainLoop:
         return 0
 
     def close(self):
-        """Release the per-worker iterators now (see ``SyncTrainLoop.close``)."""
+        """Release the per-worker iterators now (see ``SyncTrainer.close``)."""
         self.iterator = None
         self._step_fn = None
 
-    def finish(self):
-        """Wait for every scheduled step; return the exact global step."""
+    def any_worker(self, requested):
+        """One coordinator runs the whole cluster: its own ``requested`` is everyone's."""
+        return requested
+
+    def user_summaries(self):
+        """Summaries from user functions are not recorded: steps run on remote workers."""
+        return contextlib.nullcontext()
+
+    def finish(self, counted_step):
+        """Wait for every scheduled step; return the exact global step (the parameter servers'
+        count: ``counted_step`` counts steps scheduled, and a re-scheduled step counts twice)."""
         try:
             self.coordinator.join()
         except tf.errors.OutOfRangeError:

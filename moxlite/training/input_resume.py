@@ -22,8 +22,9 @@ import tempfile
 
 import tensorflow as tf
 
-from moxlite import errors, flags
+from moxlite import errors
 from moxlite.training.reporting import get_logger
+from moxlite.training.trainer_protocol import Trainer
 
 # What TensorFlow raises for an iterator state that does not fit its dataset.
 MISMATCH_ERRORS = (tf.errors.InternalError, tf.errors.FailedPreconditionError, tf.errors.InvalidArgumentError,
@@ -66,11 +67,11 @@ def report_unsaved_position(detail):
         "the batches already trained on (as on several replicas); random ops then draw new values", detail)
 
 
-def restart_or_stop(prefix, step, detail):
-    """Log the restart, or raise CheckpointError when the flag forbids it."""
+def restart_or_stop(prefix, step, detail, allowed):
+    """Log the restart, or raise CheckpointError when ``allowed`` (allow_input_restart) is False."""
     what = (f"the input position saved in {prefix} no longer fits input_fn's pipeline (it changed since that "
             f"checkpoint: {detail})")
-    if not flags.get_flag("allow_input_restart"):
+    if not allowed:
         raise errors.CheckpointError(
             f"{what}; resume with the input restarted from its beginning by allowing it "
             f"(--allow_input_restart, recipe run.allow_input_restart: true), or restore input_fn as it was")
@@ -87,21 +88,19 @@ def first_line(error):
     return lines[0][:200] if lines else type(error).__name__
 
 
-class GuardedLoop:
-    """A training loop whose iterator was restored from a checkpoint. TensorFlow may find the
+class RestartingTrainer(Trainer):
+    """A trainer whose iterator was restored from a checkpoint. TensorFlow may find the
     restored position unfit for the pipeline at any later batch (a shuffle buffer runs out);
-    the loop then asks ``restart()`` for a loop with a fresh input and goes on with that one,
+    it then asks ``restart()`` for a trainer with a fresh input and goes on with that one,
     counting the steps the failed call did before it failed."""
 
-    def __init__(self, loop, global_step, restart, prefix):
+    def __init__(self, loop, global_step, restart, prefix, allow_restart):
         self._loop = loop
+        self._allow_restart = allow_restart
         self._global_step = global_step
         self._restart = restart
         self._prefix = prefix
         self._restarted = False
-
-    def __getattr__(self, name):
-        return getattr(self._loop, name)
 
     def run_steps(self, num_steps):
         if self._restarted:
@@ -113,9 +112,21 @@ class GuardedLoop:
             if "IteratorGetNext" not in str(error):   # not the input position: not ours to handle
                 raise
             done = int(self._global_step.numpy()) - before
-            restart_or_stop(self._prefix, before + done, first_line(error))
+            restart_or_stop(self._prefix, before + done, first_line(error), self._allow_restart)
             self._loop.close()
             self._loop = self._restart()
             self._restarted = True
             more, logs = self._loop.run_steps(num_steps - done) if num_steps > done else (0, {})
             return done + more, logs
+
+    def finish(self, counted_step):
+        return self._loop.finish(counted_step)
+
+    def any_worker(self, requested):
+        return self._loop.any_worker(requested)
+
+    def user_summaries(self):
+        return self._loop.user_summaries()
+
+    def close(self):
+        self._loop.close()

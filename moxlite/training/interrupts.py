@@ -2,7 +2,7 @@
 
 Cloud preemption sends SIGTERM; a user presses Ctrl-C. Either used to lose
 everything since the last timed checkpoint. While a run trains, both signals
-only set a flag; the trainer ends at the next traced-call boundary, the run
+only set a flag; the controller stops at the next traced-call boundary, the run
 saves a checkpoint at that step, logs where, and then the signal is raised
 again with the handler that was there before: ``KeyboardInterrupt`` for
 SIGINT, and for SIGTERM whatever the program had (``moxlite-run`` exits 143;

@@ -1,10 +1,10 @@
-"""moxlite's own training loop on tf.distribute (no ``model.fit``).
+"""The synchronous trainer: moxlite's own training loop on tf.distribute (no ``model.fit``).
 
 ``strategy.run`` inside a ``tf.function`` that runs up to ``steps_per_loop``
 steps per call, for the default strategy, MirroredStrategy,
 MultiWorkerMirroredStrategy and TPUStrategy. The asynchronous
-(parameter-server) variant lives in ``async_loop``; both expose ``run_steps``
-so ``trainer`` drives them the same way.
+(parameter-server) trainer lives in ``async_loop``; both are a
+``trainer_protocol.Trainer``, so the controller drives them the same way.
 """
 
 import contextlib
@@ -12,6 +12,7 @@ import contextlib
 import tensorflow as tf
 
 from moxlite.training import nonfinite
+from moxlite.training.trainer_protocol import Trainer
 
 
 def first_or_mean(strategy, per_replica, first_only):
@@ -35,7 +36,7 @@ def is_infinite(dataset):
         return False
 
 
-class SyncTrainLoop:
+class SyncTrainer(Trainer):
     """Synchronous steps: every replica steps together, one global step per step."""
 
     def __init__(self, strategy, dataset_fn, train_step, global_step, log_keys, log_first_clone=True,
@@ -129,6 +130,10 @@ class SyncTrainLoop:
             if done < asked:
                 break   # the input ended
         return total, last_logs if last_logs is not None else logs
+
+    def finish(self, counted_step):
+        """Nothing is in flight after ``run_steps``: the controller's count is exact."""
+        return counted_step
 
     def any_worker(self, requested):
         """True when any worker passes ``requested``: every worker calls this at the same step

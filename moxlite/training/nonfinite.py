@@ -22,7 +22,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from moxlite import errors, flags
+from moxlite import errors
 from moxlite.optimizers import wrapper as wrapper_lib
 
 POLICIES = ("stop", "skip")
@@ -43,12 +43,12 @@ class Policy:
     max_consecutive: int = 10
 
     @classmethod
-    def from_flags(cls):
-        action = flags.get_flag("nonfinite_policy") or "stop"
+    def from_values(cls, action, count):
+        """The policy of ``--nonfinite_policy`` and ``--max_consecutive_nonfinite`` (or a recipe's run fields), checked."""
+        action = action or "stop"
         if action not in POLICIES:
             raise errors.ArgumentError(
                 f"nonfinite_policy={action!r} is not valid; use 'stop' (default) or 'skip'")
-        count = flags.get_flag("max_consecutive_nonfinite")
         if not isinstance(count, int) or count < 1:
             raise errors.ArgumentError(
                 f"max_consecutive_nonfinite={count!r} is not valid; pass a positive integer")

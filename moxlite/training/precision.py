@@ -23,7 +23,7 @@ from moxlite import errors, flags
 from moxlite.training import amp, clipping, loss_scaling
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class PrecisionSettings:
     use_fp16: bool = False
     loss_scale: Optional[Union[str, float]] = None   # None, "dynamic" or a positive number
@@ -33,17 +33,22 @@ class PrecisionSettings:
     drop_overflow_update: bool = True
 
 
-def _loss_scale_from_flag():
+# The MoXing flags (by name) that say how a run computes, scales its loss and clips.
+FLAG_NAMES = ("use_fp16", "amp_level", "compute_dtype", "keep_fp32", "keep_batchnorm_fp32", "loss_scale",
+              "drop_overflow_update", "gradient_clip", "gradient_clip_type")
+
+
+def _loss_scale(value):
     try:
-        return flags.parse_loss_scale(flags.get_flag("loss_scale"))
+        return flags.parse_loss_scale(value)
     except ValueError as problem:
-        raise errors.ArgumentError(f"--loss_scale={flags.get_flag('loss_scale')!r} is not valid; {problem}") from None
+        raise errors.ArgumentError(f"--loss_scale={value!r} is not valid; {problem}") from None
 
 
-def _amp_plan_from_flags():
-    use_fp16 = bool(flags.get_flag("use_fp16"))
-    level = str(flags.get_flag("amp_level")).strip().upper()
-    compute_dtype = str(flags.get_flag("compute_dtype")).strip().lower()
+def _amp_plan(values):
+    use_fp16 = bool(values["use_fp16"])
+    level = str(values["amp_level"]).strip().upper()
+    compute_dtype = str(values["compute_dtype"]).strip().lower()
     if use_fp16 and level == "O0":
         raise errors.ArgumentError(
             "--use_fp16 asks for float16 but --amp_level=O0 for float32; drop one of them "
@@ -54,17 +59,17 @@ def _amp_plan_from_flags():
             f"with --compute_dtype={compute_dtype} instead of --use_fp16")
     if not level:
         level = "O3" if use_fp16 else "O0"
-    keep_text = str(flags.get_flag("keep_fp32")).strip()
+    keep_text = str(values["keep_fp32"]).strip()
     if not keep_text:
         keep = None
     elif keep_text.lower() == "none":
         keep = []
     else:
         keep = [name for name in (part.strip() for part in keep_text.split(",")) if name]
-    batchnorm_text = str(flags.get_flag("keep_batchnorm_fp32")).strip().lower()
+    batchnorm_text = str(values["keep_batchnorm_fp32"]).strip().lower()
     if batchnorm_text not in ("", "true", "false"):
         raise errors.ArgumentError(
-            f"--keep_batchnorm_fp32={flags.get_flag('keep_batchnorm_fp32')!r} is not valid; use true, "
+            f"--keep_batchnorm_fp32={values['keep_batchnorm_fp32']!r} is not valid; use true, "
             f"false or '' (the level's default)")
     keep_batchnorm = {"": None, "true": True, "false": False}[batchnorm_text]
     try:
@@ -75,24 +80,29 @@ def _amp_plan_from_flags():
 
 def from_flags():
     """The precision settings the flags ask for, checked."""
-    plan = _amp_plan_from_flags()
-    loss_scale = _loss_scale_from_flag()
+    return from_values({name: flags.get_flag(name) for name in FLAG_NAMES})
+
+
+def from_values(values):
+    """The precision settings ``values`` (the flags of FLAG_NAMES, by name, as the flags hold them) ask for, checked."""
+    plan = _amp_plan(values)
+    loss_scale = _loss_scale(values["loss_scale"])
     if loss_scale is None and plan.mixed and plan.compute_dtype == "float16":
         loss_scale = "dynamic"
-    drop = bool(flags.get_flag("drop_overflow_update"))
+    drop = bool(values["drop_overflow_update"])
     if not drop and (loss_scale is None or str(loss_scale).startswith("dynamic")):
         raise errors.ArgumentError(
             f"--nodrop_overflow_update needs a fixed --loss_scale (a number); with loss_scale="
             f"{loss_scale or 'off'} overflowing steps are always dropped")
-    clip = flags.get_flag("gradient_clip")
+    clip = values["gradient_clip"]
     if clip < 0:
         raise errors.ArgumentError(f"--gradient_clip={clip} is not valid; use 0 (off) or a positive threshold")
-    clip_type = flags.get_flag("gradient_clip_type")
+    clip_type = values["gradient_clip_type"]
     if clip_type not in clipping.CLIP_TYPES:
         raise errors.ArgumentError(
             f"--gradient_clip_type={clip_type!r} is not valid; use 'global_norm' (all gradients together) "
             f"or 'norm' (each variable's gradient)")
-    return PrecisionSettings(plan.mixed and plan.compute_dtype == "float16", loss_scale, clip, clip_type,
+    return PrecisionSettings(plan.mixed and plan.compute_dtype == "float16", loss_scale, float(clip), clip_type,
                              plan, drop)
 
 

@@ -43,10 +43,11 @@ def check_log_dir(log_dir, error=errors.ArgumentError):
                     f"earlier run) for checkpoints and summaries")
 
 
-def validate_run_arguments(args):
+def validate_run_arguments(args, setting=flags.get_flag):
     """Raise a moxlite error naming the argument, the value and the fix; return the cleaned args.
 
-    ``args`` is a dict of run()'s arguments; the result fills defaults from MoXing's flags.
+    ``args`` is a dict of run()'s arguments; the result fills the defaults MoXing takes from
+    its flags (batch_size, log_dir, ...) from ``setting(flag_name)``.
     """
     mode = args["run_mode"]
     if mode not in ModeKeys.ALL:
@@ -79,14 +80,14 @@ def validate_run_arguments(args):
         raise errors.ArgumentError(
             f"inter_mode={args['inter_mode']!r} needs run_mode=TRAIN (got {mode!r}); drop inter_mode")
     if args["batch_size"] is None:
-        args["batch_size"] = flags.get_flag("batch_size")
+        args["batch_size"] = setting("batch_size")
     if args["batch_size"] is None:
         raise errors.ArgumentError(
             "batch_size is required (per replica, also with auto_batch=False: throughput is computed "
             "from it); pass batch_size=... or --batch_size")
     _positive_int("batch_size", args["batch_size"], allow_none=False)
     if args["log_dir"] is None:
-        args["log_dir"] = flags.get_flag("log_dir")
+        args["log_dir"] = setting("log_dir")
     if mode == ModeKeys.TRAIN and not args["log_dir"]:
         raise errors.ArgumentError(
             "log_dir is required in TRAIN mode (checkpoints and summaries go there); pass log_dir=... "
@@ -98,14 +99,14 @@ def validate_run_arguments(args):
     for name in ("save_model_secs", "save_model_steps"):
         _positive_int(name, args[name])
     if args["steps_per_loop"] is None:
-        args["steps_per_loop"] = flags.get_flag("steps_per_loop")
+        args["steps_per_loop"] = setting("steps_per_loop")
     value = args["steps_per_loop"]
     if not isinstance(value, str) or value != "auto":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise errors.ArgumentError(f"steps_per_loop={errors.describe(value)} is not valid; pass a positive "
                                        f"integer or 'auto' (the default)")
     if args["keep_checkpoint_max"] is None:
-        args["keep_checkpoint_max"] = flags.get_flag("keep_checkpoint_max")
+        args["keep_checkpoint_max"] = setting("keep_checkpoint_max")
     _positive_int("keep_checkpoint_max", args["keep_checkpoint_max"], allow_none=False)
     if args["export_model"] not in (False, None, ExportKeys.TF_SERVING):
         raise errors.ArgumentError(

@@ -1,8 +1,9 @@
-"""Drives a training loop: step budget, log lines, summaries, checkpoints, interleaved eval.
+"""The controller (Orbit's name): the outer loop that drives a trainer.
 
-The loop object (``SyncTrainLoop`` or ``AsyncTrainLoop``) runs steps; the
-trainer decides how many per call so that logging, summary and checkpoint
-boundaries fall exactly on their steps.
+It owns the step budget, log lines, summaries, checkpoints and interleaved
+evaluation. The trainer (``SyncTrainer`` or ``AsyncTrainer``, see
+``trainer_protocol``) runs steps; the controller decides how many per call so
+that logging, summary and checkpoint boundaries fall exactly on their steps.
 
 ``steps_per_loop="auto"`` (the default) runs each traced call up to the next
 step at which the host has something to do: a log line (and the hooks called
@@ -105,7 +106,7 @@ def _to_numpy(logs):
 def train(loop, start_step, target_step, cadence, checkpointer, summaries, global_batch_size,
           learning_rate: Optional[Callable] = None, evaluate: Optional[Callable] = None, hooks=(),
           should_stop: Optional[Callable] = None):
-    """Run ``loop`` from ``start_step`` to ``target_step`` (None: until the input ends).
+    """Run the trainer ``loop`` from ``start_step`` to ``target_step`` (None: until the input ends).
 
     ``hooks`` are called as ``hook(global_step, log_values)`` at every log line.
     ``should_stop()`` is asked after every traced call (an interrupt): True ends the run there.

@@ -1,0 +1,183 @@
+"""``RunConfig``: everything one ``run`` reads, frozen and typed, checked in one place.
+
+``moxlite.run(...)`` builds it from its keyword arguments, taking what they
+leave out from MoXing's flags (``--batch_size``, ``--log_dir``, precision,
+checkpoint patterns, the cluster ...), so a script that sets flags works as
+before. A recipe builds it from its own values (``from_run_arguments(...,
+settings=...)``) and sets no flag. After that the runner reads only the
+config: no flag, no dict of arguments.
+"""
+
+import collections.abc
+import dataclasses
+import typing
+from typing import Any, Callable, Mapping, Optional, Tuple, Union
+
+from moxlite import errors, flags
+from moxlite.contract import ModeKeys
+from moxlite.training import nonfinite as nonfinite_lib, precision as precision_lib
+from moxlite.training.validation import validate_run_arguments
+
+
+# ----------------------------------------------------------------- typed fields
+
+def check_types(instance):
+    """Raise ArgumentError naming the first field of the dataclass ``instance`` whose value is not of its type."""
+    hints = typing.get_type_hints(type(instance))
+    for field in dataclasses.fields(instance):
+        value = getattr(instance, field.name)
+        kind = hints[field.name]
+        if not _matches(value, kind):
+            raise errors.ArgumentError(
+                f"{type(instance).__name__}.{field.name}={errors.describe(value)} is not valid; "
+                f"pass {_kind_name(kind)}")
+
+
+def _matches(value, kind):
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if kind is Any:
+        return True
+    if kind is type(None):
+        return value is None
+    if origin is Union:
+        return any(_matches(value, option) for option in args)
+    if origin is tuple:
+        return isinstance(value, tuple) and all(_matches(item, args[0]) for item in value)
+    if origin is collections.abc.Callable or kind is Callable:
+        return callable(value)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _kind_name(kind):
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if kind is type(None):
+        return "None"
+    if origin is Union:
+        return " or ".join(_kind_name(option) for option in args)
+    if origin is tuple:
+        return f"a tuple of {_kind_name(args[0])}"
+    if origin is collections.abc.Callable or kind is Callable:
+        return "a callable"
+    return _KIND_NAMES.get(kind) or f"a {getattr(kind, '__name__', kind)}"
+
+
+_KIND_NAMES = {int: "an integer", float: "a number", bool: "True or False", str: "a string"}
+
+
+# ----------------------------------------------------------------- the config
+
+@dataclasses.dataclass(frozen=True)
+class Distribution:
+    """The cluster a run uses, as MoXing's flags name it (read by ``moxlite.distribute.setup``)."""
+
+    num_gpus: int = 1
+    sync_replicas: bool = True
+    job_name: str = ""
+    task_index: int = 0
+    ps_hosts: str = ""
+    worker_hosts: str = ""
+    chief_hosts: str = ""
+    tpu: str = ""
+
+    def __post_init__(self):
+        check_types(self)
+
+    @classmethod
+    def of(cls, value_of):
+        """The Distribution whose field ``name`` is ``value_of(name)``."""
+        return cls(**{field.name: value_of(field.name) for field in dataclasses.fields(cls)})
+
+    def get_flag(self, name):
+        """The value under its flag name: ``distribute.setup(get_flag=...)`` reads the cluster from it."""
+        return getattr(self, name)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """One call of ``run``: its arguments (MoXing's names and meaning, see ``run``) with every
+    default filled in and checked, plus the flag-given settings the runner uses."""
+
+    input_fn: Callable
+    model_fn: Callable
+    run_mode: str
+    batch_size: int
+    log_dir: Optional[str] = None
+    optimizer_fn: Tuple[Callable, ...] = ()   # one factory per loss (one for all when a single one)
+    output_fn: Optional[Callable] = None
+    inter_mode: Optional[str] = None
+    auto_batch: bool = True
+    max_number_of_steps: int = 0
+    checkpoint_path: Optional[str] = None
+    log_every_n_steps: int = 10
+    output_every_n_steps: int = 0
+    save_summary_steps: int = 100
+    save_model_secs: Optional[int] = None
+    save_model_steps: Optional[int] = None
+    export_model: Union[bool, str, None] = False
+    steps_per_loop: Union[int, str] = "auto"  # a positive integer or "auto" (see controller)
+    keep_checkpoint_max: int = 5
+    # From MoXing's flags (or a recipe's fields) rather than run()'s arguments.
+    num_samples: int = 0                      # training samples per epoch; 0: from the input
+    log_first_clone: bool = True
+    checkpoint_exclude_patterns: str = ""
+    trainable_exclude_patterns: str = ""
+    allow_input_restart: bool = True
+    nonfinite_policy: nonfinite_lib.Policy = nonfinite_lib.Policy()
+    precision: precision_lib.PrecisionSettings = precision_lib.PrecisionSettings()
+    distribution: Distribution = Distribution()
+
+    def __post_init__(self):
+        check_types(self)
+
+    @property
+    def save_every(self):
+        """(save_model_secs, save_model_steps) as the checkpointer uses them: 600 s when neither is set."""
+        if not self.save_model_secs and not self.save_model_steps:
+            return 600, self.save_model_steps
+        return self.save_model_secs, self.save_model_steps
+
+
+# run()'s arguments, in its order: RunConfig fields of the same names.
+RUN_ARGUMENTS = ("input_fn", "output_fn", "model_fn", "optimizer_fn", "run_mode", "inter_mode", "batch_size",
+                 "auto_batch", "log_dir", "max_number_of_steps", "checkpoint_path", "log_every_n_steps",
+                 "output_every_n_steps", "save_summary_steps", "save_model_secs", "export_model",
+                 "save_model_steps", "steps_per_loop", "keep_checkpoint_max")
+_PLAIN_SETTINGS = ("num_samples", "log_first_clone", "checkpoint_exclude_patterns", "trainable_exclude_patterns",
+                   "allow_input_restart")
+
+
+def from_run_arguments(arguments: Mapping[str, Any], settings: Optional[Mapping[str, Any]] = None) -> RunConfig:
+    """The RunConfig of ``run(**arguments)``.
+
+    ``settings`` gives values by MoXing flag name (a recipe gives all of them); a name it
+    does not give is read from the flags. Raises a one-line moxlite error naming the
+    argument, the value and the fix.
+    """
+    settings = dict(settings or {})
+    unknown = sorted(set(settings) - set(flags.FLAG_TABLE))
+    if unknown:
+        raise errors.ArgumentError(f"RunConfig settings {unknown} are not MoXing flags; known: "
+                                   f"{', '.join(sorted(flags.FLAG_TABLE))}")
+
+    def setting(name, read=flags.get_flag):
+        return settings[name] if name in settings else read(name)
+
+    checked = validate_run_arguments({name: arguments.get(name, _RUN_DEFAULTS.get(name)) for name in RUN_ARGUMENTS},
+                                     setting=setting)
+    # Checked as a list of factories in TRAIN; the other modes never call it (MoXing ignored it).
+    checked["optimizer_fn"] = tuple(checked["optimizer_fn"]) if checked["run_mode"] == ModeKeys.TRAIN else ()
+    return RunConfig(
+        **checked,
+        **{name: setting(name) for name in _PLAIN_SETTINGS},
+        nonfinite_policy=nonfinite_lib.Policy.from_values(setting("nonfinite_policy"),
+                                                          setting("max_consecutive_nonfinite")),
+        precision=precision_lib.from_values({name: setting(name) for name in precision_lib.FLAG_NAMES}),
+        distribution=Distribution.of(lambda name: setting(name, read=flags.flag_value)))
+
+
+_RUN_DEFAULTS = {"run_mode": "invalid", "auto_batch": True, "max_number_of_steps": 0, "log_every_n_steps": 10,
+                 "output_every_n_steps": 0, "save_summary_steps": 100, "export_model": False}

@@ -1,0 +1,51 @@
+"""The one interface between the controller and a trainer (Orbit's names).
+
+- The *controller* (``moxlite.training.controller.train``) is the outer loop: it
+  decides how many steps to ask for so that log lines, summaries, checkpoints,
+  hooks and interleaved evaluation fall on their steps, and does them.
+- A *trainer* is the inner loop: it runs the steps it is asked for.
+  ``SyncTrainer`` (``loop``) runs them in one traced call on every replica
+  together; ``AsyncTrainer`` (``async_loop``) schedules them on parameter-server
+  workers; ``RestartingTrainer`` (``input_resume``) restarts another trainer's
+  input when a restored position no longer fits.
+
+The runner talks to every trainer through these five methods only.
+"""
+
+import abc
+from typing import ContextManager, Dict, Tuple
+
+
+class Trainer(abc.ABC):
+    """Runs training steps for the controller."""
+
+    @abc.abstractmethod
+    def run_steps(self, num_steps: int) -> Tuple[int, Dict]:
+        """Run up to ``num_steps`` global steps; return (steps done, log values of the last one).
+
+        Fewer steps than asked means the input ended. Log values may be fetched lazily:
+        read them with ``numpy.asarray``.
+        """
+
+    @abc.abstractmethod
+    def finish(self, counted_step: int) -> int:
+        """Wait for every step still in flight; return the exact global step.
+
+        ``counted_step`` is the step the controller counted (exact for a trainer whose
+        ``run_steps`` returns only when its steps are done).
+        """
+
+    @abc.abstractmethod
+    def any_worker(self, requested: bool) -> bool:
+        """True when any worker of the run passes ``requested`` (synchronous workers agree, so
+        that all stop at one step); every worker calls it at the same step."""
+
+    @abc.abstractmethod
+    def user_summaries(self) -> ContextManager:
+        """A context, entered once for the run, in which summaries written by user functions
+        land in the run's summary writer (a no-op where they cannot)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the input iterator now (not at interpreter shutdown, where TensorFlow's
+        iterator destructor can wait forever for its tf.data threads)."""

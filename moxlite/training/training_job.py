@@ -1,0 +1,205 @@
+"""TRAIN: variables, optimizers, a trainer, resume, the controller, interleaved evaluation.
+
+The order of work follows MoXing: model_fn's variables, then ``optimizer_fn``.
+Every check that can fail on user input runs before the first checkpoint is
+written, so a mistake leaves earlier checkpoints and logs as they were.
+"""
+
+import contextlib
+import os
+
+from moxlite import context, errors
+from moxlite.contract import ExportKeys, ModeKeys
+from moxlite.optimizers import tf1_adapter
+from moxlite.optimizers.schedules import current_learning_rate
+from moxlite.training import (checkpoints, export, interrupts, loss_scaling, nonfinite, precision, reporting,
+                              steps)
+from moxlite.training.controller import AUTO_STEPS_ACROSS_WORKERS, Cadence, train
+from moxlite.training.evaluation import Evaluator
+from moxlite.training.resume import restore_and_resume
+from moxlite.training.variable_lists import variable_lists
+
+
+@contextlib.contextmanager
+def nonfinite_reported(log_dir):
+    """A trainer's NonFiniteStep as the one-line NonFiniteError naming the kept checkpoint."""
+    try:
+        yield
+    except nonfinite.NonFiniteStep as stop:
+        raise nonfinite.NonFiniteError(nonfinite.stop_message(
+            stop.step, stop.loss, log_dir, checkpoints.latest_checkpoint(log_dir), stop.consecutive)) from None
+
+
+class TrainingJob:
+    """One run in TRAIN mode (then EXPORT when ``export_model`` asks)."""
+
+    def __init__(self, pieces):
+        self.pieces = pieces
+        self.config = pieces.config
+        self.setup = pieces.setup
+        self.strategy = pieces.strategy
+        self.logger = pieces.logger
+        self.async_mode = self.setup.coordinator is not None
+
+    def execute(self):
+        result = self._train()
+        if self.config.export_model == ExportKeys.TF_SERVING and self.pieces.is_chief:
+            result["export_path"] = export.export_saved_model(
+                self.pieces.template, self._element_spec, self.config.log_dir)
+            self.logger.info("Exported SavedModel to %s", result["export_path"])
+        return result
+
+    def _check_async_limits(self):
+        if self.async_mode and self.config.inter_mode is not None:
+            raise errors.ArgumentError(
+                "inter_mode=EVAL is not supported in asynchronous (parameter-server) training; drop "
+                "inter_mode and run EVAL on the checkpoints in log_dir from a separate process")
+        if self.async_mode and self.config.nonfinite_policy.action == "skip":
+            raise errors.ArgumentError(
+                "nonfinite_policy=skip is not supported in asynchronous (parameter-server) training; use "
+                "the default nonfinite_policy=stop, which stops at the first non-finite step")
+
+    def _train(self):
+        config, pieces = self.config, self.pieces
+        self._check_async_limits()
+        spec, self._element_spec, num_samples = pieces.build(ModeKeys.TRAIN)
+        steps.check_spec(spec, ModeKeys.TRAIN, num_optimizers=len(config.optimizer_fn))
+        lists, self._slots_by_name = variable_lists(pieces.template, spec, config.log_dir,
+                                                    config.trainable_exclude_patterns, self.logger)
+        run_context = context.RunContext(
+            global_step=pieces.global_step(), global_batch_size=pieces.global_batch_size,
+            num_samples=config.num_samples or num_samples or None,
+            num_samples_inferred=not config.num_samples and bool(num_samples),
+            num_replicas=self.setup.num_replicas_in_sync, num_workers=self.setup.num_workers,
+            sync_replicas=self.setup.sync_replicas, strategy=self.strategy)
+        with context.activate(run_context), self.strategy.scope():
+            optimizers = [self._optimizer(index, variables) for index, variables in enumerate(lists)]
+            # Clipping is a link of each optimizer stack (precision.optimizer_stack), not of the step.
+            train_step = steps.TrainStep(pieces.template, optimizers, lists, self.setup.num_replicas_in_sync,
+                                         skip_nonfinite=config.nonfinite_policy.action == "skip")
+            return self._train_with(run_context.global_step, spec, optimizers, train_step)
+
+    def _optimizer(self, index, variables):
+        """The index-th optimizer_fn's stack (one factory serves every loss), built on ``variables``."""
+        factories = self.config.optimizer_fn
+        optimizer = tf1_adapter.call_optimizer_fn(factories[index] if len(factories) > 1 else factories[0])
+        if not hasattr(optimizer, "apply_gradients"):   # user code returned something else
+            raise errors.OptimizerTypeError(
+                f"optimizer_fn returned {errors.describe(optimizer)}, not an optimizer; return a "
+                f"Keras optimizer, e.g. lambda: keras.optimizers.SGD(0.1)")
+        if self.config.nonfinite_policy.action == "skip":
+            optimizer = nonfinite.SkipNonFinite(optimizer)
+        optimizer = precision.optimizer_stack(optimizer, self.config.precision)
+        optimizer.build(variables)
+        return optimizer
+
+    def _overflow_monitors(self, optimizers, summaries):
+        """A log-line hook per loss-scaled optimizer: scale changes, skipped steps, their scalars."""
+        return [loss_scaling.OverflowMonitor(optimizer, self.logger, summaries)
+                for optimizer in optimizers if loss_scaling.find(optimizer) is not None]
+
+    def _make_trainer(self, global_step, train_step, log_keys, summaries, skip_steps):
+        dataset_fn = self.pieces.dataset_fn(ModeKeys.TRAIN, skip_steps=skip_steps)
+        if self.async_mode:
+            from moxlite.training.async_loop import AsyncTrainer
+            return AsyncTrainer(self.setup.coordinator, self.strategy, dataset_fn, train_step, global_step, log_keys)
+        from moxlite.training.loop import SyncTrainer
+        return SyncTrainer(self.strategy, dataset_fn, train_step, global_step, log_keys,
+                           log_first_clone=self.config.log_first_clone, summaries=summaries,
+                           save_summary_steps=self.config.save_summary_steps,
+                           nonfinite_policy=self.config.nonfinite_policy)
+
+    def _make_checkpointer(self, global_step, optimizers, iterator):
+        config = self.config
+        save_secs, save_steps = config.save_every
+        keyed, ambiguous = self.pieces.template.checkpoint_keys()
+        return checkpoints.Checkpointer(
+            config.log_dir, global_step, keyed, optimizers, ambiguous=ambiguous, iterator=iterator,
+            save_model_secs=save_secs, save_model_steps=save_steps, keep_checkpoint_max=config.keep_checkpoint_max,
+            is_chief=self.pieces.is_chief, slots_by_name=self._slots_by_name)
+
+    def _iterator_is_checkpointable(self):
+        """TF saves iterator state only for single-device input (not distributed iterators)."""
+        return (self.setup.coordinator is None and self.setup.num_workers == 1
+                and self.setup.num_replicas_in_sync == 1)
+
+    def _train_with(self, global_step, spec, optimizers, train_step):
+        config = self.config
+        log_keys = list(steps.log_values(spec)) + list(nonfinite.PRIVATE_KEYS)
+        summaries = reporting.SummaryWriter(config.log_dir, enabled=self.pieces.is_chief)
+        trainer, checkpointer = restore_and_resume(
+            config, global_step,
+            make_trainer=lambda skip_steps: self._make_trainer(global_step, train_step, log_keys, summaries,
+                                                               skip_steps),
+            make_checkpointer=lambda iterator: self._make_checkpointer(global_step, optimizers, iterator),
+            iterator_checkpointable=self._iterator_is_checkpointable(), async_mode=self.async_mode)
+        start = int(global_step.numpy())
+        target = config.max_number_of_steps * (self.setup.num_workers if self.async_mode else 1) or None
+        if target is not None and start >= target:
+            self.logger.info("Restored global step %d >= max_number_of_steps %d: nothing to train", start, target)
+            return {"global_step": start}
+        evaluate = self._interleaved_evaluation() if config.inter_mode == ModeKeys.EVAL else None
+        context.training_started()
+        self.logger.info("Training: %d replica(s), batch %d per replica, global batch %d, from step %d",
+                         self.setup.num_replicas_in_sync, self.pieces.batch_size, self.pieces.global_batch_size,
+                         start)
+        cadence = Cadence(config.steps_per_loop, config.log_every_n_steps, config.save_summary_steps,
+                          # synchronous workers agree after every call, so they must make the same calls
+                          auto_max_steps=(None if self.async_mode or self.setup.num_workers == 1
+                                          else AUTO_STEPS_ACROSS_WORKERS),
+                          save_model_secs=config.save_every[0])
+        hooks = list(spec.hooks or []) + self._overflow_monitors(optimizers, summaries)
+        interrupt = interrupts.Interrupts()
+        interrupt.install()
+        try:
+            with trainer.user_summaries(), nonfinite_reported(config.log_dir):
+                step, logs = train(trainer, start, target, cadence, checkpointer, summaries,
+                                   self.pieces.global_batch_size,
+                                   learning_rate=lambda: current_learning_rate(optimizers[0]),
+                                   evaluate=evaluate, hooks=hooks,
+                                   should_stop=self._stop_rule(trainer, interrupt))
+                step = trainer.finish(step)
+            checkpointer.save(step)
+            if interrupt.requested():
+                if self.pieces.is_chief:
+                    self.logger.info("Interrupted by %s at global step %d: saved checkpoint %s; run again with "
+                                     "the same log_dir to resume", interrupts.name_of(interrupt.signum), step,
+                                     checkpoints.latest_checkpoint(config.log_dir))
+            else:
+                if evaluate is not None:
+                    evaluate(step)
+                for hook in hooks:
+                    hook(step, logs)
+        finally:
+            interrupt.restore()
+            trainer.close()
+            checkpointer.close()
+            summaries.close()
+        interrupt.reraise()
+        return {**{k: float(v) for k, v in logs.items() if v.size == 1}, "global_step": step}
+
+    def _stop_rule(self, trainer, interrupt):
+        """When to end training for a signal: at once in one process (or the coordinator of
+        parameter servers); synchronous workers agree first, so that all stop at one step."""
+        if self.async_mode or self.setup.num_workers == 1:
+            return interrupt.requested
+        return lambda: trainer.any_worker(interrupt.requested())
+
+    def _interleaved_evaluation(self):
+        pieces = self.pieces
+        eval_spec, _, _ = pieces.build(ModeKeys.EVAL)
+        steps.check_spec(eval_spec, ModeKeys.EVAL)
+        keys = list(steps.log_values(eval_spec))
+        evaluator = Evaluator(self.strategy, pieces.dataset_fn(ModeKeys.EVAL), pieces.template)
+        eval_summaries = reporting.SummaryWriter(os.path.join(self.config.log_dir, "eval"), enabled=pieces.is_chief)
+        evaluated = set()
+
+        def evaluate(step):
+            if step in evaluated:
+                return
+            evaluated.add(step)
+            metrics, _ = evaluator.evaluate(keys)
+            self.logger.info(reporting.validation_line(step, metrics))
+            eval_summaries.scalars(step, metrics)
+
+        return evaluate
