@@ -1,4 +1,4 @@
-"""Mixed precision, loss scaling and gradient clipping, from MoXing's flags.
+"""Mixed precision, loss scaling and gradient clipping: RunConfig.precision, from MoXing's flags or a recipe.
 
 - ``amp_level`` (O0-O3) and ``compute_dtype`` choose each layer's Keras dtype
   policy, with the fp32 keep-list ``keep_fp32`` / ``keep_batchnorm_fp32``: see
