@@ -239,3 +239,19 @@ def test_a_recipe_takes_auto_by_default_an_integer_or_auto_and_refuses_anything_
     for bad in ("fast", "0"):
         with pytest.raises(errors.RecipeError, match="steps_per_loop.*must be a positive integer or 'auto'"):
             loader.load([], [f"run.steps_per_loop={bad}"], data=data)
+
+
+@pytest.mark.slow   # a real parameter-server cluster on loopback
+def test_under_parameter_servers_auto_keeps_every_log_line_and_checkpoint_on_its_step(launches, tmp_path):
+    """Auto under parameter servers: the coordinator schedules steps up to the next host event
+    (the same bound in time); async results vary run to run, but the host's steps must not."""
+    from tests import distlib
+
+    run = launches(["--workers=2", "--ps=1", "--async"],
+                   ["python", distlib.script("train_mnist.py"), f"--log_dir={tmp_path}", "--steps=30", "--batch=16",
+                    "--model=softmax", "--log_every=4", "--save_steps=12"], timeout=150)
+    assert run.wait() == 0, run.output()
+    logged = [int(m) for m in re.findall(r"step: (\d+)\(global step", run.output())]
+    assert logged == list(range(4, 61, 4)), logged          # 2 workers x 30 steps, a line every 4
+    saved = sorted(int(name.split("-")[1].split(".")[0]) for name in os.listdir(tmp_path) if name.endswith(".index"))
+    assert saved == [12, 24, 36, 48, 60], saved

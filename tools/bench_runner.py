@@ -34,6 +34,7 @@ import argparse
 import logging
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -190,6 +191,7 @@ def main():
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="wall seconds, or this process's CPU seconds (all threads)")
     options = parser.parse_args()
+    sys.argv[1:] = []   # moxlite reads MoXing's flags (--steps_per_loop too) from the command line
     global clock
     clock = CLOCKS[options.clock]
     values = [n.strip() for n in options.steps_per_loop.split(",")]
