@@ -1,0 +1,55 @@
+"""Every trainer the controller drives implements the whole Trainer protocol, nothing probed."""
+
+import contextlib
+
+import tensorflow as tf
+
+from moxlite.training.async_loop import AsyncTrainer
+from moxlite.training.input_resume import RestartingTrainer
+from moxlite.training.loop import SyncTrainer
+from moxlite.training.trainer_protocol import Trainer
+
+
+def test_every_trainer_implements_every_method_of_the_protocol():
+    for trainer_class in (SyncTrainer, AsyncTrainer, RestartingTrainer):
+        assert issubclass(trainer_class, Trainer)
+        assert not trainer_class.__abstractmethods__, trainer_class
+
+
+class _Recording(Trainer):
+    """A trainer that records what the controller side asked of it."""
+
+    def __init__(self):
+        self.calls = []
+
+    def run_steps(self, num_steps):
+        self.calls.append(("run_steps", num_steps))
+        return num_steps, {}
+
+    def finish(self, counted_step):
+        self.calls.append(("finish", counted_step))
+        return counted_step + 1
+
+    def any_worker(self, requested):
+        self.calls.append(("any_worker", requested))
+        return True
+
+    def user_summaries(self):
+        self.calls.append(("user_summaries",))
+        return contextlib.nullcontext()
+
+    def close(self):
+        self.calls.append(("close",))
+
+
+def test_a_restarting_trainer_passes_every_call_to_the_trainer_it_guards():
+    inner = _Recording()
+    step = tf.Variable(0, dtype=tf.int64)
+    guarded = RestartingTrainer(inner, global_step=step, restart=None, prefix="ckpt-1", allow_restart=True)
+    assert guarded.run_steps(3) == (3, {})
+    assert guarded.finish(7) == 8
+    assert guarded.any_worker(False) is True
+    with guarded.user_summaries():
+        pass
+    guarded.close()
+    assert inner.calls == [("run_steps", 3), ("finish", 7), ("any_worker", False), ("user_summaries",), ("close",)]
