@@ -103,7 +103,6 @@ class TrainStep:
         # nonfinite_policy=skip: a step whose loss is non-finite hands NaN gradients to the
         # optimizer stack, whose SkipNonFinite then skips it (see moxlite.training.nonfinite).
         self.skip_nonfinite = skip_nonfinite
-        self._no_statistics = False   # True while tracing a micro-batch of an accumulated step
 
     def __call__(self, inputs):
         spec, gradient_lists = self._gradients(inputs)
@@ -133,7 +132,7 @@ class TrainStep:
     # Per-layer statistics for wrappers that ask for them (THOR; see optimizers/wrapper.py).
 
     def _recording(self, tape):
-        if self._no_statistics:
+        if getattr(self, "_no_statistics", False):
             return contextlib.nullcontext([])
         kinds = set()
         for optimizer in self.optimizers:
