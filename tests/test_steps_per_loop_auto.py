@@ -39,13 +39,14 @@ class _Lines(logging.Handler):
 
 
 def _scalars(log_dir):
-    """[(step, tag, value)] of every summary in ``log_dir`` but the throughput."""
+    """[(directory, step, tag, value)] of every summary in ``log_dir`` (and ``eval/``) but the throughput."""
     found = []
-    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
+    for path in glob.glob(os.path.join(log_dir, "**", "events.out.tfevents.*"), recursive=True):
+        where = os.path.relpath(os.path.dirname(path), log_dir)   # "." or "eval"
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
                 if value.tag != "sample_per_sec":
-                    found.append((event.step, value.tag, tf.make_ndarray(value.tensor).tobytes()))
+                    found.append((where, event.step, value.tag, tf.make_ndarray(value.tensor).tobytes()))
     return sorted(found)
 
 
@@ -82,6 +83,8 @@ def _run(log_dir, steps_per_loop, monkeypatch, images, labels, num_gpus=1, repea
         return spec
 
     def input_fn(mode):
+        if mode == mox.ModeKeys.EVAL:   # interleaved evaluation: one pass over 100 samples
+            return tf.data.Dataset.from_tensor_slices((images[:100], labels[:100]))
         dataset = tf.data.Dataset.from_tensor_slices((images, labels))
         return dataset.repeat() if repeat is True else dataset.repeat(repeat)
 
@@ -126,6 +129,15 @@ def test_auto_equals_one_step_per_call(tmp_path, monkeypatch, num_gpus):
     one, _ = _assert_same_run(tmp_path, monkeypatch, images, labels, num_gpus=num_gpus,
                               max_number_of_steps=44)
     assert one["result"]["global_step"] == 44 and len(one["hooked"]) == 8 + 1  # 8 log lines, the end
+
+
+def test_auto_equals_one_step_per_call_with_interleaved_evaluation(tmp_path, monkeypatch):
+    images, labels = runlib.mnist_rows(400)
+    one, _ = _assert_same_run(tmp_path, monkeypatch, images, labels, max_number_of_steps=20,
+                              inter_mode=mox.ModeKeys.EVAL)
+    evaluated = [line for line in one["lines"] if "VALIDATION METRICS" in line]
+    assert len(evaluated) == 4, one["lines"]   # after the checkpoints of steps 6, 12, 18 and 20
+    assert {where for where, *_ in _scalars(str(tmp_path / "one"))} == {".", "eval"}
 
 
 def test_auto_equals_one_step_per_call_when_a_finite_input_ends_inside_a_call(tmp_path, monkeypatch):
