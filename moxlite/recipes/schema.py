@@ -79,6 +79,20 @@ def options_block(options_class):
     return setting(options_class(), options_class.__doc__.splitlines()[0])
 
 
+def with_options_blocks(**blocks):
+    """Class decorator: one options block per built-in, declared after the class's own fields.
+
+    ``@with_options_blocks(mnist=MnistOptions)`` adds the field ``mnist: MnistOptions``
+    holding MnistOptions' defaults (apply it below ``@dataclasses.dataclass``).
+    """
+    def add_blocks(cls):
+        for name, options_class in blocks.items():
+            cls.__annotations__[name] = options_class
+            setattr(cls, name, options_block(options_class))
+        return cls
+    return add_blocks
+
+
 def params_field(help_text):
     """A field that collects every key of its mapping not declared as a field.
 
@@ -185,6 +199,8 @@ class AugmentOptions:
 
 
 @dataclasses.dataclass(kw_only=True)
+@with_options_blocks(mnist=MnistOptions, synthetic=SyntheticOptions, tfrecord=TFRecordOptions,
+                     image_folder=ImageFolderOptions, augment=AugmentOptions)
 class InputSection:
     """Where samples come from: input_fn(mode) yields (image, label) samples."""
 
@@ -193,11 +209,6 @@ class InputSection:
     num_samples: Optional[int] = setting(None, "Training samples per epoch for your input_fn (built-ins know theirs).")
     epochs: Optional[int] = setting(None, "Passes over the training set; null repeats until run.steps.")
     shuffle_buffer: int = setting(10000, "Samples in the shuffle buffer of the training set; 0 disables shuffling.")
-    mnist: MnistOptions = options_block(MnistOptions)
-    synthetic: SyntheticOptions = options_block(SyntheticOptions)
-    tfrecord: TFRecordOptions = options_block(TFRecordOptions)
-    image_folder: ImageFolderOptions = options_block(ImageFolderOptions)
-    augment: AugmentOptions = options_block(AugmentOptions)
 
 
 # ----------------------------------------------------------------- model
@@ -262,6 +273,8 @@ class VitTinyOptions:
 
 
 @dataclasses.dataclass(kw_only=True)
+@with_options_blocks(mlp=MlpOptions, lenet=LenetOptions, resnet50=Resnet50Options, small_resnet=SmallResnetOptions,
+                     swin_tiny=SwinTinyOptions, vit_tiny=VitTinyOptions)
 class ModelSection:
     """The model: model_fn(inputs, mode) returning a ModelSpec."""
 
@@ -270,12 +283,6 @@ class ModelSection:
     num_classes: Optional[int] = setting(None, "Classes of a built-in model; null takes the data set's.")
     weight_decay: float = setting(0.0, "L2 penalty on the kernels of a built-in model, added to the loss.")
     label_smoothing: float = setting(0.0, "Label smoothing of a built-in model's cross-entropy.")
-    mlp: MlpOptions = options_block(MlpOptions)
-    lenet: LenetOptions = options_block(LenetOptions)
-    resnet50: Resnet50Options = options_block(Resnet50Options)
-    small_resnet: SmallResnetOptions = options_block(SmallResnetOptions)
-    swin_tiny: SwinTinyOptions = options_block(SwinTinyOptions)
-    vit_tiny: VitTinyOptions = options_block(VitTinyOptions)
 
 
 # ----------------------------------------------------------------- optimizer
