@@ -11,7 +11,7 @@ then passed through ``augmentation_fn``), ``label`` (int32) and
 import tensorflow as tf
 
 from moxlite import errors
-from moxlite.data.datasets import IMAGE_EXTENSIONS
+from moxlite.data.sources import IMAGE_EXTENSIONS
 from moxlite.data.feature_dataset import FeatureDataset, positive_int_or_none
 from moxlite.file import data_cache
 

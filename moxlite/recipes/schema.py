@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional, Union
 # moxlite.data.datasets and moxlite.models; the names are listed here so that
 # a recipe is checked without importing TensorFlow.
 DATASET_NAMES = ("mnist", "synthetic", "tfrecord", "image_folder")
+MNIST_IMAGE_SHAPE = (28, 28, 1)   # the other built-ins take theirs from their options
 MODEL_NAMES = ("mlp", "lenet", "resnet50", "small_resnet", "swin_tiny", "vit_tiny")
 AMP_LEVELS = ("", "O0", "O1", "O2", "O3")
 RUN_MODES = ("train", "eval", "predict", "export")
@@ -55,6 +56,22 @@ THOR_SCHEDULES = {
     "thor": "lr_init, lr_decay, lr_end_epoch, decay_epochs (MindSpore's get_thor_lr)",
     "thor_damping": "damping_init, decay_rate (get_thor_damping)",
     "thor_polynomial": "initial_value, end_value, total_steps, power (the BERT lr and damping)",
+}
+
+# Schedule name -> (required arguments, optional arguments), in the order of the class's
+# signature (Keras 3.15's, and moxlite.optimizers.thor_schedules'), so that a schedule block
+# is checked without importing TensorFlow; tests/test_catalog.py compares them with the
+# signatures. steps_per_epoch of THOR's schedules is derived from the run when left out.
+SCHEDULE_ARGUMENTS = {
+    "piecewise_constant": (("boundaries", "values"), ()),
+    "cosine": (("initial_learning_rate", "decay_steps"), ("alpha", "warmup_target", "warmup_steps")),
+    "cosine_restarts": (("initial_learning_rate", "first_decay_steps"), ("t_mul", "m_mul", "alpha")),
+    "exponential": (("initial_learning_rate", "decay_steps", "decay_rate"), ("staircase",)),
+    "polynomial": (("initial_learning_rate", "decay_steps"), ("end_learning_rate", "power", "cycle")),
+    "inverse_time": (("initial_learning_rate", "decay_steps", "decay_rate"), ("staircase",)),
+    "thor": (("lr_init", "lr_decay", "lr_end_epoch", "steps_per_epoch"), ("decay_epochs",)),
+    "thor_damping": (("damping_init", "decay_rate", "steps_per_epoch"), ()),
+    "thor_polynomial": (("initial_value", "end_value", "total_steps"), ("power",)),
 }
 
 REQUIRED = dataclasses.MISSING
