@@ -58,3 +58,14 @@ def test_schedule_arguments_are_the_class_signature(kind):
 
 def test_the_mnist_image_shape_the_loader_assumes_is_the_data_sets():
     assert tuple(datasets.build("mnist", {}).image_shape) == schema.MNIST_IMAGE_SHAPE
+
+
+def test_the_lazy_optimizers_face_gives_its_names_and_submodules():
+    import moxlite.optimizers as optimizers
+    from moxlite.optimizers import wrapper
+
+    assert optimizers.get_optimizer_fn is factory.get_optimizer_fn
+    assert optimizers.WRAPPER_NAMES == catalog.WRAPPER_NAMES
+    assert optimizers.wrapper is wrapper
+    with pytest.raises(AttributeError, match="no attribute 'get_optimiser_fn'"):
+        optimizers.get_optimiser_fn  # noqa: B018

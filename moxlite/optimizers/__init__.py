@@ -10,6 +10,7 @@ may use) is read without importing TensorFlow.
 """
 
 import importlib
+import importlib.util
 
 # name -> the module that defines it.
 _EXPORTS = {
@@ -25,9 +26,12 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name):
-    if name not in _EXPORTS:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f"{__name__}.{name}")   # a submodule (optimizers.wrapper, ...)
+    else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
     globals()[name] = value
     return value
 
