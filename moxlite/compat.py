@@ -306,3 +306,25 @@ def tf1_optimizer_settings(optimizer):
         if not hasattr(optimizer, attribute):
             raise _missing(type(optimizer).__name__, attribute, "translate a TF1 optimizer into a Keras one")
     return getattr(optimizer, lr_attribute), {key: getattr(optimizer, attribute) for key, attribute in attributes.items()}
+
+
+# Checkpoints -------------------------------------------------------------------------------------
+
+class SavedStrings(tf.__internal__.tracking.Trackable):
+    """A list of strings that ``tf.train.Checkpoint`` saves as one constant tensor (not restored).
+
+    Saved under ``<name>/.ATTRIBUTES/VARIABLE_VALUE``, readable with
+    ``tf.train.load_checkpoint``. A string variable would do, but cannot be made under
+    MultiWorkerMirroredStrategy; saving a plain tensor needs TensorFlow's internal
+    Trackable base and its ``_serialize_to_tensors`` / ``_restore_from_tensors`` hooks.
+    """
+
+    def __init__(self, strings):
+        self._strings = list(strings) or [""]
+
+    def _serialize_to_tensors(self):
+        with tf.device("/cpu:0"):
+            return {"VARIABLE_VALUE": tf.constant(self._strings, dtype=tf.string)}
+
+    def _restore_from_tensors(self, restored_tensors):
+        return tf.no_op()

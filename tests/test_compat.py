@@ -230,3 +230,12 @@ def test_every_tf1_optimizer_moxlite_translates_has_its_settings_listed():
     from moxlite.optimizers import tf1_adapter
 
     assert set(tf1_adapter._TRANSLATIONS) == set(compat.TF1_OPTIMIZER_ATTRIBUTES)
+
+
+def test_saved_strings_are_written_by_a_checkpoint_and_read_back_by_its_reader(tmp_path):
+    checkpoint = tf.train.Checkpoint(order=compat.SavedStrings(["dense/kernel", "dense/bias"]),
+                                     step=tf.Variable(3))
+    path = checkpoint.save(str(tmp_path / "ckpt"))
+    reader = tf.train.load_checkpoint(path)
+    assert list(reader.get_tensor("order/.ATTRIBUTES/VARIABLE_VALUE")) == [b"dense/kernel", b"dense/bias"]
+    tf.train.Checkpoint(order=compat.SavedStrings(["other"]), step=tf.Variable(0)).restore(path).assert_consumed()
