@@ -443,7 +443,8 @@ def check(loaded):
                                              f"options of the built-in {block.name!r} go in {section}.{block.name}")
     _check_data_options(loaded)
     _check_model_options(loaded)
-    _check_optimizer(loaded)
+    if run.mode == "train":   # as the builder: other modes build no optimizer
+        _check_optimizer(loaded)
     _check_distribute(loaded)
     _check_precision(loaded)
 
