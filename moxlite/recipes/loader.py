@@ -403,6 +403,11 @@ def did_you_mean(word, candidates):
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _choices(word, candidates):
+    """The end of a message about a ``word`` not among ``candidates``: the closest one, then all."""
+    return f"{did_you_mean(word, list(candidates))}; accepted: {', '.join(candidates)}"
+
+
 # ----------------------------------------------------------------- checks across fields
 
 def check(loaded):
@@ -517,8 +522,7 @@ def _check_optimizer(loaded):
     elif section.name is not None:
         if section.name not in catalog.OPTIMIZER_NAMES:
             raise error(("optimizer", "name"), f"{section.name!r} is not an optimizer"
-                                               f"{did_you_mean(section.name, list(catalog.OPTIMIZER_NAMES))}; "
-                                               f"accepted: {', '.join(catalog.OPTIMIZER_NAMES)} "
+                                               f"{_choices(section.name, catalog.OPTIMIZER_NAMES)} "
                                                f"or a 'package.module:function' reference")
         learning_rate = section.learning_rate
         if isinstance(learning_rate, schema.ScheduleBlock):
@@ -533,7 +537,7 @@ def _check_optimizer(loaded):
         for key in section.kwargs:
             if key not in accepted:
                 raise error(("optimizer", "kwargs", key), f"{section.name} takes no argument {key!r}"
-                                                          f"{did_you_mean(key, accepted)}; accepted: {', '.join(accepted)}")
+                                                          f"{_choices(key, accepted)}")
     for index, wrapper in enumerate(section.wrappers):
         _check_wrapper(loaded, ("optimizer", "wrappers", index), wrapper)
 
@@ -541,13 +545,12 @@ def _check_optimizer(loaded):
 def _check_wrapper(loaded, path, wrapper):
     if wrapper.name not in catalog.WRAPPER_NAMES:
         raise loaded.error(path + ("name",), f"{wrapper.name!r} is not a wrapper"
-                                             f"{did_you_mean(wrapper.name, list(catalog.WRAPPER_NAMES))}; "
-                                             f"accepted: {', '.join(catalog.WRAPPER_NAMES)}")
+                                             f"{_choices(wrapper.name, catalog.WRAPPER_NAMES)}")
     table = catalog.WRAPPER_PARAMETERS[wrapper.name]
     for key in wrapper.params:
         if key not in table:
             raise loaded.error(path + (key,), f"wrapper {wrapper.name!r} takes no parameter {key!r}"
-                                              f"{did_you_mean(key, list(table))}; accepted: {', '.join(table)}")
+                                              f"{_choices(key, table)}")
     params = dict(wrapper.params)
     if isinstance(params.get("damping"), dict):   # a schedule block, built into a callable later
         check_schedule(loaded, path + ("damping",), params.pop("damping"))
@@ -567,14 +570,13 @@ def check_schedule(loaded, path, block):
     kind = params.pop("schedule", None)
     kinds = list(schema.SCHEDULE_ARGUMENTS)
     if kind not in kinds:
-        raise loaded.error(path + ("schedule",), f"{kind!r} is not a schedule{did_you_mean(str(kind), kinds)}; "
-                                                 f"accepted: {', '.join(kinds)}")
+        raise loaded.error(path + ("schedule",), f"{kind!r} is not a schedule{_choices(str(kind), kinds)}")
     required, optional = schema.SCHEDULE_ARGUMENTS[kind]
     accepted = list(required + optional)
     for key in params:
         if key not in accepted:
             raise loaded.error(path + (key,), f"schedule {kind!r} takes no argument {key!r}"
-                                              f"{did_you_mean(key, accepted)}; accepted: {', '.join(accepted)}")
+                                              f"{_choices(key, accepted)}")
     derived = ("steps_per_epoch",) if kind in schema.THOR_SCHEDULES else ()
     for name in required:
         if name not in params and name not in derived:
