@@ -69,3 +69,18 @@ def test_the_lazy_optimizers_face_gives_its_names_and_submodules():
     assert optimizers.wrapper is wrapper
     with pytest.raises(AttributeError, match="no attribute 'get_optimiser_fn'"):
         optimizers.get_optimiser_fn  # noqa: B018
+
+
+@pytest.mark.parametrize("wrapper, key, good, bad", [
+    ("batch_gradients", "sync_on_apply", [True, False], [1, 0, "true", None]),
+    ("batch_gradients", "accumulate_on", ["device", "cpu"], ["gpu", 1, None]),
+    ("thor", "loss_reduction", ["mean", "sum"], ["avg", None]),
+    ("lars", "ratio", [0.001, 2], [0, -1, True, "0.1"]),
+    ("thor", "frequency", [2, 100], [1, 2.0, True]),
+    ("thor", "damping", [0.0, 0.03, lambda step: 0.1], [-0.1, "0.03"]),
+    ("lars", "exclude", [(), ["bias"], ("gamma", "beta")], ["bias", ["("], [1]]),
+])
+def test_the_parameter_checks_accept_and_refuse_what_they_say(wrapper, key, good, bad):
+    parameter = catalog.WRAPPER_PARAMETERS[wrapper][key]
+    assert all(parameter.check(value) for value in good), parameter.accepted
+    assert not any(parameter.check(value) for value in bad), parameter.accepted

@@ -82,9 +82,9 @@ def patterns(default, description):
 
 
 def one_of(default, description, choices):
-    """One of ``choices``, compared with ``==``."""
+    """One of ``choices``, of its type (so 1 is not True)."""
     accepted = " or ".join(repr(c) if isinstance(c, str) else str(c) for c in choices)
-    return Parameter(default, description, accepted, lambda v: any(v == c and type(v) is type(c) for c in choices))
+    return Parameter(default, description, accepted, lambda v: any(isinstance(v, type(c)) and v == c for c in choices))
 
 
 # ----------------------------------------------------------------- wrappers
