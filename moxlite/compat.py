@@ -8,6 +8,8 @@ test per helper, so an upgrade that changes one of them fails there with that
 name instead of as a wrong number somewhere in a run.
 """
 
+import contextlib
+
 import tensorflow as tf
 
 from moxlite import errors
@@ -58,6 +60,40 @@ def track_optimizer_variable(optimizer, variable):
     if track is None:
         raise _missing(type(optimizer).__name__, "_track_variable", "keep hand-made optimizer variables")
     track(variable)
+
+
+def optimizer_variable_index(optimizer, variable):
+    """The position of ``variable`` in the list ``optimizer`` was built on (``_get_variable_index``).
+
+    Slots made by ``add_optimizer_variables`` are in that order. The lookup
+    goes through Keras's variable key, which also finds the variable when a
+    strategy hands ``update_step`` a different object standing for it.
+    """
+    index_of = getattr(optimizer, "_get_variable_index", None)
+    if index_of is None:
+        raise _missing(type(optimizer).__name__, "_get_variable_index", "find a variable's optimizer slots")
+    return index_of(variable)
+
+
+def optimizer_own_variables(optimizer):
+    """The variables ``optimizer`` made itself (``_variables``): a wrapper's, without its inner optimizer's.
+
+    The public ``variables`` of a moxlite wrapper adds the inner optimizer's,
+    so it cannot be the source of the wrapper's own list.
+    """
+    if not hasattr(optimizer, "_variables"):
+        raise _missing(type(optimizer).__name__, "_variables", "list a wrapper's own optimizer variables")
+    return optimizer._variables
+
+
+def optimizer_built_variables(optimizer):
+    """The trainable variables ``optimizer`` was built on, in order (``_trainable_variables``; [] unbuilt).
+
+    ``apply(grads)`` without variables means these; Keras has no public getter.
+    """
+    if not hasattr(optimizer, "_trainable_variables"):
+        raise _missing(type(optimizer).__name__, "_trainable_variables", "apply gradients to the built variables")
+    return optimizer._trainable_variables
 
 
 def share_loss_scale_state(optimizer, source):
@@ -198,3 +234,97 @@ def direct_sublayers(layer):
     if flatten is None:
         raise _missing(type(layer).__name__, "_flatten_layers", "list a model's layers for the precision report")
     return list(flatten(include_self=False, recursive=False))
+
+
+# Keras layers ----------------------------------------------------------------------------------
+
+def replace_layer_method(layer_class, name, method):
+    """Set ``layer_class.<name>`` (e.g. ``Dense.call``, ``Layer.__call__``) to ``method``.
+
+    Returns a function of no arguments that puts the class back exactly as it
+    was (an inherited method is inherited again). moxlite wraps Keras's
+    forward pass at class level for the length of a ``with`` block:
+    ``Layer.__call__`` (every layer call goes through it) for per-layer
+    precision, and the ``call`` of the layers THOR records. Keras has no
+    public per-call hook for either.
+    """
+    if not callable(getattr(layer_class, name, None)):
+        raise _missing(layer_class.__name__, f"method {name}",
+                       "wrap the forward pass of its layers (per-layer precision, THOR's statistics)")
+    own = vars(layer_class).get(name)
+    setattr(layer_class, name, method)
+
+    def restore():
+        if own is None:
+            delattr(layer_class, name)
+        else:
+            setattr(layer_class, name, own)
+    return restore
+
+
+@contextlib.contextmanager
+def activation_replaced(layer, activation):
+    """Within the block, ``layer.activation`` is ``activation`` (Keras's attribute tracking bypassed).
+
+    Dense, Conv2D and EinsumDense read ``self.activation`` at call time and
+    apply it last, so the replacement sees the pre-activation output: there is
+    no public way to reach that tensor inside the layer.
+    """
+    previous = layer.activation
+    object.__setattr__(layer, "activation", activation)
+    try:
+        yield
+    finally:
+        object.__setattr__(layer, "activation", previous)
+
+
+# TF1 optimizers ----------------------------------------------------------------------------------
+
+# tf.compat.v1.train class name -> (attribute of the learning rate, {hyperparameter: attribute}).
+# TF1 optimizers keep their constructor arguments only in these private attributes.
+TF1_OPTIMIZER_ATTRIBUTES = {
+    "GradientDescentOptimizer": ("_learning_rate", {}),
+    "MomentumOptimizer": ("_learning_rate", {"momentum": "_momentum", "use_nesterov": "_use_nesterov"}),
+    "AdamOptimizer": ("_lr", {"beta1": "_beta1", "beta2": "_beta2", "epsilon": "_epsilon"}),
+    "RMSPropOptimizer": ("_learning_rate", {"decay": "_decay", "momentum": "_momentum", "epsilon": "_epsilon",
+                                            "centered": "_centered"}),
+    "AdagradOptimizer": ("_learning_rate", {"initial_accumulator_value": "_initial_accumulator_value"}),
+    "AdadeltaOptimizer": ("_lr", {"rho": "_rho", "epsilon": "_epsilon"}),
+    "FtrlOptimizer": ("_learning_rate", {
+        key: "_" + key for key in ("learning_rate_power", "initial_accumulator_value", "l1_regularization_strength",
+                                   "l2_regularization_strength", "l2_shrinkage_regularization_strength", "beta")}),
+}
+
+
+def tf1_optimizer_settings(optimizer):
+    """(learning rate, {hyperparameter: value}) a ``tf.compat.v1.train`` optimizer was made with.
+
+    The class must be one of ``TF1_OPTIMIZER_ATTRIBUTES``.
+    """
+    lr_attribute, attributes = TF1_OPTIMIZER_ATTRIBUTES[type(optimizer).__name__]
+    for attribute in (lr_attribute, *attributes.values()):
+        if not hasattr(optimizer, attribute):
+            raise _missing(type(optimizer).__name__, attribute, "translate a TF1 optimizer into a Keras one")
+    return getattr(optimizer, lr_attribute), {key: getattr(optimizer, attribute) for key, attribute in attributes.items()}
+
+
+# Checkpoints -------------------------------------------------------------------------------------
+
+class SavedStrings(tf.__internal__.tracking.Trackable):
+    """A list of strings that ``tf.train.Checkpoint`` saves as one constant tensor (not restored).
+
+    Saved under ``<name>/.ATTRIBUTES/VARIABLE_VALUE``, readable with
+    ``tf.train.load_checkpoint``. A string variable would do, but cannot be made under
+    MultiWorkerMirroredStrategy; saving a plain tensor needs TensorFlow's internal
+    Trackable base and its ``_serialize_to_tensors`` / ``_restore_from_tensors`` hooks.
+    """
+
+    def __init__(self, strings):
+        self._strings = list(strings) or [""]
+
+    def _serialize_to_tensors(self):
+        with tf.device("/cpu:0"):
+            return {"VARIABLE_VALUE": tf.constant(self._strings, dtype=tf.string)}
+
+    def _restore_from_tensors(self, restored_tensors):
+        return tf.no_op()

@@ -139,3 +139,103 @@ def test_direct_sublayers_are_one_level_down_in_order():
 
     assert names(outer) == ["inner", "c"]
     assert names(inner) == ["a", "b"]
+
+
+def test_optimizer_variable_index_finds_a_variables_slots_under_a_strategy(two_device_strategy):
+    with two_device_strategy.scope():
+        first, second = tf.Variable([1.0]), tf.Variable([2.0, 3.0])
+        optimizer = keras.optimizers.SGD(momentum=0.9)
+        optimizer.build([first, second])
+    assert compat.optimizer_variable_index(optimizer, second) == 1
+    assert optimizer.momentums[compat.optimizer_variable_index(optimizer, first)].shape == (1,)
+    seen = []
+
+    def replica_fn():   # update_step sees the replica's component, which must map to the same slot
+        seen.append(compat.optimizer_variable_index(optimizer, second))
+
+    two_device_strategy.run(replica_fn)
+    assert seen and set(seen) == {1}
+
+
+def test_optimizer_own_and_built_variables_are_what_apply_and_build_use():
+    optimizer = keras.optimizers.SGD(momentum=0.9)
+    assert compat.optimizer_built_variables(optimizer) == []
+    weights = [tf.Variable([1.0]), tf.Variable([2.0])]
+    optimizer.build(weights)
+    assert [id(v) for v in compat.optimizer_built_variables(optimizer)] == [id(v) for v in weights]
+    assert [id(v) for v in compat.optimizer_own_variables(optimizer)] == [id(v) for v in optimizer.variables]
+    optimizer.apply([tf.constant([1.0]), tf.constant([1.0])])   # no variables: the built ones
+    assert float(weights[0].numpy()[0]) < 1.0
+
+
+def test_replaced_layer_call_and_dunder_call_see_every_call_until_put_back():
+    seen = []
+    conv_call, layer_call = keras.layers.Conv2D.call, keras.layers.Layer.__call__
+    assert "call" not in vars(keras.layers.Conv2D)   # inherited from the convolution base
+    restore_conv = compat.replace_layer_method(
+        keras.layers.Conv2D, "call", lambda layer, inputs: (seen.append("call"), conv_call(layer, inputs))[1])
+    restore_layer = compat.replace_layer_method(
+        keras.layers.Layer, "__call__", lambda layer, *a, **k: (seen.append("__call__"), layer_call(layer, *a, **k))[1])
+    try:
+        model = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Conv2D(2, 1)])
+        tf.function(model)(tf.ones((1, 4, 4, 1)))
+    finally:
+        restore_layer()
+        restore_conv()
+    assert "call" in seen and "__call__" in seen
+    assert "call" not in vars(keras.layers.Conv2D) and keras.layers.Conv2D.call is conv_call
+    assert vars(keras.layers.Layer)["__call__"] is layer_call
+    with pytest.raises(compat.CompatibilityError, match="Dense has no method forward"):
+        compat.replace_layer_method(keras.layers.Dense, "forward", layer_call)
+
+
+@pytest.mark.parametrize("kind", ["Dense", "Conv2D", "EinsumDense"])
+def test_a_replaced_activation_sees_the_pre_activation_output(kind):
+    layer, inputs = {
+        "Dense": (keras.layers.Dense(3, activation="relu"), np.random.rand(2, 4)),
+        "Conv2D": (keras.layers.Conv2D(3, 1, activation="relu"), np.random.rand(2, 5, 5, 4)),
+        "EinsumDense": (keras.layers.EinsumDense("ab,bc->ac", output_shape=3, bias_axes="c", activation="relu"),
+                        np.random.rand(2, 4)),
+    }[kind]
+    inputs = inputs.astype("float32")
+    layer(inputs)
+    kernel, bias = (np.asarray(w) for w in layer.weights)
+    expected = inputs @ kernel.reshape(-1, 3)[-inputs.shape[-1]:] + bias
+    seen = []
+    with compat.activation_replaced(layer, lambda x: (seen.append(np.asarray(x)), x)[1]):
+        outputs = layer(inputs)
+    np.testing.assert_allclose(seen[0], expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-5)   # no relu: the replacement is all
+    assert layer.activation is keras.activations.relu
+
+
+@pytest.mark.parametrize("name, arguments", [
+    ("GradientDescentOptimizer", dict(learning_rate=0.1)),
+    ("MomentumOptimizer", dict(learning_rate=0.1, momentum=0.8, use_nesterov=True)),
+    ("AdamOptimizer", dict(learning_rate=0.1, beta1=0.8, beta2=0.9, epsilon=1e-3)),
+    ("RMSPropOptimizer", dict(learning_rate=0.1, decay=0.8, momentum=0.5, epsilon=1e-3, centered=True)),
+    ("AdagradOptimizer", dict(learning_rate=0.1, initial_accumulator_value=0.3)),
+    ("AdadeltaOptimizer", dict(learning_rate=0.1, rho=0.8, epsilon=1e-3)),
+    ("FtrlOptimizer", dict(learning_rate=0.1, learning_rate_power=-0.4, initial_accumulator_value=0.2,
+                           l1_regularization_strength=0.01, l2_regularization_strength=0.02,
+                           l2_shrinkage_regularization_strength=0.03, beta=0.04)),
+])
+def test_tf1_optimizer_settings_are_the_constructor_arguments(name, arguments):
+    optimizer = getattr(tf.compat.v1.train, name)(**arguments)
+    learning_rate, settings = compat.tf1_optimizer_settings(optimizer)
+    assert {"learning_rate": learning_rate, **settings} == arguments
+
+
+def test_every_tf1_optimizer_moxlite_translates_has_its_settings_listed():
+    from moxlite.optimizers import tf1_adapter
+
+    assert set(tf1_adapter._TRANSLATIONS) == set(compat.TF1_OPTIMIZER_ATTRIBUTES)
+
+
+def test_saved_strings_are_written_by_a_checkpoint_and_read_back_by_its_reader(tmp_path):
+    checkpoint = tf.train.Checkpoint(order=compat.SavedStrings(["dense/kernel", "dense/bias"]),
+                                     step=tf.Variable(3))
+    path = checkpoint.save(str(tmp_path / "ckpt"))
+    reader = tf.train.load_checkpoint(path)
+    assert list(reader.get_tensor("order/.ATTRIBUTES/VARIABLE_VALUE")) == [b"dense/kernel", b"dense/bias"]
+    tf.train.Checkpoint(order=compat.SavedStrings(["other"]), step=tf.Variable(0)).restore(path).assert_consumed()

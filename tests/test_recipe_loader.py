@@ -134,3 +134,19 @@ def test_resolved_yaml_is_plain_safe_yaml(base_file):
     data = yaml.safe_load(loader.load([base_file]).resolved_yaml())
     assert data["optimizer"]["wrappers"] == [{"name": "lars", "ratio": 0.002},
                                              {"name": "batch_gradients", "num_batches": 4}]
+
+
+def test_the_optimizer_section_is_checked_only_where_an_optimizer_is_built(base_file):
+    bad = ["optimizer.name=momentom", "optimizer.wrappers.0.ratoi=1"]
+    with pytest.raises(errors.RecipeError, match="'momentom' is not an optimizer"):
+        loader.load([base_file], bad)
+    loaded = loader.load([base_file], bad + ["run.mode=eval"])   # eval builds no optimizer, as before
+    assert loaded.recipe.optimizer.name == "momentom"
+
+
+def test_a_thor_damping_schedule_may_leave_out_the_derived_steps_per_epoch(base_file):
+    damping = "{schedule: thor_damping, damping_init: 0.03, decay_rate: 0.87}"
+    loaded = loader.load([base_file], [f"optimizer.wrappers=[{{name: thor, damping: {damping}}}]"])
+    assert loaded.recipe.optimizer.wrappers[0].params["damping"]["schedule"] == "thor_damping"
+    with pytest.raises(errors.RecipeError, match="thor: frequency=1 is out of range; expected an integer >= 2"):
+        loader.load([base_file], [f"optimizer.wrappers=[{{name: thor, frequency: 1, damping: {damping}}}]"])

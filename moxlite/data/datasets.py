@@ -14,8 +14,6 @@ once, in order.
 """
 
 import dataclasses
-import glob
-import os
 from typing import Callable, Optional, Tuple
 
 import numpy as np
@@ -23,18 +21,9 @@ import tensorflow as tf
 
 from moxlite import errors
 from moxlite.contract import ModeKeys
-from moxlite.data import mnist as mnist_data
+from moxlite.data import mnist as mnist_data, sources
+from moxlite.data.sources import DataOptionError
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
-
-
-class DataOptionError(errors.ArgumentError):
-    """A data-set option is wrong; ``option`` names it so a recipe can point at its line."""
-
-    def __init__(self, option, message):
-        super().__init__(f"{option}: {message}")
-        self.option = option
-        self.detail = message
 
 
 @dataclasses.dataclass
@@ -141,14 +130,6 @@ def _decode_image(data, image_shape, image_format):
     return tf.cast(image, tf.float32) / 255.0
 
 
-def _expand(patterns, option):
-    files = sorted({path for pattern in patterns for path in glob.glob(pattern)})
-    if not files:
-        shown = ", ".join(patterns) if patterns else "nothing"
-        raise DataOptionError(option, f"{shown} match no file; give glob patterns of TFRecord files")
-    return files
-
-
 def tfrecord(train_files, eval_files, image_shape=(224, 224, 3), num_classes=1000, num_samples=None,
              image_key="image/encoded", label_key="image/class/label", image_format="encoded", label_offset=0,
              epochs=None, shuffle_buffer=10000, seed=0):
@@ -158,8 +139,8 @@ def tfrecord(train_files, eval_files, image_shape=(224, 224, 3), num_classes=100
     ``image_shape``; ``'raw'`` reads uint8 bytes of exactly ``image_shape``.
     ``label_offset`` is added to each label (ImageNet files count from 1).
     """
-    train_paths = _expand(train_files, "train_files")
-    eval_paths = _expand(eval_files, "eval_files")
+    train_paths = sources.tfrecord_files(train_files, "train_files")
+    eval_paths = sources.tfrecord_files(eval_files, "eval_files")
     shape = tuple(int(s) for s in image_shape)
     features = {image_key: tf.io.FixedLenFeature([], tf.string), label_key: tf.io.FixedLenFeature([], tf.int64)}
 
@@ -191,42 +172,14 @@ def write_tfrecords(path, images, labels, image_format="encoded", image_key="ima
 
 # ----------------------------------------------------------------- image folder
 
-def _list_images(directory, class_names, option):
-    paths, labels = [], []
-    for label, name in enumerate(class_names):
-        folder = os.path.join(directory, name)
-        if not os.path.isdir(folder):
-            continue
-        for file_name in sorted(os.listdir(folder)):
-            if file_name.lower().endswith(IMAGE_EXTENSIONS):
-                paths.append(os.path.join(folder, file_name))
-                labels.append(label)
-    if not paths:
-        raise DataOptionError(option, f"{directory!r} holds no {'/'.join(IMAGE_EXTENSIONS)} image in its class folders")
-    return paths, labels
-
-
-def class_folders(directory, option="train_dir"):
-    """The sorted class sub-folder names of ``directory``."""
-    if not directory or not os.path.isdir(directory):
-        raise DataOptionError(option, f"{directory!r} is not a directory; give a folder with one sub-folder per class")
-    names = sorted(n for n in os.listdir(directory) if os.path.isdir(os.path.join(directory, n)))
-    if not names:
-        raise DataOptionError(option, f"{directory!r} has no class sub-folders")
-    return names
-
-
 def image_folder(train_dir, eval_dir, image_shape=(224, 224, 3), epochs=None, shuffle_buffer=10000, seed=0):
     """Images in ``<dir>/<class name>/<file>``; classes are numbered in sorted folder order.
 
     The held-out folder must use class names of the training folder.
     """
-    class_names = class_folders(train_dir, "train_dir")
-    unknown = sorted(set(class_folders(eval_dir, "eval_dir")) - set(class_names))
-    if unknown:
-        raise DataOptionError("eval_dir", f"class folders {unknown} are not in train_dir {train_dir!r}")
-    train_paths, train_labels = _list_images(train_dir, class_names, "train_dir")
-    eval_paths, eval_labels = _list_images(eval_dir, class_names, "eval_dir")
+    class_names = sources.image_folder_classes(train_dir, eval_dir)
+    train_paths, train_labels = sources.list_images(train_dir, class_names, "train_dir")
+    eval_paths, eval_labels = sources.list_images(eval_dir, class_names, "eval_dir")
     shape = tuple(int(s) for s in image_shape)
 
     def load(path, label):

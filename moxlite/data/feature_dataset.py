@@ -40,6 +40,16 @@ def element_seed():
     return getattr(_local, "seed", None)
 
 
+def positive_int_or_none(owner, name, value, hint=""):
+    """``value`` if it is None or an integer >= 1; otherwise an ArgumentError naming owner, name and value.
+
+    ``hint`` ends the message (what the number means, what None does).
+    """
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise errors.ArgumentError(f"{owner}: {name}={errors.describe(value)} must be a positive integer{hint}")
+    return value
+
+
 class FeatureDataset:
     """Named features built by ``_build_features``; the base of MoXing's data-set classes.
 
@@ -50,11 +60,7 @@ class FeatureDataset:
     """
 
     def __init__(self, batch_size=None, num_parallel=None):
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                       or batch_size < 1):
-            raise errors.ArgumentError(
-                f"{type(self).__name__}: batch_size={errors.describe(batch_size)} must be a positive integer")
-        self.batch_size = batch_size
+        self.batch_size = positive_int_or_none(type(self).__name__, "batch_size", batch_size)
         self.num_parallel = num_parallel or tf.data.AUTOTUNE
         self._pending = None
 

@@ -11,8 +11,8 @@ then passed through ``augmentation_fn``), ``label`` (int32) and
 import tensorflow as tf
 
 from moxlite import errors
-from moxlite.data.datasets import IMAGE_EXTENSIONS
-from moxlite.data.feature_dataset import FeatureDataset
+from moxlite.data.sources import IMAGE_EXTENSIONS
+from moxlite.data.feature_dataset import FeatureDataset, positive_int_or_none
 from moxlite.file import data_cache
 
 
@@ -70,17 +70,13 @@ class ImageClassificationRawDataset(FeatureDataset):
     def __init__(self, metadata, batch_size=None, num_epochs=None, shuffle=True, augmentation_fn=None,
                  num_parallel=None, reader_class=None, seed=0, channels=3, **unused):
         super().__init__(batch_size=batch_size, num_parallel=num_parallel)
-        if num_epochs is not None and (isinstance(num_epochs, bool) or not isinstance(num_epochs, int)
-                                       or num_epochs < 1):
-            raise errors.ArgumentError(
-                f"ImageClassificationRawDataset: num_epochs={errors.describe(num_epochs)} must be a positive "
-                "integer or None (repeat forever)")
+        self.num_epochs = positive_int_or_none("ImageClassificationRawDataset", "num_epochs", num_epochs,
+                                               " or None (repeat forever)")
         if augmentation_fn is not None and not callable(augmentation_fn):
             raise errors.ArgumentError(
                 f"ImageClassificationRawDataset: augmentation_fn={errors.describe(augmentation_fn)} is not "
                 "callable; give a function image -> image such as mox.get_data_augmentation_fn(name, mode)")
         self.metadata = metadata
-        self.num_epochs = num_epochs
         self.shuffle = bool(shuffle)
         self.augmentation_fn = augmentation_fn
         self.seed = seed

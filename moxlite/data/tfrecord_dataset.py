@@ -15,7 +15,7 @@ order and the runner's per-worker shards are disjoint and complete.
 import tensorflow as tf
 
 from moxlite import errors
-from moxlite.data.feature_dataset import FeatureDataset
+from moxlite.data.feature_dataset import FeatureDataset, positive_int_or_none
 from moxlite.file import data_cache
 
 DEFAULT_SHUFFLE_BUFFER = 10000
@@ -36,15 +36,11 @@ class ImageClassificationTFRecordMetadata:
         if not data_dir or not isinstance(data_dir, str):
             raise errors.ArgumentError(
                 f"ImageClassificationTFRecordMetadata: data_dir={errors.describe(data_dir)} must be a folder path")
-        if num_samples is not None and (isinstance(num_samples, bool) or not isinstance(num_samples, int)
-                                        or num_samples < 1):
-            raise errors.ArgumentError(
-                f"ImageClassificationTFRecordMetadata: num_samples={errors.describe(num_samples)} must be a "
-                "positive integer (the number of records in the files), or None")
+        num_samples = positive_int_or_none("ImageClassificationTFRecordMetadata", "num_samples", num_samples,
+                                           " (the number of records in the files), or None")
         self.data_dir = data_dir
         self.file_pattern = file_pattern
-        self.num_samples = num_samples
-        self.total_num_samples = num_samples
+        self.num_samples = self.total_num_samples = num_samples
         self.num_classes = num_classes
         self.redirect_dir = redirect_dir
         local_dir = data_cache.local_copy(data_dir, file_pattern)  # s3:// / obs://: TF reads a local copy
@@ -76,16 +72,11 @@ class BaseTFRecordDataset(FeatureDataset):
             raise errors.ArgumentError(
                 f"{type(self).__name__}: {len(feature_keys)} feature_keys and {len(feature_values)} "
                 "feature_values; give one tf.io.FixedLenFeature/VarLenFeature per key")
-        if num_epochs is not None and (isinstance(num_epochs, bool) or not isinstance(num_epochs, int)
-                                       or num_epochs < 1):
-            raise errors.ArgumentError(
-                f"{type(self).__name__}: num_epochs={errors.describe(num_epochs)} must be a positive integer "
-                "or None (repeat forever)")
+        self.num_epochs = positive_int_or_none(type(self).__name__, "num_epochs", num_epochs,
+                                               " or None (repeat forever)")
         self.meta = meta
-        self.feature_keys = feature_keys
-        self.feature_values = feature_values
+        self.feature_keys, self.feature_values = feature_keys, feature_values
         self.shuffle = bool(shuffle)
-        self.num_epochs = num_epochs
         self.shuffle_buffer_size = shuffle_buffer_size
         self.seed = seed
 

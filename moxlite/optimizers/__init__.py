@@ -3,11 +3,38 @@
     optimizer_fn = get_optimizer_fn("momentum", "5:0.1->0.4,10:0.4", momentum=0.9)
     optimizer_fn = get_optimizer_wrapper_fn("lars", optimizer_fn, ratio=0.001)
     optimizer_fn = get_optimizer_wrapper_fn("batch_gradients", optimizer_fn, num_batches=8)
+
+The face is lazy (PEP 562), like ``moxlite``'s: each name below is imported on
+first use, so ``moxlite.optimizers.catalog`` (the names and parameters a recipe
+may use) is read without importing TensorFlow.
 """
 
-from moxlite.optimizers.factory import OPTIMIZER_NAMES, get_optimizer_fn
-from moxlite.optimizers.registry import (
-    WRAPPER_NAMES, describe_stack, get_optimizer_wrapper_fn, wrapper_parameters)
-from moxlite.optimizers.schedules import current_learning_rate
-from moxlite.optimizers.wrapper import (
-    LayerStatisticsRequest, OptimizerWrapper, is_optimizer, layer_statistics_request)
+import importlib
+import importlib.util
+
+# name -> the module that defines it.
+_EXPORTS = {
+    "OPTIMIZER_NAMES": "factory", "get_optimizer_fn": "factory",
+    "WRAPPER_NAMES": "registry", "describe_stack": "registry", "get_optimizer_wrapper_fn": "registry",
+    "wrapper_parameters": "registry",
+    "current_learning_rate": "schedules",
+    "LayerStatisticsRequest": "wrapper", "OptimizerWrapper": "wrapper", "is_optimizer": "wrapper",
+    "layer_statistics_request": "wrapper",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f"{__name__}.{name}")   # a submodule (optimizers.wrapper, ...)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -33,12 +33,8 @@ import keras
 import tensorflow as tf
 
 from moxlite import compat
-from moxlite.optimizers import schedules
+from moxlite.optimizers import catalog, schedules
 from moxlite.optimizers import wrapper as wrapper_lib
-
-
-def _positive_int(value):
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @keras.saving.register_keras_serializable(package="moxlite")
@@ -46,16 +42,7 @@ class BatchGradients(wrapper_lib.OptimizerWrapper):
     """Apply the mean of ``num_batches`` micro-batch gradients once (see the module docstring)."""
 
     NAME = "batch_gradients"
-    PARAMETERS = {
-        "num_batches": wrapper_lib.Parameter(
-            8, "micro-batches whose mean gradient is applied once", "an integer >= 1", _positive_int),
-        "sync_on_apply": wrapper_lib.Parameter(
-            True, "all-reduce only when applying (True) or on every micro-batch (False)",
-            "True or False", lambda v: isinstance(v, bool)),
-        "accumulate_on": wrapper_lib.Parameter(
-            "device", "where the accumulators live: 'device' (per replica) or 'cpu' (host memory)",
-            "'device' or 'cpu'", lambda v: v in ("device", "cpu")),
-    }
+    PARAMETERS = catalog.BATCH_GRADIENTS_PARAMETERS
 
     @property
     def learning_rate(self):

@@ -12,46 +12,26 @@ MomentumOptimizer had no default). TF1's ``use_locking`` is accepted and
 ignored: TF2 variables have no locking option.
 """
 
-import inspect
-
 import keras
 
 from moxlite import errors
-from moxlite.optimizers import schedules
+from moxlite.optimizers import catalog, schedules
 
 # name -> (Keras class, fixed keyword arguments, TF1/MoXing spelling -> Keras spelling).
-_OPTIMIZERS = {
-    "sgd": (keras.optimizers.SGD, {"momentum": 0.0}, {}),
-    "momentum": (keras.optimizers.SGD, {}, {"use_nesterov": "nesterov"}),
-    "adam": (keras.optimizers.Adam, {}, {"beta1": "beta_1", "beta2": "beta_2"}),
-    "adamw": (keras.optimizers.AdamW, {}, {"beta1": "beta_1", "beta2": "beta_2"}),
-    "rmsprop": (keras.optimizers.RMSprop, {}, {"decay": "rho"}),
-    "adagrad": (keras.optimizers.Adagrad, {}, {}),
-    "adadelta": (keras.optimizers.Adadelta, {}, {}),
-    "ftrl": (keras.optimizers.Ftrl, {}, {}),
-    "nadam": (keras.optimizers.Nadam, {}, {"beta1": "beta_1", "beta2": "beta_2"}),
-    "lamb": (keras.optimizers.Lamb, {}, {"beta1": "beta_1", "beta2": "beta_2"}),
-}
+_OPTIMIZERS = {name: (getattr(keras.optimizers, class_name), fixed, aliases)
+               for name, (class_name, fixed, aliases) in catalog.OPTIMIZERS.items()}
 
-OPTIMIZER_NAMES = tuple(sorted(_OPTIMIZERS))
+OPTIMIZER_NAMES = catalog.OPTIMIZER_NAMES
 
 _DEFAULTS = {"momentum": {"momentum": 0.9}}
-_IGNORED = ("use_locking",)
+_IGNORED = catalog.IGNORED_ARGUMENTS
 # Keras's own accumulation raises under MirroredStrategy; batch_gradients replaces it.
 _REFUSED = {"gradient_accumulation_steps": "use get_optimizer_wrapper_fn('batch_gradients', ...) instead"}
 
 
-def _keras_arguments(cls):
-    names = [name for name, parameter in inspect.signature(cls.__init__).parameters.items()
-             if name not in ("self", "learning_rate") and parameter.kind is not parameter.VAR_KEYWORD]
-    return [name for name in names if name not in _REFUSED]
-
-
 def accepted_arguments(name):
     """The keyword arguments ``get_optimizer_fn(name, ...)`` accepts, MoXing spellings included."""
-    cls, fixed, aliases = _OPTIMIZERS[_checked_name(name)]
-    names = [n for n in _keras_arguments(cls) if n not in fixed]
-    return sorted(set(names) | set(aliases) | set(_IGNORED))
+    return catalog.accepted_arguments(_checked_name(name))
 
 
 def _checked_name(name):

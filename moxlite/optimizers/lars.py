@@ -25,24 +25,8 @@ import re
 import keras
 import tensorflow as tf
 
-from moxlite.optimizers import wrapper as wrapper_lib
-
-DEFAULT_EXCLUDE = ("bias", "beta", "gamma", "batch_norm", "batchnorm", "layer_norm", "layernorm")
-
-
-def _non_negative_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-
-
-def _patterns(value):
-    if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) for p in value):
-        return False
-    try:
-        for pattern in value:
-            re.compile(pattern)
-    except re.error:
-        return False
-    return True
+from moxlite.optimizers import catalog, wrapper as wrapper_lib
+from moxlite.optimizers.catalog import DEFAULT_EXCLUDE  # noqa: F401  (re-exported)
 
 
 def variable_path(variable):
@@ -55,20 +39,7 @@ class LARS(wrapper_lib.OptimizerWrapper):
     """Scale each variable's gradient by its LARS trust ratio (formula in the module docstring)."""
 
     NAME = "lars"
-    PARAMETERS = {
-        "ratio": wrapper_lib.Parameter(
-            0.001, "LARS coefficient (eta): trust = ratio*||w||/(||g||+weight_decay*||w||+epsilon)",
-            "a number > 0", lambda v: _non_negative_number(v) and v > 0),
-        "weight_decay": wrapper_lib.Parameter(
-            0.0001, "L2 weight decay added to the gradient of non-excluded variables",
-            "a number >= 0", _non_negative_number),
-        "epsilon": wrapper_lib.Parameter(
-            0.0, "added to the trust ratio's denominator",
-            "a number >= 0", _non_negative_number),
-        "exclude": wrapper_lib.Parameter(
-            DEFAULT_EXCLUDE, "regular expressions; variables whose path matches one are not scaled",
-            "a list of regular expressions", _patterns),
-    }
+    PARAMETERS = catalog.LARS_PARAMETERS
 
     def __init__(self, inner_optimizer, name=None, **parameters):
         if "exclude" in parameters and isinstance(parameters["exclude"], list):

@@ -6,13 +6,14 @@ for ``--dry-run``.
 """
 
 from moxlite import errors
-from moxlite.optimizers import tf1_adapter, wrapper as wrapper_lib
+from moxlite.optimizers import catalog, tf1_adapter, wrapper as wrapper_lib
 from moxlite.optimizers.batch_gradients import BatchGradients
 from moxlite.optimizers.lars import LARS
 from moxlite.optimizers.thor import THOR
 
+# The classes of the wrappers the catalog lists (a test checks they are the same set).
 WRAPPERS = {cls.NAME: cls for cls in (BatchGradients, LARS, THOR)}
-WRAPPER_NAMES = tuple(sorted(WRAPPERS))
+WRAPPER_NAMES = catalog.WRAPPER_NAMES
 
 
 def wrapper_class(name):

@@ -42,6 +42,8 @@ RMSProp, Adagrad and Ftrl leave untouched rows' slots alone, these do not.
 import keras
 from keras import ops
 
+from moxlite import compat
+
 
 class TF1Optimizer(keras.optimizers.Optimizer):
     """Base of the TF1-formula optimizers: slots declared per class, hyperparameters as floats.
@@ -79,7 +81,7 @@ class TF1Optimizer(keras.optimizers.Optimizer):
         return self.SLOTS
 
     def _slot(self, name, variable):
-        return getattr(self, f"_{name}_slots")[self._get_variable_index(variable)]
+        return getattr(self, f"_{name}_slots")[compat.optimizer_variable_index(self, variable)]
 
     def _constant(self, name, variable):
         return ops.cast(getattr(self, name), variable.dtype)

@@ -25,29 +25,18 @@ import functools
 
 import tensorflow as tf
 
-from moxlite import context, errors, logs
+from moxlite import compat, context, errors, logs
 from moxlite.optimizers import schedules, tf1
 
-# TF1 class name -> (moxlite class, TF1 attribute of the learning rate,
-#                    {moxlite hyperparameter: TF1 attribute}).
+# TF1 class name -> the moxlite class with its formulas (compat reads the TF1 object's settings).
 _TRANSLATIONS = {
-    "GradientDescentOptimizer": (tf1.TF1GradientDescent, "_learning_rate", {}),
-    "MomentumOptimizer": (tf1.TF1Momentum, "_learning_rate",
-                          {"momentum": "_momentum", "use_nesterov": "_use_nesterov"}),
-    "AdamOptimizer": (tf1.TF1Adam, "_lr", {"beta1": "_beta1", "beta2": "_beta2", "epsilon": "_epsilon"}),
-    "RMSPropOptimizer": (tf1.TF1RMSProp, "_learning_rate",
-                         {"decay": "_decay", "momentum": "_momentum", "epsilon": "_epsilon",
-                          "centered": "_centered"}),
-    "AdagradOptimizer": (tf1.TF1Adagrad, "_learning_rate",
-                         {"initial_accumulator_value": "_initial_accumulator_value"}),
-    "AdadeltaOptimizer": (tf1.TF1Adadelta, "_lr", {"rho": "_rho", "epsilon": "_epsilon"}),
-    "FtrlOptimizer": (tf1.TF1Ftrl, "_learning_rate",
-                      {"learning_rate_power": "_learning_rate_power",
-                       "initial_accumulator_value": "_initial_accumulator_value",
-                       "l1_regularization_strength": "_l1_regularization_strength",
-                       "l2_regularization_strength": "_l2_regularization_strength",
-                       "l2_shrinkage_regularization_strength": "_l2_shrinkage_regularization_strength",
-                       "beta": "_beta"}),
+    "GradientDescentOptimizer": tf1.TF1GradientDescent,
+    "MomentumOptimizer": tf1.TF1Momentum,
+    "AdamOptimizer": tf1.TF1Adam,
+    "RMSPropOptimizer": tf1.TF1RMSProp,
+    "AdagradOptimizer": tf1.TF1Adagrad,
+    "AdadeltaOptimizer": tf1.TF1Adadelta,
+    "FtrlOptimizer": tf1.TF1Ftrl,
 }
 
 SUPPORTED = tuple(f"tf.compat.v1.train.{name}" for name in _TRANSLATIONS)
@@ -118,11 +107,10 @@ def as_keras_optimizer(optimizer):
     translation = _TRANSLATIONS.get(type(optimizer).__name__)
     if translation is None or type(optimizer) is not getattr(tf.compat.v1.train, type(optimizer).__name__, None):
         raise _refuse(optimizer, "which moxlite cannot translate")
-    cls, lr_attribute, attributes = translation
+    cls = translation
     try:
-        raw_learning_rate = getattr(optimizer, lr_attribute)
-        raw = {key: getattr(optimizer, attribute) for key, attribute in attributes.items()}
-    except AttributeError as error:
+        raw_learning_rate, raw = compat.tf1_optimizer_settings(optimizer)
+    except compat.CompatibilityError as error:
         raise _refuse(optimizer, f"whose attributes this TensorFlow version renamed ({error})") from None
     hyperparameters = {key: _hyperparameter(optimizer, key, value) for key, value in raw.items()}
     return cls(learning_rate=_learning_rate(optimizer, raw_learning_rate), **hyperparameters)

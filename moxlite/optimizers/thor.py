@@ -39,24 +39,12 @@ import keras
 import tensorflow as tf
 
 from moxlite import compat, logs
-from moxlite.optimizers import thor_factors, thor_inverse
+from moxlite.optimizers import catalog, thor_factors, thor_inverse
 from moxlite.optimizers import wrapper as wrapper_lib
-from moxlite.optimizers.lars import DEFAULT_EXCLUDE, _patterns, variable_path
+from moxlite.optimizers.lars import variable_path
 
 
 TRACKED_KINDS = ("Dense", "Conv2D", "Embedding", "EinsumDense", "LayerNormalization")
-
-
-def _number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _damping_ok(value):
-    return callable(value) or (_number(value) and value >= 0)
-
-
-def _int_at_least(minimum):
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum
 
 
 def _identities(variable):
@@ -97,32 +85,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
     """Precondition Dense/Conv2D/Embedding/EinsumDense/LayerNorm gradients (module docstring)."""
 
     NAME = "thor"
-    PARAMETERS = {
-        "damping": wrapper_lib.Parameter(
-            0.03, "lambda added to both factors as sqrt(lambda); a number or a schedule (callable of the step)",
-            "a number >= 0 or a callable step -> number", _damping_ok),
-        "frequency": wrapper_lib.Parameter(
-            100, "refresh factors and inverses once every this many applied updates",
-            "an integer >= 2", _int_at_least(2)),
-        "block_size": wrapper_lib.Parameter(
-            128, "invert diagonal blocks of this size (MindSpore: 128); 0 = the full inverse",
-            "an integer >= 0", _int_at_least(0)),
-        "weight_decay": wrapper_lib.Parameter(
-            0.0, "L2 weight decay added after preconditioning to variables not matching weight_decay_exclude",
-            "a number >= 0", lambda v: _number(v) and v >= 0),
-        "weight_decay_exclude": wrapper_lib.Parameter(
-            DEFAULT_EXCLUDE, "regular expressions; variables whose path matches one get no weight decay",
-            "a list of regular expressions", _patterns),
-        "include": wrapper_lib.Parameter(
-            (), "regular expressions; if given, only layers whose name or kernel path matches one are preconditioned",
-            "a list of regular expressions", _patterns),
-        "exclude": wrapper_lib.Parameter(
-            (), "regular expressions; layers whose name or kernel path matches one get the plain gradient",
-            "a list of regular expressions", _patterns),
-        "loss_reduction": wrapper_lib.Parameter(
-            "mean", "how model_fn's loss reduces over the batch (G needs per-sample gradients)",
-            "'mean' or 'sum'", lambda v: v in ("mean", "sum")),
-    }
+    PARAMETERS = catalog.THOR_PARAMETERS
 
     def __init__(self, inner_optimizer, name=None, **parameters):
         for key in ("weight_decay_exclude", "include", "exclude"):
@@ -151,7 +114,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
 
     def _position_of(self, slot):
         """(index in the built variable list of the first variable ``slot`` covers, its path)."""
-        positions = [index for index, variable in enumerate(getattr(self, "_trainable_variables", None) or [])
+        positions = [index for index, variable in enumerate(compat.optimizer_built_variables(self))
                      if _identities(variable) & slot.identities]
         return (min(positions, default=float("inf")), slot.name)
 

@@ -42,7 +42,9 @@ saves and restores the whole stack.
 
 Parameters: each wrapper class declares ``PARAMETERS``, a dict of
 ``Parameter(default, description, accepted, check)``; the registry lists them
-for ``--help-recipe`` and validates values against them.
+for ``--help-recipe`` and validates values against them. The wrappers a recipe
+may name keep theirs in ``moxlite.optimizers.catalog``, which imports no
+TensorFlow, so that the recipe loader checks them before TensorFlow starts.
 
 Interface for wrappers that need per-layer statistics (THOR)
 ------------------------------------------------------------
@@ -78,27 +80,18 @@ the wrapper that asked for them.
 
 import dataclasses
 import threading
-from typing import Any, Callable, Optional, Tuple
+from typing import Optional, Tuple
 
 import keras
 import tensorflow as tf
 
 from moxlite import compat, context, errors, flags, logs
-from moxlite.optimizers import tf1_adapter
+from moxlite.optimizers import catalog, tf1_adapter
+from moxlite.optimizers.catalog import Parameter  # noqa: F401  (wrapper_lib.Parameter)
 
 SYNC_REPLICAS_WARNING = "Using OptimizerWrapper when sync_replicas is True may cause performance loss."
 _warning_lock = threading.Lock()
 _warned = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Parameter:
-    """One wrapper parameter: default, one-line description, accepted range and its check."""
-
-    default: Any
-    description: str
-    accepted: str
-    check: Callable[[Any], bool]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,18 +254,7 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
     @classmethod
     def validate_parameters(cls, parameters):
         """Defaults filled in; an OptimizerError naming the parameter and its range otherwise."""
-        unknown = sorted(set(parameters) - set(cls.PARAMETERS))
-        if unknown:
-            raise errors.OptimizerError(
-                f"{cls.NAME}: unknown parameter {unknown[0]!r}; accepted: {', '.join(cls.PARAMETERS)}")
-        values = {}
-        for key, parameter in cls.PARAMETERS.items():
-            value = parameters.get(key, parameter.default)
-            if not parameter.check(value):
-                raise errors.OptimizerError(
-                    f"{cls.NAME}: {key}={errors.describe(value)} is out of range; expected {parameter.accepted}")
-            values[key] = value
-        return values
+        return catalog.checked_parameters(cls.NAME, cls.PARAMETERS, parameters)
 
     def parameter_values(self):
         return {key: getattr(self, key) for key in self.PARAMETERS}
@@ -293,7 +275,7 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
 
     @property
     def variables(self):
-        return self._variables + self.inner_optimizer.variables
+        return compat.optimizer_own_variables(self) + self.inner_optimizer.variables
 
     def build(self, variables):
         self._build_own_state(list(variables))
@@ -310,7 +292,7 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
 
     def apply(self, grads, trainable_variables=None):
         if trainable_variables is None:
-            trainable_variables = self._trainable_variables
+            trainable_variables = compat.optimizer_built_variables(self)
         elif not self.built:
             self.build(list(trainable_variables))
         pairs = [(dense(g), v) for g, v in zip(grads, trainable_variables) if g is not None]

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional
 from moxlite import errors
 from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.recipes import references, schema
-from moxlite.recipes.loader import LoadedRecipe, did_you_mean
+from moxlite.recipes.loader import LoadedRecipe
 
 RUN_MODES = {"train": ModeKeys.TRAIN, "eval": ModeKeys.EVAL, "predict": ModeKeys.PREDICT, "export": ModeKeys.EXPORT}
 
@@ -227,13 +227,6 @@ def _build_model(loaded, data_facts):
     if num_classes is None:
         raise loaded.error(("model", "num_classes"), f"required for the built-in model {section.name!r} "
                                                      f"with your own input_fn (the data set's class count)")
-    image_shape = data_facts.get("image_shape")
-    if section.name == "resnet50" and image_shape is not None and min(image_shape[:2]) < 32:
-        raise loaded.error(("model", "name"), f"resnet50 needs images of at least 32x32, the data set gives "
-                                              f"{list(image_shape)}; use small_resnet, lenet or mlp")
-    if section.name in ("lenet", "small_resnet", "resnet50", "swin_tiny", "vit_tiny") and image_shape is not None and len(image_shape) != 3:
-        raise loaded.error(("model", "name"), f"{section.name} needs [height, width, channels] images, the data "
-                                              f"set gives {list(image_shape)}")
     options = dataclasses.asdict(getattr(section, section.name))
     from moxlite import models
 
@@ -246,34 +239,22 @@ def _build_model(loaded, data_facts):
 def _build_optimizer_fn(loaded, flags=None, num_samples=None):
     """optimizer_fn(): the base optimizer, then each wrapper around the previous one (innermost first).
 
-    Every name and parameter is checked here, before anything is written.
-    flags and num_samples let THOR's schedules derive their steps_per_epoch.
+    Names and parameters were checked by the loader (recipes.loader, against
+    moxlite.optimizers.catalog); flags and num_samples let THOR's schedules derive
+    their steps_per_epoch.
     """
     from moxlite import optimizers
-    from moxlite.optimizers import factory, schedules
+    from moxlite.optimizers import schedules
 
     section = loaded.recipe.optimizer
     if schema.is_reference(section.name):
         base_fn = _resolve(loaded, ("optimizer", "name"), section.name)
-        if section.kwargs:
-            raise loaded.error(("optimizer", "kwargs"), "only used with a built-in optimizer name; "
-                                                        "your optimizer_fn takes no arguments")
     else:
-        if section.name not in optimizers.OPTIMIZER_NAMES:
-            raise loaded.error(("optimizer", "name"), f"{section.name!r} is not an optimizer"
-                                                      f"{did_you_mean(section.name, list(optimizers.OPTIMIZER_NAMES))}; "
-                                                      f"accepted: {', '.join(optimizers.OPTIMIZER_NAMES)} "
-                                                      f"or a 'package.module:function' reference")
         learning_rate = _learning_rate(loaded, flags, num_samples)
         try:
             schedules.check_learning_rate(learning_rate)
         except errors.UserInputError as error:
             raise loaded.error(("optimizer", "learning_rate"), str(error)) from None
-        accepted = factory.accepted_arguments(section.name)
-        for key in section.kwargs:
-            if key not in accepted:
-                raise loaded.error(("optimizer", "kwargs", key), f"{section.name} takes no argument {key!r}"
-                                                                 f"{did_you_mean(key, accepted)}; accepted: {', '.join(accepted)}")
         try:
             base_fn = optimizers.get_optimizer_fn(section.name, learning_rate, **section.kwargs)
         except errors.UserInputError as error:
@@ -281,15 +262,6 @@ def _build_optimizer_fn(loaded, flags=None, num_samples=None):
     optimizer_fn = base_fn
     for index, wrapper in enumerate(section.wrappers):
         path = ("optimizer", "wrappers", index)
-        if wrapper.name not in optimizers.WRAPPER_NAMES:
-            raise loaded.error(path + ("name",), f"{wrapper.name!r} is not a wrapper"
-                                                 f"{did_you_mean(wrapper.name, list(optimizers.WRAPPER_NAMES))}; "
-                                                 f"accepted: {', '.join(optimizers.WRAPPER_NAMES)}")
-        accepted = optimizers.wrapper_parameters(wrapper.name)
-        for key in wrapper.params:
-            if key not in accepted:
-                raise loaded.error(path + (key,), f"wrapper {wrapper.name!r} takes no parameter {key!r}"
-                                                  f"{did_you_mean(key, list(accepted))}; accepted: {', '.join(accepted)}")
         params = dict(wrapper.params)
         if isinstance(params.get("damping"), dict):
             params["damping"] = _schedule(loaded, path + ("damping",), params["damping"], flags, num_samples)
@@ -312,33 +284,20 @@ def _learning_rate(loaded, flags=None, num_samples=None):
 
 
 def _schedule(loaded, path, block, flags, num_samples):
-    """The schedule a block ``{schedule: <kind>, <its arguments>}`` names, its arguments checked."""
+    """The schedule a block ``{schedule: <kind>, <its arguments>}`` names (checked by loader.check_schedule)."""
     import keras
 
     from moxlite.optimizers import thor_schedules
 
     params = dict(block)
-    kind = params.pop("schedule", None)
-    kinds = list(schema.SCHEDULES) + list(schema.THOR_SCHEDULES)
-    if kind not in kinds:
-        raise loaded.error(path + ("schedule",), f"{kind!r} is not a schedule{did_you_mean(str(kind), kinds)}; "
-                                                 f"accepted: {', '.join(kinds)}")
+    kind = params.pop("schedule")
     if kind in schema.THOR_SCHEDULES:
         schedule_class = thor_schedules.SCHEDULE_CLASSES[kind]
     else:
         schedule_class = getattr(keras.optimizers.schedules, schema.SCHEDULES[kind])
-    parameters = inspect.signature(schedule_class.__init__).parameters
-    accepted = [n for n in parameters if n not in ("self", "name")]
-    for key in params:
-        if key not in accepted:
-            raise loaded.error(path + (key,), f"schedule {kind!r} takes no argument {key!r}"
-                                              f"{did_you_mean(key, accepted)}; accepted: {', '.join(accepted)}")
-    if kind in schema.THOR_SCHEDULES and "steps_per_epoch" in accepted and "steps_per_epoch" not in params:
+    required, _ = schema.SCHEDULE_ARGUMENTS[kind]
+    if kind in schema.THOR_SCHEDULES and "steps_per_epoch" in required and "steps_per_epoch" not in params:
         params["steps_per_epoch"] = _updates_per_epoch(loaded, path, kind, flags, num_samples)
-    required = [n for n in accepted if parameters[n].default is inspect.Parameter.empty]
-    for name in required:
-        if name not in params:
-            raise loaded.error(path + (name,), f"missing: schedule {kind!r} needs {', '.join(required)}")
     try:
         return schedule_class(**params)
     except errors.UserInputError as error:

@@ -129,6 +129,7 @@ def _main(arguments):
     if arguments.mode:
         overrides.append(f"run.mode={arguments.mode}")
     loaded = loader.load(arguments.recipes, overrides)
+    loader.resolve_references(loaded)
 
     from moxlite.recipes import builders, execution  # these import TensorFlow
 

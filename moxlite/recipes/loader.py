@@ -18,8 +18,10 @@ from typing import Any, Dict, List, Optional, Union
 import yaml
 
 from moxlite import errors, flags
+from moxlite.data import sources
 from moxlite.distribute import cluster
-from moxlite.recipes import schema
+from moxlite.optimizers import catalog, learning_rates
+from moxlite.recipes import references, schema
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,6 +403,11 @@ def did_you_mean(word, candidates):
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _choices(word, candidates):
+    """The end of a message about a ``word`` not among ``candidates``: the closest one, then all."""
+    return f"{did_you_mean(word, list(candidates))}; accepted: {', '.join(candidates)}"
+
+
 # ----------------------------------------------------------------- checks across fields
 
 def check(loaded):
@@ -443,6 +450,8 @@ def check(loaded):
                                              f"options of the built-in {block.name!r} go in {section}.{block.name}")
     _check_data_options(loaded)
     _check_model_options(loaded)
+    if run.mode == "train":   # as the builder: other modes build no optimizer
+        _check_optimizer(loaded)
     _check_distribute(loaded)
     _check_precision(loaded)
 
@@ -463,6 +472,19 @@ def _check_data_options(loaded):
             raise error(("input", block, "image_shape"), f"{shape} must be [height, width, channels] with 1 or 3 channels")
     if recipe.input.shuffle_buffer < 0:
         raise error(("input", "shuffle_buffer"), f"{recipe.input.shuffle_buffer} must be 0 or more")
+    if recipe.input.name in ("tfrecord", "image_folder"):
+        try:
+            sources.check_files(recipe.input.name, dataclasses.asdict(getattr(recipe.input, recipe.input.name)))
+        except sources.DataOptionError as problem:
+            raise error(("input", recipe.input.name, problem.option), problem.detail) from None
+
+
+def data_image_shape(recipe):
+    """The image shape a built-in data set gives (None for your own input_fn), known before reading it."""
+    name = recipe.input.name
+    if schema.is_reference(name):
+        return None
+    return list(schema.MNIST_IMAGE_SHAPE) if name == "mnist" else list(getattr(recipe.input, name).image_shape)
 
 
 def _check_model_options(loaded):
@@ -478,6 +500,89 @@ def _check_model_options(loaded):
             raise error(("model", name, "dropout"), f"{value} must be in [0, 1)")
     if model.weight_decay < 0:
         raise error(("model", "weight_decay"), f"{model.weight_decay} must be 0 or more")
+    image_shape = data_image_shape(recipe)
+    if model.name == "resnet50" and image_shape is not None and min(image_shape[:2]) < 32:
+        raise error(("model", "name"), f"resnet50 needs images of at least 32x32, the data set gives "
+                                       f"{image_shape}; use small_resnet, lenet or mlp")
+    if model.name in ("lenet", "small_resnet", "resnet50", "swin_tiny", "vit_tiny") and image_shape is not None \
+            and len(image_shape) != 3:
+        raise error(("model", "name"), f"{model.name} needs [height, width, channels] images, the data "
+                                       f"set gives {image_shape}")
+
+
+def _check_optimizer(loaded):
+    """Names, arguments, learning rate and wrapper parameters, against moxlite.optimizers.catalog.
+
+    Everything a recipe can get wrong here is known without TensorFlow; building the
+    optimizer (recipes.builders) only derives THOR's steps_per_epoch and constructs.
+    """
+    section, error = loaded.recipe.optimizer, loaded.error
+    if section.name is not None and schema.is_reference(section.name):
+        if section.kwargs:
+            raise error(("optimizer", "kwargs"), "only used with a built-in optimizer name; "
+                                                 "your optimizer_fn takes no arguments")
+    elif section.name is not None:
+        if section.name not in catalog.OPTIMIZER_NAMES:
+            raise error(("optimizer", "name"), f"{section.name!r} is not an optimizer"
+                                               f"{_choices(section.name, catalog.OPTIMIZER_NAMES)} "
+                                               f"or a 'package.module:function' reference")
+        learning_rate = section.learning_rate
+        if isinstance(learning_rate, schema.ScheduleBlock):
+            check_schedule(loaded, ("optimizer", "learning_rate"),
+                           dict(learning_rate.params, schedule=learning_rate.schedule))
+        else:
+            try:
+                learning_rates.check_number_or_string(learning_rate)
+            except errors.UserInputError as problem:
+                raise error(("optimizer", "learning_rate"), str(problem)) from None
+        accepted = catalog.accepted_arguments(section.name)
+        for key in section.kwargs:
+            if key not in accepted:
+                raise error(("optimizer", "kwargs", key), f"{section.name} takes no argument {key!r}"
+                                                          f"{_choices(key, accepted)}")
+    for index, wrapper in enumerate(section.wrappers):
+        _check_wrapper(loaded, ("optimizer", "wrappers", index), wrapper)
+
+
+def _check_wrapper(loaded, path, wrapper):
+    if wrapper.name not in catalog.WRAPPER_NAMES:
+        raise loaded.error(path + ("name",), f"{wrapper.name!r} is not a wrapper"
+                                             f"{_choices(wrapper.name, catalog.WRAPPER_NAMES)}")
+    table = catalog.WRAPPER_PARAMETERS[wrapper.name]
+    for key in wrapper.params:
+        if key not in table:
+            raise loaded.error(path + (key,), f"wrapper {wrapper.name!r} takes no parameter {key!r}"
+                                              f"{_choices(key, table)}")
+    params = dict(wrapper.params)
+    if isinstance(params.get("damping"), dict):   # a schedule block, built into a callable later
+        check_schedule(loaded, path + ("damping",), params.pop("damping"))
+    try:
+        catalog.checked_parameters(wrapper.name, table, params)
+    except errors.UserInputError as problem:
+        named = [key for key in params if f" {key}=" in str(problem)]
+        raise loaded.error(path + tuple(named[:1]), str(problem)) from None
+
+
+def check_schedule(loaded, path, block):
+    """A schedule block ``{schedule: <kind>, <its arguments>}``: the kind and its argument names.
+
+    THOR's ``steps_per_epoch`` may be left out: the builder derives it from the run.
+    """
+    params = dict(block)
+    kind = params.pop("schedule", None)
+    kinds = list(schema.SCHEDULE_ARGUMENTS)
+    if kind not in kinds:
+        raise loaded.error(path + ("schedule",), f"{kind!r} is not a schedule{_choices(str(kind), kinds)}")
+    required, optional = schema.SCHEDULE_ARGUMENTS[kind]
+    accepted = list(required + optional)
+    for key in params:
+        if key not in accepted:
+            raise loaded.error(path + (key,), f"schedule {kind!r} takes no argument {key!r}"
+                                              f"{_choices(key, accepted)}")
+    derived = ("steps_per_epoch",) if kind in schema.THOR_SCHEDULES else ()
+    for name in required:
+        if name not in params and name not in derived:
+            raise loaded.error(path + (name,), f"missing: schedule {kind!r} needs {', '.join(required)}")
 
 
 def _check_distribute(loaded):
@@ -520,6 +625,26 @@ def _check_precision(loaded):
                     f"{scale!r} must be 0 (off), a number, 'dynamic' or 'dynamic:<start>' (numbers > 0)") from None
     if precision.gradient_clip < 0:
         raise error(("precision", "gradient_clip"), f"{precision.gradient_clip} must be 0 (off) or positive")
+
+
+def resolve_references(loaded):
+    """The stage after ``check``: import the functions the recipe names, in the builder's order.
+
+    It imports the user's modules (and TensorFlow only if they do), so a bad
+    reference is rejected as fast as its module imports, before the builder
+    imports TensorFlow for the built-ins.
+    """
+    recipe = loaded.recipe
+    named = [(("input", "name"), recipe.input.name), (("model", "name"), recipe.model.name)]
+    if recipe.run.mode == "train":
+        named.append((("optimizer", "name"), recipe.optimizer.name))
+    named.append((("run", "output_fn"), recipe.run.output_fn))
+    for path, name in named:
+        if name is not None and schema.is_reference(name):
+            try:
+                references.resolve(name)
+            except references.UnresolvedReference as problem:
+                raise loaded.error(path, str(problem)) from None
 
 
 def to_plain(value):

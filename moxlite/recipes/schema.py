@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional, Union
 # moxlite.data.datasets and moxlite.models; the names are listed here so that
 # a recipe is checked without importing TensorFlow.
 DATASET_NAMES = ("mnist", "synthetic", "tfrecord", "image_folder")
+MNIST_IMAGE_SHAPE = (28, 28, 1)   # the other built-ins take theirs from their options
 MODEL_NAMES = ("mlp", "lenet", "resnet50", "small_resnet", "swin_tiny", "vit_tiny")
 AMP_LEVELS = ("", "O0", "O1", "O2", "O3")
 RUN_MODES = ("train", "eval", "predict", "export")
@@ -57,6 +58,22 @@ THOR_SCHEDULES = {
     "thor_polynomial": "initial_value, end_value, total_steps, power (the BERT lr and damping)",
 }
 
+# Schedule name -> (required arguments, optional arguments), in the order of the class's
+# signature (Keras 3.15's, and moxlite.optimizers.thor_schedules'), so that a schedule block
+# is checked without importing TensorFlow; tests/test_catalog.py compares them with the
+# signatures. steps_per_epoch of THOR's schedules is derived from the run when left out.
+SCHEDULE_ARGUMENTS = {
+    "piecewise_constant": (("boundaries", "values"), ()),
+    "cosine": (("initial_learning_rate", "decay_steps"), ("alpha", "warmup_target", "warmup_steps")),
+    "cosine_restarts": (("initial_learning_rate", "first_decay_steps"), ("t_mul", "m_mul", "alpha")),
+    "exponential": (("initial_learning_rate", "decay_steps", "decay_rate"), ("staircase",)),
+    "polynomial": (("initial_learning_rate", "decay_steps"), ("end_learning_rate", "power", "cycle")),
+    "inverse_time": (("initial_learning_rate", "decay_steps", "decay_rate"), ("staircase",)),
+    "thor": (("lr_init", "lr_decay", "lr_end_epoch", "steps_per_epoch"), ("decay_epochs",)),
+    "thor_damping": (("damping_init", "decay_rate", "steps_per_epoch"), ()),
+    "thor_polynomial": (("initial_value", "end_value", "total_steps"), ("power",)),
+}
+
 REQUIRED = dataclasses.MISSING
 
 
@@ -77,6 +94,20 @@ def setting(default, help_text, choices=None):
 def options_block(options_class):
     """A built-in's options block: its defaults, described by the first line of its docstring."""
     return setting(options_class(), options_class.__doc__.splitlines()[0])
+
+
+def with_options_blocks(**blocks):
+    """Class decorator: one options block per built-in, declared after the class's own fields.
+
+    ``@with_options_blocks(mnist=MnistOptions)`` adds the field ``mnist: MnistOptions``
+    holding MnistOptions' defaults (apply it below ``@dataclasses.dataclass``).
+    """
+    def add_blocks(cls):
+        for name, options_class in blocks.items():
+            cls.__annotations__[name] = options_class
+            setattr(cls, name, options_block(options_class))
+        return cls
+    return add_blocks
 
 
 def params_field(help_text):
@@ -185,6 +216,8 @@ class AugmentOptions:
 
 
 @dataclasses.dataclass(kw_only=True)
+@with_options_blocks(mnist=MnistOptions, synthetic=SyntheticOptions, tfrecord=TFRecordOptions,
+                     image_folder=ImageFolderOptions, augment=AugmentOptions)
 class InputSection:
     """Where samples come from: input_fn(mode) yields (image, label) samples."""
 
@@ -193,11 +226,6 @@ class InputSection:
     num_samples: Optional[int] = setting(None, "Training samples per epoch for your input_fn (built-ins know theirs).")
     epochs: Optional[int] = setting(None, "Passes over the training set; null repeats until run.steps.")
     shuffle_buffer: int = setting(10000, "Samples in the shuffle buffer of the training set; 0 disables shuffling.")
-    mnist: MnistOptions = options_block(MnistOptions)
-    synthetic: SyntheticOptions = options_block(SyntheticOptions)
-    tfrecord: TFRecordOptions = options_block(TFRecordOptions)
-    image_folder: ImageFolderOptions = options_block(ImageFolderOptions)
-    augment: AugmentOptions = options_block(AugmentOptions)
 
 
 # ----------------------------------------------------------------- model
@@ -262,6 +290,8 @@ class VitTinyOptions:
 
 
 @dataclasses.dataclass(kw_only=True)
+@with_options_blocks(mlp=MlpOptions, lenet=LenetOptions, resnet50=Resnet50Options, small_resnet=SmallResnetOptions,
+                     swin_tiny=SwinTinyOptions, vit_tiny=VitTinyOptions)
 class ModelSection:
     """The model: model_fn(inputs, mode) returning a ModelSpec."""
 
@@ -270,12 +300,6 @@ class ModelSection:
     num_classes: Optional[int] = setting(None, "Classes of a built-in model; null takes the data set's.")
     weight_decay: float = setting(0.0, "L2 penalty on the kernels of a built-in model, added to the loss.")
     label_smoothing: float = setting(0.0, "Label smoothing of a built-in model's cross-entropy.")
-    mlp: MlpOptions = options_block(MlpOptions)
-    lenet: LenetOptions = options_block(LenetOptions)
-    resnet50: Resnet50Options = options_block(Resnet50Options)
-    small_resnet: SmallResnetOptions = options_block(SmallResnetOptions)
-    swin_tiny: SwinTinyOptions = options_block(SwinTinyOptions)
-    vit_tiny: VitTinyOptions = options_block(VitTinyOptions)
 
 
 # ----------------------------------------------------------------- optimizer

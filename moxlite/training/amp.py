@@ -36,7 +36,7 @@ from typing import Optional, Tuple
 import keras
 import tensorflow as tf
 
-from moxlite import errors
+from moxlite import compat, errors
 
 LEVELS = ("O0", "O1", "O2", "O3")
 COMPUTE_DTYPES = ("float16", "bfloat16")
@@ -189,12 +189,12 @@ def layer_policies(plan: Optional[AmpPlan], record=False):
         return tf.nest.map_structure(lambda value: _cast_back(value, compute), outputs)
 
     keras.config.set_dtype_policy(plan.policy_name)
-    keras.layers.Layer.__call__ = call
+    restore_call = compat.replace_layer_method(keras.layers.Layer, "__call__", call)
     _active.update(plan=plan, original_call=original_call, layers=seen)
     try:
         yield
     finally:
-        keras.layers.Layer.__call__ = original_call
+        restore_call()
         keras.config.set_dtype_policy(previous_policy)
         _active.update(plan=None, original_call=None, layers=None)
 

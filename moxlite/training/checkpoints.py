@@ -16,7 +16,7 @@ import time
 
 import tensorflow as tf
 
-from moxlite import errors
+from moxlite import compat, errors
 from moxlite.training import hyperparameters, input_resume, naming
 from moxlite.training.reporting import get_logger
 
@@ -34,20 +34,10 @@ def variable_keys(variables):
     return {f"v{index:04d}": variable for index, variable in enumerate(variables)}
 
 
-class _KeyList(tf.__internal__.tracking.Trackable):
-    """The model keys in creation order, saved as a constant string tensor (not a variable:
-    a string variable cannot be created under MultiWorkerMirroredStrategy, whose variable
-    creation broadcasts the initial value)."""
-
-    def __init__(self, keys):
-        self._keys = list(keys) or [""]
-
-    def _serialize_to_tensors(self):
-        with tf.device("/cpu:0"):
-            return {"VARIABLE_VALUE": tf.constant(self._keys, dtype=tf.string)}
-
-    def _restore_from_tensors(self, restored_tensors):
-        return tf.no_op()
+# The model keys in creation order, saved as a constant string tensor (not a variable: a string
+# variable cannot be created under MultiWorkerMirroredStrategy, whose variable creation
+# broadcasts the initial value).
+_KeyList = compat.SavedStrings
 
 
 def _unescape(name):

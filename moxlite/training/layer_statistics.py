@@ -81,7 +81,7 @@ class _Recorder:
 _local = threading.local()
 _patch_lock = threading.Lock()
 _patch_count = 0
-_originals = {}
+_restorers = {}   # kind -> puts that class's call back
 
 
 def _active_recorder():
@@ -111,11 +111,8 @@ def _recording_call(kind, original):
             x = x + record.probe
             return activation(x) if activation is not None else x
 
-        object.__setattr__(self, "activation", probed_activation)
-        try:
+        with compat.activation_replaced(self, probed_activation):
             return original(self, inputs, *args, **kwargs)
-        finally:
-            object.__setattr__(self, "activation", activation)
     return call
 
 
@@ -124,8 +121,7 @@ def _install():
     with _patch_lock:
         if _patch_count == 0:
             for kind, cls in _KINDS.items():
-                _originals[kind] = cls.call
-                cls.call = _recording_call(kind, cls.call)
+                _restorers[kind] = compat.replace_layer_method(cls, "call", _recording_call(kind, cls.call))
         _patch_count += 1
 
 
@@ -135,7 +131,7 @@ def _uninstall():
         _patch_count -= 1
         if _patch_count == 0:
             for kind, cls in _KINDS.items():
-                cls.call = _originals.pop(kind)
+                _restorers.pop(kind)()
 
 
 @contextlib.contextmanager

@@ -1,0 +1,86 @@
+"""The tables the recipe loader checks without TensorFlow agree with the code they stand for.
+
+moxlite.optimizers.catalog and the schema's SCHEDULE_ARGUMENTS write out what Keras's and
+moxlite's signatures say, for the pinned Keras 3.15; an upgrade that changes one fails here
+by name, instead of letting a recipe through that the builder then rejects (or the reverse).
+"""
+
+import inspect
+
+import keras
+import pytest
+
+from moxlite.data import datasets
+from moxlite.optimizers import catalog, factory, registry, thor_schedules
+from moxlite.recipes import schema
+
+
+def _arguments(cls, leave_out=("self", "name")):
+    parameters = inspect.signature(cls.__init__).parameters
+    names = [n for n, p in parameters.items() if n not in leave_out and p.kind is not p.VAR_KEYWORD]
+    return names, [n for n in names if parameters[n].default is inspect.Parameter.empty]
+
+
+@pytest.mark.parametrize("class_name", sorted(catalog.KERAS_ARGUMENTS))
+def test_keras_optimizer_arguments_are_the_class_signature(class_name):
+    names, _ = _arguments(getattr(keras.optimizers, class_name), leave_out=("self", "learning_rate"))
+    expected = set(names) - set(factory._REFUSED)
+    assert set(catalog.keras_arguments(class_name)) == expected, (
+        f"keras.optimizers.{class_name} takes {sorted(expected)}; update catalog.KERAS_ARGUMENTS")
+
+
+def test_every_optimizer_name_maps_to_a_listed_keras_class():
+    for name, (class_name, fixed, aliases) in catalog.OPTIMIZERS.items():
+        accepted = catalog.accepted_arguments(name)
+        assert not set(fixed) & set(accepted), name
+        assert set(aliases.values()) <= set(catalog.keras_arguments(class_name)), name
+        assert factory._OPTIMIZERS[name][0] is getattr(keras.optimizers, class_name)
+
+
+def test_the_wrapper_classes_use_the_catalog_tables():
+    assert set(registry.WRAPPERS) == set(catalog.WRAPPER_PARAMETERS)
+    for name, cls in registry.WRAPPERS.items():
+        assert cls.PARAMETERS is catalog.WRAPPER_PARAMETERS[name]
+        assert all(parameter.check(parameter.default) for parameter in cls.PARAMETERS.values()), name
+
+
+@pytest.mark.parametrize("kind", sorted(schema.SCHEDULE_ARGUMENTS))
+def test_schedule_arguments_are_the_class_signature(kind):
+    if kind in schema.THOR_SCHEDULES:
+        cls = thor_schedules.SCHEDULE_CLASSES[kind]
+    else:
+        cls = getattr(keras.optimizers.schedules, schema.SCHEDULES[kind])
+    names, required = _arguments(cls)
+    assert schema.SCHEDULE_ARGUMENTS[kind] == (tuple(required), tuple(n for n in names if n not in required)), (
+        f"{cls.__name__}{inspect.signature(cls.__init__)}; update schema.SCHEDULE_ARGUMENTS[{kind!r}]")
+    assert set(schema.SCHEDULE_ARGUMENTS) == set(schema.SCHEDULES) | set(schema.THOR_SCHEDULES)
+
+
+def test_the_mnist_image_shape_the_loader_assumes_is_the_data_sets():
+    assert tuple(datasets.build("mnist", {}).image_shape) == schema.MNIST_IMAGE_SHAPE
+
+
+def test_the_lazy_optimizers_face_gives_its_names_and_submodules():
+    import moxlite.optimizers as optimizers
+    from moxlite.optimizers import wrapper
+
+    assert optimizers.get_optimizer_fn is factory.get_optimizer_fn
+    assert optimizers.WRAPPER_NAMES == catalog.WRAPPER_NAMES
+    assert optimizers.wrapper is wrapper
+    with pytest.raises(AttributeError, match="no attribute 'get_optimiser_fn'"):
+        optimizers.get_optimiser_fn  # noqa: B018
+
+
+@pytest.mark.parametrize("wrapper, key, good, bad", [
+    ("batch_gradients", "sync_on_apply", [True, False], [1, 0, "true", None]),
+    ("batch_gradients", "accumulate_on", ["device", "cpu"], ["gpu", 1, None]),
+    ("thor", "loss_reduction", ["mean", "sum"], ["avg", None]),
+    ("lars", "ratio", [0.001, 2], [0, -1, True, "0.1"]),
+    ("thor", "frequency", [2, 100], [1, 2.0, True]),
+    ("thor", "damping", [0.0, 0.03, lambda step: 0.1], [-0.1, "0.03"]),
+    ("lars", "exclude", [(), ["bias"], ("gamma", "beta")], ["bias", ["("], [1]]),
+])
+def test_the_parameter_checks_accept_and_refuse_what_they_say(wrapper, key, good, bad):
+    parameter = catalog.WRAPPER_PARAMETERS[wrapper][key]
+    assert all(parameter.check(value) for value in good), parameter.accepted
+    assert not any(parameter.check(value) for value in bad), parameter.accepted
