@@ -32,6 +32,7 @@ counters. Per-layer variables are created when the first step is traced
 (only then are the layers known).
 """
 
+import math
 import re
 import sys
 
@@ -90,6 +91,22 @@ class _Slot:
     @property
     def kind(self):
         return self.geometry.kind
+
+    def pieces(self):
+        """(state key, shapes of its pieces), in the order the all-reduced vector holds them: only
+        the diagonal blocks of A and G are formed and reduced (``thor_factors.piece_shapes``)."""
+        if self.kind == "LayerNormalization":
+            return [("rows", [()])]
+        a_pieces = ([(self.geometry.d_in,)] if self.kind == "Embedding"
+                    else thor_factors.piece_shapes(self.geometry.d_in, self.a_layout))
+        return [("a_sum", a_pieces), ("g_sum", thor_factors.piece_shapes(self.geometry.d_out, self.g_layout)),
+                ("rows", [()])]
+
+    def accumulated(self, key, pieces):
+        """The reduced ``pieces`` of state ``key`` in the shape of its accumulator."""
+        if key == "rows" or (key == "a_sum" and self.kind == "Embedding"):
+            return pieces[0]
+        return thor_factors.padded_blocks(pieces, self.a_layout if key == "a_sum" else self.g_layout)
 
 
 @keras.saving.register_keras_serializable(package="moxlite")
@@ -170,19 +187,24 @@ class THOR(wrapper_lib.OptimizerWrapper):
             blocks, side = layout
             return lambda shape, dtype=None: tf.eye(side, batch_shape=[blocks], dtype=dtype or tf.float32)
 
+        def blocks_shape(layout):
+            return (layout[0], layout[1], layout[1])
+
         with tf.init_scope():
             state = {"rows": variable("rows", ())}
             if slot.kind == "LayerNormalization":
                 state["batch"] = variable("batch", (), "ones")
             else:
-                state["a_sum"] = variable("a_sum", geometry.a_shape)
-                state["g_sum"] = variable("g_sum", geometry.g_shape)
+                # Factor sums are kept as their diagonal blocks only (the last one zero-padded).
+                state["g_sum"] = variable("g_sum", blocks_shape(slot.g_layout))
                 if slot.kind == "Embedding":
+                    state["a_sum"] = variable("a_sum", (geometry.d_in,))
                     state["a_inverse"] = variable("a_inverse", (geometry.d_in,), "ones")
                 else:
-                    state["a_inverse"] = variable("a_inverse", (slot.a_layout[0], slot.a_layout[1],
-                                                                slot.a_layout[1]), identity_blocks(slot.a_layout))
-                state["g_inverse"] = variable("g_inverse", (slot.g_layout[0], slot.g_layout[1], slot.g_layout[1]),
+                    state["a_sum"] = variable("a_sum", blocks_shape(slot.a_layout))
+                    state["a_inverse"] = variable("a_inverse", blocks_shape(slot.a_layout),
+                                                  identity_blocks(slot.a_layout))
+                state["g_inverse"] = variable("g_inverse", blocks_shape(slot.g_layout),
                                               identity_blocks(slot.g_layout))
         slot.state = state
 
@@ -255,7 +277,11 @@ class THOR(wrapper_lib.OptimizerWrapper):
         per_sample = self.loss_reduction == "mean"
         parts = []
         for slot, calls in zip(slots, tensors):
-            sums = [thor_factors.local_sums(slot.geometry, thor_factors.Call(*call), per_sample) for call in calls]
+            sums = []
+            for call in calls:
+                a, g, rows = thor_factors.local_sums(slot.geometry, thor_factors.Call(*call), per_sample,
+                                                     slot.a_layout, slot.g_layout)
+                sums.append([*a, *g, rows])
             parts.extend(tf.reshape(tf.add_n(list(column)), [-1]) for column in zip(*sums))
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in gradients]) if gradients else True
         parts.append(tf.where(finite, 0.0, 1.0)[None])
@@ -280,15 +306,13 @@ class THOR(wrapper_lib.OptimizerWrapper):
             total = tf.where(finite, total, tf.zeros_like(total))
             offset = 0
             for slot in slots:
-                for key, shape in (("a_sum", slot.geometry.a_shape), ("g_sum", slot.geometry.g_shape),
-                                   ("rows", ())):
-                    size = 1
-                    for d in shape:
-                        size *= d
-                    part = tf.reshape(total[offset:offset + size], shape)
-                    offset += size
-                    if key in slot.state:
-                        slot.state[key].assign_add(part)
+                for key, shapes in slot.pieces():
+                    pieces = []
+                    for shape in shapes:
+                        size = math.prod(shape)
+                        pieces.append(tf.reshape(total[offset:offset + size], shape))
+                        offset += size
+                    slot.state[key].assign_add(slot.accumulated(key, pieces))
             self._dropped.assign_add(tf.where(finite, tf.constant(0, tf.int64), tf.constant(1, tf.int64)))
 
         tf.cond(self._is_collecting(), reduce_and_add, lambda: None)
@@ -328,9 +352,9 @@ class THOR(wrapper_lib.OptimizerWrapper):
                 a_level = tf.where(a_ok, 0, 2)
             else:
                 a_inverse, a_level = thor_inverse.guarded_inverse(
-                    thor_inverse.diagonal_blocks(a, *slot.a_layout), damping_sqrt, state["a_inverse"].value)
+                    thor_inverse.identity_padded(a, slot.geometry.d_in), damping_sqrt, state["a_inverse"].value)
             g_inverse, g_level = thor_inverse.guarded_inverse(
-                thor_inverse.diagonal_blocks(g, *slot.g_layout), damping_sqrt, state["g_inverse"].value)
+                thor_inverse.identity_padded(g, slot.geometry.d_out), damping_sqrt, state["g_inverse"].value)
             state["a_inverse"].assign(tf.where(have, a_inverse, state["a_inverse"].value))
             state["g_inverse"].assign(tf.where(have, g_inverse, state["g_inverse"].value))
             for level in (a_level, g_level):
