@@ -71,3 +71,21 @@ def test_small_blocks_update_equals_numpy_full_factors_then_blocks(tmp_path, mon
     blocks = [[3, 4, 4], [1, 3, 3], [19, 4, 4], [3, 4, 4]]     # conv A, conv G, dense A, dense G
     assert saved == sorted(blocks * 2)                           # factor sums and inverses: blocks only
 
+
+def test_a_plain_step_records_nothing(tmp_path, monkeypatch):
+    """Probes run only on collecting updates (0, 3, 6 of 7 at frequency 3): a plain step runs
+    model_fn as a momentum step does, with no probe to add and no statistic to take."""
+    from moxlite.training import layer_statistics
+
+    probes_run = tf.Variable(0, dtype=tf.int64, trainable=False)
+    original = layer_statistics._Recorder.probe
+
+    def counted(self, tensor):
+        probes_run.assign_add(1)
+        return original(self, tensor)
+    monkeypatch.setattr(layer_statistics._Recorder, "probe", counted)
+    images, labels = thorlib.small_digits(BATCH * 7)
+    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=thorlib.conv_model_fn("same"),
+            optimizer_fn=thorlib.thor_optimizer_fn(damping=0.05, frequency=3), run_mode=mox.ModeKeys.TRAIN,
+            batch_size=BATCH, log_dir=str(tmp_path), max_number_of_steps=7, log_every_n_steps=100)
+    assert int(probes_run.numpy()) == 3 * 2     # 3 collecting steps x (conv, dense)

@@ -211,7 +211,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
     # What the loop must record.
 
     def layer_statistics_request(self):
-        return wrapper_lib.LayerStatisticsRequest(layer_types=TRACKED_KINDS, every_n_steps=self.frequency)
+        return wrapper_lib.LayerStatisticsRequest(layer_types=TRACKED_KINDS, every_n_steps=self.frequency,
+                                                  collecting=self._is_collecting)
 
     def _is_collecting(self):
         """This update rebuilds the factors (the first, then one every ``frequency``)."""
