@@ -263,7 +263,9 @@ class THOR(wrapper_lib.OptimizerWrapper):
         # sums are computed there, per replica, and only on a collecting update.
         tensors = [[(record.inputs, _or_zero(record.output_gradients), record.batch_size)
                     for record in by_slot[slot.index][1]] for slot in slots]
-        tensors = (tensors, [wrapper_lib.dense(g) for g in gradients])
+        # Only finiteness is read from the gradients (on collecting updates): an IndexedSlices'
+        # values suffice, densifying an embedding's gradient on every step would not.
+        tensors = (tensors, [g.values if isinstance(g, tf.IndexedSlices) else g for g in gradients])
         replica_context = tf.distribute.get_replica_context()
         if replica_context is None:
             self._collect(tf.distribute.get_strategy(), slots, tensors)
