@@ -178,6 +178,27 @@ def set_layer_statistics(optimizer, statistics, gradients=()):
         optimizer.set_layer_statistics(statistics, gradients)
 
 
+def layer_statistics_sums(optimizer, statistics, gradients=()):
+    """One micro-batch's statistics summarised by the stack ``optimizer`` as one float32 vector
+    that adds up over micro-batches, without any cross-replica call (None: the stack uses none).
+
+    For a loop that accumulates micro-batches in tensors inside one step (the asynchronous
+    loop under ``batch_gradients``): it sums the vectors and hands the total to
+    ``set_layer_statistics_sums`` of the optimizer that applies, before applying.
+    """
+    optimizer = _through_loss_scaling(optimizer)
+    if isinstance(optimizer, OptimizerWrapper):
+        return optimizer.layer_statistics_sums(statistics, gradients)
+    return None
+
+
+def set_layer_statistics_sums(optimizer, sums):
+    """Hand the total of ``layer_statistics_sums`` over an update's micro-batches to ``optimizer``."""
+    optimizer = _through_loss_scaling(optimizer)
+    if isinstance(optimizer, OptimizerWrapper):
+        optimizer.set_layer_statistics_sums(sums)
+
+
 def sum_across_replicas(distribution, grads, variables):
     """All-reduce (SUM) per-replica gradients onto the variables' devices, in one call.
 
@@ -351,9 +372,18 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
     def layer_statistics_request(self):
         return layer_statistics_request(self.inner_optimizer)
 
-    def set_layer_statistics(self, statistics, gradients=()):
-        if isinstance(self.inner_optimizer, OptimizerWrapper):
-            self.inner_optimizer.set_layer_statistics(statistics, gradients)
+    def set_layer_statistics(self, statistics, gradients=(), micro_batches=1):
+        """micro_batches: how many steps' statistics make one update of this link (a
+        ``batch_gradients`` above multiplies it by its num_batches)."""
+        inner = _through_loss_scaling(self.inner_optimizer)
+        if isinstance(inner, OptimizerWrapper):
+            inner.set_layer_statistics(statistics, gradients, micro_batches)
+
+    def layer_statistics_sums(self, statistics, gradients=()):
+        return layer_statistics_sums(self.inner_optimizer, statistics, gradients)
+
+    def set_layer_statistics_sums(self, sums):
+        set_layer_statistics_sums(self.inner_optimizer, sums)
 
     # Serialisation: the inner optimizer is serialised inside the wrapper's config.
 

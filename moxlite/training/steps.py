@@ -113,9 +113,13 @@ class TrainStep:
             self._apply(optimizer, optimizer, list(zip(gradients, variables)))
         return {**log_values(spec), **guard}
 
-    def _gradients(self, inputs):
+    def _gradients(self, inputs, statistics_sums=None):
         """model_fn's spec and, per optimizer, the gradients of its (scaled) loss / replicas
-        with respect to its variables (None where a variable does not affect the loss)."""
+        with respect to its variables (None where a variable does not affect the loss).
+
+        statistics_sums: None to hand per-layer statistics to the optimizers now; a list to
+        get, per optimizer, their summary vector instead (``wrapper.layer_statistics_sums``).
+        """
         with tf.GradientTape(persistent=len(self.optimizers) > 1) as tape:
             # At the top-level name scope, so that summaries written by model_fn keep the tags
             # the user gave them instead of the loop's "while/cond/" prefixes.
@@ -124,7 +128,8 @@ class TrainStep:
             losses = [tf.cast(loss, tf.float32) / self.num_replicas for loss in spec.losses]
             # A LossScaleOptimizer multiplies here and divides the gradients in apply_gradients.
             scaled = [optimizer.scale_loss(loss) for loss, optimizer in zip(losses, self.optimizers)]
-        gradient_lists = [self._gradients_and_statistics(tape, loss, variables, optimizer, records, inputs)
+        gradient_lists = [self._gradients_and_statistics(tape, loss, variables, optimizer, records, inputs,
+                                                         statistics_sums)
                           for loss, variables, optimizer in zip(scaled, self.variable_lists, self.optimizers)]
         del tape
         return spec, gradient_lists
@@ -132,24 +137,28 @@ class TrainStep:
     # Per-layer statistics for wrappers that ask for them (THOR; see optimizers/wrapper.py).
 
     def _recording(self, tape):
-        if getattr(self, "_no_statistics", False):
-            return contextlib.nullcontext([])
         kinds = set()
         for optimizer in self.optimizers:
             request = wrapper_lib.layer_statistics_request(optimizer)
             kinds.update(request.layer_types if request else ())
         return layer_statistics.recording(tape, kinds) if kinds else contextlib.nullcontext([])
 
-    def _gradients_and_statistics(self, tape, loss, variables, optimizer, records, inputs):
+    def _gradients_and_statistics(self, tape, loss, variables, optimizer, records, inputs, statistics_sums=None):
         """Gradients of ``loss``; a requesting optimizer also gets the records with output gradients."""
         probes = layer_statistics.probes_of(records)
         if not records or wrapper_lib.layer_statistics_request(optimizer) is None:
+            if statistics_sums is not None:
+                statistics_sums.append(None)
             return tape.gradient(loss, variables)
         gradients = tape.gradient(loss, list(variables) + probes)
         unscale = self.num_replicas / loss_scale_of(optimizer)
         records = layer_statistics.with_output_gradients(records, gradients[len(variables):], unscale,
                                                          batch_size_of(inputs))
-        wrapper_lib.set_layer_statistics(optimizer, records, [g for g in gradients[:len(variables)] if g is not None])
+        finite_checked = [g for g in gradients[:len(variables)] if g is not None]
+        if statistics_sums is None:
+            wrapper_lib.set_layer_statistics(optimizer, records, finite_checked)
+        else:
+            statistics_sums.append(wrapper_lib.layer_statistics_sums(optimizer, records, finite_checked))
         return gradients[:len(variables)]
 
     def _apply(self, optimizer, apply_optimizer, pairs):
@@ -172,14 +181,21 @@ class TrainStep:
         # Which variables received a gradient: known once the body has been traced.
         used = [set() for _ in variable_lists]
 
-        def body(index, gradient_sums, log_sums):
+        # Per-layer statistics (thor) are summed over the micro-batches in tensors, per optimizer,
+        # and handed over once before the update: no cross-replica call inside this loop.
+        summarised = [False for _ in variable_lists]
+
+        def body(index, gradient_sums, log_sums, statistics_totals):
             micro_batch = tf.nest.map_structure(lambda part: tf.gather(part, index), stacked)
-            # Per-layer statistics are not recorded inside this loop (no cross-replica call there).
-            self._no_statistics = True
-            try:
-                spec, gradient_lists = self._gradients(micro_batch)
-            finally:
-                self._no_statistics = False
+            statistics = []
+            spec, gradient_lists = self._gradients(micro_batch, statistics)
+            new_totals = []
+            for number, (total, summary) in enumerate(zip(statistics_totals, statistics)):
+                if summary is None:
+                    new_totals.append(total)
+                    continue
+                summarised[number] = True
+                new_totals.append(tf.cond(tf.equal(index, 0), lambda: summary, lambda: total + summary))
             logs = {**log_values(spec), **nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers)}
             new_sums = []
             for number, (sums, gradients) in enumerate(zip(gradient_sums, gradient_lists)):
@@ -191,16 +207,23 @@ class TrainStep:
                     used[number].add(position)
                     added.append(total + tf.cast(tf.convert_to_tensor(gradient), total.dtype))
                 new_sums.append(added)
-            return index + 1, new_sums, [total + logs[key] for total, key in zip(log_sums, log_keys)]
+            return (index + 1, new_sums, [total + logs[key] for total, key in zip(log_sums, log_keys)],
+                    new_totals)
 
         zeros = [[tf.zeros(v.shape, v.dtype) for v in variables] for variables in variable_lists]
-        _, gradient_sums, log_sums = tf.while_loop(
-            lambda index, *_: index < num_batches, body,
-            (tf.constant(0), zeros, [tf.zeros([], tf.float32) for _ in log_keys]))
+        initial = (tf.constant(0), zeros, [tf.zeros([], tf.float32) for _ in log_keys],
+                   [tf.zeros([0]) for _ in variable_lists])
+        # A statistics total's length is known only once model_fn has been traced in the body.
+        invariants = (tf.TensorShape([]), [[v.shape for v in variables] for variables in variable_lists],
+                      [tf.TensorShape([]) for _ in log_keys], [tf.TensorShape([None]) for _ in variable_lists])
+        _, gradient_sums, log_sums, statistics_totals = tf.while_loop(
+            lambda index, *_: index < num_batches, body, initial, shape_invariants=invariants)
         for number, (optimizer, accumulation) in enumerate(zip(self.optimizers, accumulations)):
             pairs = [(gradient_sums[number][position] / num_batches, variable_lists[number][position])
                      for position in sorted(used[number])]
             with accumulation.counting_updates():
+                if summarised[number]:
+                    wrapper_lib.set_layer_statistics_sums(accumulation.apply_optimizer, statistics_totals[number])
                 self._apply(optimizer, accumulation.apply_optimizer, pairs)
         return {key: total / num_batches for key, total in zip(log_keys, log_sums)}
 
