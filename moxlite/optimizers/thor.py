@@ -19,16 +19,27 @@ each tracked layer's input and output gradient and calls
 ``set_layer_statistics`` in replica context before ``apply_gradients``. On a
 collecting update each replica computes its factor sums locally; then, in
 cross-replica context, one all-reduce of all factors packed into one vector
-sums them across replicas into the accumulators, so R replicas x B equal one
-replica x R*B. The statistics of a step whose gradients or factors are not
-finite on some replica (an fp16 overflow step, which the loss-scale optimizer
-skips) are dropped, not added. The refresh divides by the rows counted, inverts with
-``thor_inverse.guarded_inverse`` (fallbacks counted and printed) and clears
-the accumulators.
+sums them across replicas, so R replicas x B equal one replica x R*B. The
+statistics of a step whose gradients or factors are not finite on some
+replica (an fp16 overflow step, which the loss-scale optimizer skips) are
+dropped. The refresh divides by the rows counted and inverts with
+``thor_inverse.guarded_inverse`` (fallbacks counted and printed).
+
+Where the summed factors wait for the refresh: when the step's statistics are
+the whole update's batch, in the step's own tensors, inverted by the same
+step's apply and assigned to the inverse variables. So under parameter
+servers a refreshing worker's inverses come from its own batch, never pooled
+with another worker's. Under a synchronous ``batch_gradients`` above, each
+step is one micro-batch: the sums go to accumulator variables until the
+update applies, then are cleared. The asynchronous loop's in-worker
+accumulation sums ``layer_statistics_sums`` over its micro-batches in tensors
+and hands the total over once (``set_layer_statistics_sums``).
 
 State (saved with the optimizer): per layer the factor accumulators and the
-inverse blocks, and the wrapper's own applied-update counter and fallback
-counters. Per-layer variables are created when the first step is traced
+inverse blocks, and the wrapper's own applied-update counter (which decides
+the refreshes; incremented on the tf.Variable, atomic on a parameter server)
+and fallback counters. A damping schedule reads the run's global step in
+applied updates, the clock of the learning-rate schedules. Per-layer variables are created when the first step is traced
 (only then are the layers known).
 """
 

@@ -69,7 +69,14 @@ loop can record those, so the contract between the two is:
    step whose gradients overflowed). Each replica hands its local values; the wrapper reduces them
    across replicas itself. The loop records on every step (a zero probe per
    layer costs next to nothing); the wrapper decides when to use them.
-   Both functions look through a Keras ``LossScaleOptimizer``.
+   Both functions look through a Keras ``LossScaleOptimizer``. A
+   ``batch_gradients`` link passes ``micro_batches`` (its num_batches) down
+   with them: one step's statistics are then one micro-batch of an update.
+3. A loop that accumulates micro-batches inside one step (the asynchronous
+   loop) calls ``layer_statistics_sums(optimizer, stats, gradients)`` per
+   micro-batch instead (a vector, no cross-replica call), adds them up and
+   hands the total to ``set_layer_statistics_sums`` of the optimizer that
+   applies, before applying.
 
 The base class implements both by forwarding to the inner wrapper, so a
 request made anywhere in a stack reaches the loop and the statistics reach
