@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests import distlib, thorlib
 from tests.dist_scripts import train_thor
@@ -32,3 +33,87 @@ def test_one_worker_and_one_ps_equal_one_process(launches, tmp_path):
     train_thor.train(str(tmp_path / "single"), STEPS, 16)
     for got, want in zip(thorlib.model_variables(tmp_path / "cluster"), thorlib.model_variables(tmp_path / "single")):
         np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_one_worker_and_one_ps_with_a_damping_schedule_equal_one_process(launches, tmp_path):
+    """The damping schedule reads the run's global step (as the learning rate does), not Keras's
+    iterations, which lose increments on a ps: 1 worker + 1 ps still equals one process."""
+    run = launches(["--workers=1", "--ps=1", "--async"],
+                   SCRIPT + [f"--log_dir={tmp_path / 'cluster'}", f"--steps={STEPS}", "--batch=16",
+                             "--damping_schedule"], timeout=180)
+    assert run.wait() == 0, run.output()
+    train_thor.train(str(tmp_path / "single"), STEPS, 16, damping=train_thor.damping_schedule)
+    train_thor.train(str(tmp_path / "constant"), STEPS, 16)
+    cluster, single = (thorlib.model_variables(tmp_path / name) for name in ("cluster", "single"))
+    for got, want in zip(cluster, single):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    # The schedule matters: a constant damping ends elsewhere.
+    assert max(np.abs(a - b).max() for a, b in zip(single, thorlib.model_variables(tmp_path / "constant"))) > 1e-4
+
+
+def test_batch_gradients_over_thor_on_one_worker_and_one_ps_equals_one_process(launches, tmp_path):
+    """Async accumulation (N micro-batches read inside one scheduled step): thor's factors are summed
+    over the N micro-batches in the step, so it equals the synchronous batch_gradients(thor) run,
+    which equals one N*B batch (tests/test_thor.py)."""
+    steps = 12   # 6 updates of 2 micro-batches; refreshes at updates 0 and 3
+    run = launches(["--workers=1", "--ps=1", "--async"],
+                   SCRIPT + [f"--log_dir={tmp_path / 'cluster'}", f"--steps={steps}", "--batch=8",
+                             "--num_batches=2", "--damping_schedule"], timeout=180)
+    assert run.wait() == 0, run.output()
+    assert run.results()["worker:0"]["global_step"] == steps
+    assert "thor: preconditioning 2 layer(s)" in run.output()
+    train_thor.train(str(tmp_path / "single"), steps, 8, num_batches=2, damping=train_thor.damping_schedule)
+    train_thor.train(str(tmp_path / "plain"), steps, 8, num_batches=2, damping=train_thor.damping_schedule,
+                     thor=False)
+    cluster, single = (thorlib.model_variables(tmp_path / name) for name in ("cluster", "single"))
+    for got, want in zip(cluster, single):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    # Preconditioned: the same stack without statistics (plain gradients) ends elsewhere.
+    assert max(np.abs(a - b).max() for a, b in zip(single, thorlib.model_variables(tmp_path / "plain"))) > 1e-3
+
+
+def _group_conv_inverses(batch, groups):
+    """The Conv2D A-factor inverse each input group alone gives (thor's damping, full 9x9 block)."""
+    images, _ = thorlib.small_digits(train_thor.NUM_ROWS)
+    inverses = []
+    for group in range(groups):
+        x = images[group * batch:(group + 1) * batch].reshape(-1, thorlib.SIDE, thorlib.SIDE, 1)
+        patches, (ho, wo) = thorlib.numpy_im2col(x.astype(np.float64), thorlib.KERNEL, 2, "same")
+        damping_sqrt = np.sqrt(train_thor.THOR["damping"] / (ho * wo))
+        inverses.append(thorlib.block_inverse(patches.T @ patches / len(patches), damping_sqrt, 0))
+    return inverses
+
+
+def test_two_async_workers_each_refresh_from_their_own_batch(launches, tmp_path):
+    """2 workers + 1 ps, frequency 2, 2 steps scheduled per loop (the workers run concurrently),
+    every batch one of 6 distinguishable groups read in each worker's own random order. In every
+    checkpoint (one per loop) the stored Conv2D A inverse is the inverse of one group's factor (one
+    worker's own batch), never of two batches pooled; nothing is NaN; the refresh counter counts
+    every update (a Keras assign_add lost some: 22 of 32)."""
+    batch, groups, steps, every = 16, 6, 10, 2   # 10 steps per worker (async: 20 global steps)
+    run = launches(["--workers=2", "--ps=1", "--async"],
+                   SCRIPT + [f"--log_dir={tmp_path / 'cluster'}", f"--steps={steps}", f"--batch={batch}",
+                             f"--groups={groups}", f"--steps_per_loop={every}", f"--save_every={every}",
+                             "--frequency=2"], timeout=300)
+    assert run.wait() == 0, run.output()
+    expected = _group_conv_inverses(batch, groups)
+    pooled = (expected[0] + expected[1]) / 2   # not a real pool, only to show the tolerance separates
+    assert np.abs(pooled - expected[0]).max() > 1e-2
+    paths = tf.train.get_checkpoint_state(str(tmp_path / "cluster")).all_model_checkpoint_paths
+    assert len(paths) == 2 * steps // every
+    nearest, counters = {}, {}
+    for path in paths:
+        reader = tf.train.load_checkpoint(path)
+        shapes = reader.get_variable_to_shape_map()
+        for key in shapes:
+            value = reader.get_tensor(key)
+            if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+                assert np.all(np.isfinite(value)), (path, key)
+        stored = [reader.get_tensor(k)[0] for k, shape in shapes.items()
+                  if k.startswith("optimizer/") and shape == [1, 9, 9]]
+        assert len(stored) == 1, sorted(shapes)
+        nearest[path] = min(np.abs(stored[0] - inverse).max() / np.abs(inverse).max() for inverse in expected)
+        counters[path] = [int(reader.get_tensor(f"{key}/.ATTRIBUTES/VARIABLE_VALUE"))
+                          for key in ("optimizer/_updates", "global_step")]
+    assert all(distance < 1e-4 for distance in nearest.values()), nearest
+    assert all(updates == step for updates, step in counters.values()), counters

@@ -74,7 +74,14 @@ loop can record those, so the contract between the two is:
    optimizer's) and hands empty records there, still in the same call, so
    that the wrapper's cross-replica work stays outside any replica-context
    ``cond``; without it the loop records on every step.
-   Both functions look through a Keras ``LossScaleOptimizer``.
+   Both functions look through a Keras ``LossScaleOptimizer``. A
+   ``batch_gradients`` link passes ``micro_batches`` (its num_batches) down
+   with them: one step's statistics are then one micro-batch of an update.
+3. A loop that accumulates micro-batches inside one step (the asynchronous
+   loop) calls ``layer_statistics_sums(optimizer, stats, gradients)`` per
+   micro-batch instead (a vector, no cross-replica call), adds them up and
+   hands the total to ``set_layer_statistics_sums`` of the optimizer that
+   applies, before applying.
 
 The base class implements both by forwarding to the inner wrapper, so a
 request made anywhere in a stack reaches the loop and the statistics reach
@@ -182,6 +189,27 @@ def set_layer_statistics(optimizer, statistics, gradients=()):
     optimizer = _through_loss_scaling(optimizer)
     if isinstance(optimizer, OptimizerWrapper):
         optimizer.set_layer_statistics(statistics, gradients)
+
+
+def layer_statistics_sums(optimizer, statistics, gradients=()):
+    """One micro-batch's statistics summarised by the stack ``optimizer`` as one float32 vector
+    that adds up over micro-batches, without any cross-replica call (None: the stack uses none).
+
+    For a loop that accumulates micro-batches in tensors inside one step (the asynchronous
+    loop under ``batch_gradients``): it sums the vectors and hands the total to
+    ``set_layer_statistics_sums`` of the optimizer that applies, before applying.
+    """
+    optimizer = _through_loss_scaling(optimizer)
+    if isinstance(optimizer, OptimizerWrapper):
+        return optimizer.layer_statistics_sums(statistics, gradients)
+    return None
+
+
+def set_layer_statistics_sums(optimizer, sums):
+    """Hand the total of ``layer_statistics_sums`` over an update's micro-batches to ``optimizer``."""
+    optimizer = _through_loss_scaling(optimizer)
+    if isinstance(optimizer, OptimizerWrapper):
+        optimizer.set_layer_statistics_sums(sums)
 
 
 def sum_across_replicas(distribution, grads, variables):
@@ -357,9 +385,18 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
     def layer_statistics_request(self):
         return layer_statistics_request(self.inner_optimizer)
 
-    def set_layer_statistics(self, statistics, gradients=()):
-        if isinstance(self.inner_optimizer, OptimizerWrapper):
-            self.inner_optimizer.set_layer_statistics(statistics, gradients)
+    def set_layer_statistics(self, statistics, gradients=(), micro_batches=1):
+        """micro_batches: how many steps' statistics make one update of this link (a
+        ``batch_gradients`` above multiplies it by its num_batches)."""
+        inner = _through_loss_scaling(self.inner_optimizer)
+        if isinstance(inner, OptimizerWrapper):
+            inner.set_layer_statistics(statistics, gradients, micro_batches)
+
+    def layer_statistics_sums(self, statistics, gradients=()):
+        return layer_statistics_sums(self.inner_optimizer, statistics, gradients)
+
+    def set_layer_statistics_sums(self, sums):
+        set_layer_statistics_sums(self.inner_optimizer, sums)
 
     # Serialisation: the inner optimizer is serialised inside the wrapper's config.
 

@@ -114,19 +114,25 @@ class TrainStep:
             self._apply(optimizer, optimizer, list(zip(gradients, variables)))
         return {**log_values(spec), **guard}
 
-    def _gradients(self, inputs):
+    def _gradients(self, inputs, statistics_sums=None):
         """model_fn's spec and, per optimizer, the gradients of its (scaled) loss / replicas
         with respect to its variables (None where a variable does not affect the loss);
-        optimizers that ask for per-layer statistics get them (``_statistics_policy``)."""
+        optimizers that ask for per-layer statistics get them (``_statistics_policy``).
+
+        statistics_sums: None to hand per-layer statistics to the optimizers now; a list to
+        get, per optimizer, their summary vector instead (``wrapper.layer_statistics_sums``;
+        then recorded on every micro-batch, the wrapper zeroes the ones it does not use).
+        """
         policy = self._statistics_policy()
+        if policy is not None and statistics_sums is not None:
+            policy = True
         if policy is None:
-            spec, gradient_lists, _ = self._forward_backward(inputs, record=False)
-            return spec, gradient_lists
-        if policy is True:
+            spec, gradient_lists, recorded = self._forward_backward(inputs, record=False)
+        elif policy is True:
             spec, gradient_lists, recorded = self._forward_backward(inputs, record=True)
         else:
             spec, gradient_lists, recorded = self._recording_only_when(policy, inputs)
-        self._hand_statistics(recorded, gradient_lists, inputs)
+        self._hand_statistics(recorded, gradient_lists, inputs, statistics_sums)
         return spec, gradient_lists
 
     def _forward_backward(self, inputs, record):
@@ -160,8 +166,6 @@ class TrainStep:
     def _statistics_policy(self):
         """None: record nothing; True: record on every step; else a boolean tensor: record on
         this step only when it is True (some wrapper uses this step's statistics)."""
-        if getattr(self, "_no_statistics", False):
-            return None
         requests = [request for request in self._requests() if request is not None and request.layer_types]
         if not requests:
             return None
@@ -203,16 +207,23 @@ class TrainStep:
                        for gradients, traced_list in zip(probe_lists, traced["probe_lists"])]
         return contract.ModelSpec(loss=list(losses), log_info=logs), gradient_lists, (records, probe_lists)
 
-    def _hand_statistics(self, recorded, gradient_lists, inputs):
-        """Each asking optimizer gets the records with the gradients of its loss as returned."""
+    def _hand_statistics(self, recorded, gradient_lists, inputs, statistics_sums=None):
+        """Each asking optimizer gets the records with the gradients of its loss as returned
+        (or, with ``statistics_sums``, their summary is appended to it: None if it asks none)."""
         records, probe_lists = recorded
         for optimizer, gradients, probe_gradients in zip(self.optimizers, gradient_lists, probe_lists):
             if probe_gradients is None:
+                if statistics_sums is not None:
+                    statistics_sums.append(None)
                 continue
             unscale = self.num_replicas / loss_scale_of(optimizer)
             own = layer_statistics.with_output_gradients([dataclasses.replace(record) for record in records],
                                                          probe_gradients, unscale, batch_size_of(inputs))
-            wrapper_lib.set_layer_statistics(optimizer, own, [g for g in gradients if g is not None])
+            finite_checked = [g for g in gradients if g is not None]
+            if statistics_sums is None:
+                wrapper_lib.set_layer_statistics(optimizer, own, finite_checked)
+            else:
+                statistics_sums.append(wrapper_lib.layer_statistics_sums(optimizer, own, finite_checked))
 
     def _apply(self, optimizer, apply_optimizer, pairs):
         """Apply the gradients that exist with ``apply_optimizer``."""
@@ -234,14 +245,21 @@ class TrainStep:
         # Which variables received a gradient: known once the body has been traced.
         used = [set() for _ in variable_lists]
 
-        def body(index, gradient_sums, log_sums):
+        # Per-layer statistics (thor) are summed over the micro-batches in tensors, per optimizer,
+        # and handed over once before the update: no cross-replica call inside this loop.
+        summarised = [False for _ in variable_lists]
+
+        def body(index, gradient_sums, log_sums, statistics_totals):
             micro_batch = tf.nest.map_structure(lambda part: tf.gather(part, index), stacked)
-            # Per-layer statistics are not recorded inside this loop (no cross-replica call there).
-            self._no_statistics = True
-            try:
-                spec, gradient_lists = self._gradients(micro_batch)
-            finally:
-                self._no_statistics = False
+            statistics = []
+            spec, gradient_lists = self._gradients(micro_batch, statistics)
+            new_totals = []
+            for number, (total, summary) in enumerate(zip(statistics_totals, statistics)):
+                if summary is None:
+                    new_totals.append(total)
+                    continue
+                summarised[number] = True
+                new_totals.append(tf.cond(tf.equal(index, 0), lambda: summary, lambda: total + summary))
             logs = {**log_values(spec), **nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers)}
             new_sums = []
             for number, (sums, gradients) in enumerate(zip(gradient_sums, gradient_lists)):
@@ -253,16 +271,23 @@ class TrainStep:
                     used[number].add(position)
                     added.append(total + tf.cast(tf.convert_to_tensor(gradient), total.dtype))
                 new_sums.append(added)
-            return index + 1, new_sums, [total + logs[key] for total, key in zip(log_sums, log_keys)]
+            return (index + 1, new_sums, [total + logs[key] for total, key in zip(log_sums, log_keys)],
+                    new_totals)
 
         zeros = [[tf.zeros(v.shape, v.dtype) for v in variables] for variables in variable_lists]
-        _, gradient_sums, log_sums = tf.while_loop(
-            lambda index, *_: index < num_batches, body,
-            (tf.constant(0), zeros, [tf.zeros([], tf.float32) for _ in log_keys]))
+        initial = (tf.constant(0), zeros, [tf.zeros([], tf.float32) for _ in log_keys],
+                   [tf.zeros([0]) for _ in variable_lists])
+        # A statistics total's length is known only once model_fn has been traced in the body.
+        invariants = (tf.TensorShape([]), [[v.shape for v in variables] for variables in variable_lists],
+                      [tf.TensorShape([]) for _ in log_keys], [tf.TensorShape([None]) for _ in variable_lists])
+        _, gradient_sums, log_sums, statistics_totals = tf.while_loop(
+            lambda index, *_: index < num_batches, body, initial, shape_invariants=invariants)
         for number, (optimizer, accumulation) in enumerate(zip(self.optimizers, accumulations)):
             pairs = [(gradient_sums[number][position] / num_batches, variable_lists[number][position])
                      for position in sorted(used[number])]
             with accumulation.counting_updates():
+                if summarised[number]:
+                    wrapper_lib.set_layer_statistics_sums(accumulation.apply_optimizer, statistics_totals[number])
                 self._apply(optimizer, accumulation.apply_optimizer, pairs)
         return {key: total / num_batches for key, total in zip(log_keys, log_sums)}
 
