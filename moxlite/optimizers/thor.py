@@ -103,6 +103,22 @@ class _Slot:
     def kind(self):
         return self.geometry.kind
 
+    def pieces(self):
+        """(state key, shapes of its pieces), in the order the all-reduced vector holds them: only
+        the diagonal blocks of A and G are formed and reduced (``thor_factors.piece_shapes``)."""
+        if self.kind == "LayerNormalization":
+            return [("rows", [()])]
+        a_pieces = ([(self.geometry.d_in,)] if self.kind == "Embedding"
+                    else thor_factors.piece_shapes(self.geometry.d_in, self.a_layout))
+        return [("a_sum", a_pieces), ("g_sum", thor_factors.piece_shapes(self.geometry.d_out, self.g_layout)),
+                ("rows", [()])]
+
+    def accumulated(self, key, pieces):
+        """The reduced ``pieces`` of state ``key`` in the shape of its accumulator."""
+        if key == "rows" or (key == "a_sum" and self.kind == "Embedding"):
+            return pieces[0]
+        return thor_factors.padded_blocks(pieces, self.a_layout if key == "a_sum" else self.g_layout)
+
 
 @keras.saving.register_keras_serializable(package="moxlite")
 class THOR(wrapper_lib.OptimizerWrapper):
@@ -187,26 +203,32 @@ class THOR(wrapper_lib.OptimizerWrapper):
             blocks, side = layout
             return lambda shape, dtype=None: tf.eye(side, batch_shape=[blocks], dtype=dtype or tf.float32)
 
+        def blocks_shape(layout):
+            return (layout[0], layout[1], layout[1])
+
         with tf.init_scope():
             state = {"rows": variable("rows", ())}
             if slot.kind == "LayerNormalization":
                 state["batch"] = variable("batch", (), "ones")
             else:
-                state["a_sum"] = variable("a_sum", geometry.a_shape)
-                state["g_sum"] = variable("g_sum", geometry.g_shape)
+                # Factor sums are kept as their diagonal blocks only (the last one zero-padded).
+                state["g_sum"] = variable("g_sum", blocks_shape(slot.g_layout))
                 if slot.kind == "Embedding":
+                    state["a_sum"] = variable("a_sum", (geometry.d_in,))
                     state["a_inverse"] = variable("a_inverse", (geometry.d_in,), "ones")
                 else:
-                    state["a_inverse"] = variable("a_inverse", (slot.a_layout[0], slot.a_layout[1],
-                                                                slot.a_layout[1]), identity_blocks(slot.a_layout))
-                state["g_inverse"] = variable("g_inverse", (slot.g_layout[0], slot.g_layout[1], slot.g_layout[1]),
+                    state["a_sum"] = variable("a_sum", blocks_shape(slot.a_layout))
+                    state["a_inverse"] = variable("a_inverse", blocks_shape(slot.a_layout),
+                                                  identity_blocks(slot.a_layout))
+                state["g_inverse"] = variable("g_inverse", blocks_shape(slot.g_layout),
                                               identity_blocks(slot.g_layout))
         slot.state = state
 
     # What the loop must record.
 
     def layer_statistics_request(self):
-        return wrapper_lib.LayerStatisticsRequest(layer_types=TRACKED_KINDS, every_n_steps=self.frequency)
+        return wrapper_lib.LayerStatisticsRequest(layer_types=TRACKED_KINDS, every_n_steps=self.frequency,
+                                                  collecting=self._is_collecting)
 
     def _is_collecting(self):
         """This update rebuilds the factors (the first, then one every ``frequency``)."""
@@ -254,7 +276,9 @@ class THOR(wrapper_lib.OptimizerWrapper):
         # Only tensors cross into cross-replica context (layers differ per replica).
         tensors = [[(record.inputs, _or_zero(record.output_gradients), record.batch_size)
                     for record in by_slot[slot.index][1]] for slot in slots]
-        return slots, (tensors, [wrapper_lib.dense(g) for g in gradients])
+        # Only finiteness is read from the gradients (on collecting updates): an IndexedSlices'
+        # values suffice, densifying an embedding's gradient on every step would not.
+        return slots, (tensors, [g.values if isinstance(g, tf.IndexedSlices) else g for g in gradients])
 
     @staticmethod
     def _in_cross_replica_context(function, args):
@@ -311,10 +335,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
 
     @staticmethod
     def _packed_size(slot):
-        size = 1
-        for shape in (slot.geometry.a_shape, slot.geometry.g_shape):
-            size += math.prod(shape)
-        return size
+        return sum(math.prod(shape) for _, shapes in slot.pieces() for shape in shapes)
 
     def _local_sums(self, slots, tensors):
         """Replica context: this replica's factor sums of every slot, packed into one vector,
@@ -323,7 +344,11 @@ class THOR(wrapper_lib.OptimizerWrapper):
         per_sample = self.loss_reduction == "mean"
         parts = []
         for slot, calls in zip(slots, tensors):
-            sums = [thor_factors.local_sums(slot.geometry, thor_factors.Call(*call), per_sample) for call in calls]
+            sums = []
+            for call in calls:
+                a, g, rows = thor_factors.local_sums(slot.geometry, thor_factors.Call(*call), per_sample,
+                                                     slot.a_layout, slot.g_layout)
+                sums.append([*a, *g, rows])
             parts.extend(tf.reshape(tf.add_n(list(column)), [-1]) for column in zip(*sums))
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in gradients]) if gradients else True
         parts.append(tf.where(finite, 0.0, 1.0)[None])
@@ -363,14 +388,17 @@ class THOR(wrapper_lib.OptimizerWrapper):
 
     @staticmethod
     def _unpacked(slots, total):
-        """Per slot, {"a_sum", "g_sum", "rows"} tensors cut from a packed vector."""
+        """Per slot, {state key: its sum in the accumulator's shape}, cut from a packed vector."""
         out, offset = [], 0
         for slot in slots:
             sums = {}
-            for key, shape in (("a_sum", slot.geometry.a_shape), ("g_sum", slot.geometry.g_shape), ("rows", ())):
-                size = math.prod(shape)
-                sums[key] = tf.reshape(total[offset:offset + size], shape)
-                offset += size
+            for key, shapes in slot.pieces():
+                pieces = []
+                for shape in shapes:
+                    size = math.prod(shape)
+                    pieces.append(tf.reshape(total[offset:offset + size], shape))
+                    offset += size
+                sums[key] = slot.accumulated(key, pieces)
             out.append(sums)
         return out
 
@@ -425,9 +453,9 @@ class THOR(wrapper_lib.OptimizerWrapper):
                 a_level = tf.where(a_ok, 0, 2)
             else:
                 a_inverse, a_level = thor_inverse.guarded_inverse(
-                    thor_inverse.diagonal_blocks(a, *slot.a_layout), damping_sqrt, state["a_inverse"].value)
+                    thor_inverse.identity_padded(a, slot.geometry.d_in), damping_sqrt, state["a_inverse"].value)
             g_inverse, g_level = thor_inverse.guarded_inverse(
-                thor_inverse.diagonal_blocks(g, *slot.g_layout), damping_sqrt, state["g_inverse"].value)
+                thor_inverse.identity_padded(g, slot.geometry.d_out), damping_sqrt, state["g_inverse"].value)
             state["a_inverse"].assign(tf.where(have, a_inverse, state["a_inverse"].value))
             state["g_inverse"].assign(tf.where(have, g_inverse, state["g_inverse"].value))
             for level in (a_level, g_level):

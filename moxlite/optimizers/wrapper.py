@@ -55,8 +55,10 @@ loop can record those, so the contract between the two is:
    once on the outermost optimizer after building it) returns None, or a
    ``LayerStatisticsRequest``: which layer classes to track (``layer_types``,
    e.g. ("Dense", "Conv2D")), which statistics (``statistics``: "inputs",
-   "output_gradients"), and ``every_n_steps`` (the loop need not record them
-   on other steps; THOR's ``frequency``).
+   "output_gradients"), ``every_n_steps`` (THOR's ``frequency``, informative)
+   and ``collecting``: None (record on every step), or a callable the loop
+   calls in replica context that returns a boolean tensor, True on the steps
+   whose statistics the wrapper uses (THOR: its refresh updates).
 2. On a step where statistics are recorded, the loop, in replica context and
    before ``apply_gradients``, calls ``set_layer_statistics(optimizer, stats)``
    with ``stats`` a list of ``moxlite.training.layer_statistics.LayerRecord``,
@@ -67,8 +69,11 @@ loop can record those, so the contract between the two is:
    (loss scale and the loop's division by the replica count taken out,
    float32), and the step's gradients (a wrapper may drop the statistics of a
    step whose gradients overflowed). Each replica hands its local values; the wrapper reduces them
-   across replicas itself. The loop records on every step (a zero probe per
-   layer costs next to nothing); the wrapper decides when to use them.
+   across replicas itself. With ``collecting``, the loop runs model_fn
+   without recording on the other steps (no probes: a step like the inner
+   optimizer's) and hands empty records there, still in the same call, so
+   that the wrapper's cross-replica work stays outside any replica-context
+   ``cond``; without it the loop records on every step.
    Both functions look through a Keras ``LossScaleOptimizer``. A
    ``batch_gradients`` link passes ``micro_batches`` (its num_batches) down
    with them: one step's statistics are then one micro-batch of an update.
@@ -115,6 +120,7 @@ class LayerStatisticsRequest:
     layer_types: Tuple[str, ...]
     statistics: Tuple[str, ...] = ("inputs", "output_gradients")
     every_n_steps: int = 1
+    collecting: Optional[Callable[[], Any]] = None
 
 
 def _sync_replicas():
