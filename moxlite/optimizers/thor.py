@@ -388,7 +388,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
 
     @staticmethod
     def _unpacked(slots, total):
-        """Per slot, {state key: its sum in the accumulator's shape}, cut from a packed vector."""
+        """Per slot, {"a_sum", "g_sum", "rows"} tensors cut from a packed vector (the factor
+        sums as their diagonal blocks, in the shape of the slot's accumulators)."""
         out, offset = [], 0
         for slot in slots:
             sums = {}

@@ -119,16 +119,16 @@ class TrainStep:
         with respect to its variables (None where a variable does not affect the loss);
         optimizers that ask for per-layer statistics get them (``_statistics_policy``).
 
-        statistics_sums: None to hand the statistics to the optimizers now; a list to get
-        instead, per optimizer, their summary vector or None (``wrapper.layer_statistics_sums``).
+        statistics_sums: None to hand per-layer statistics to the optimizers now; a list to
+        get, per optimizer, their summary vector instead (``wrapper.layer_statistics_sums``;
+        then recorded on every micro-batch, the wrapper zeroes the ones it does not use).
         """
         policy = self._statistics_policy()
+        if policy is not None and statistics_sums is not None:
+            policy = True
         if policy is None:
-            spec, gradient_lists, _ = self._forward_backward(inputs, record=False)
-            if statistics_sums is not None:
-                statistics_sums.extend(None for _ in self.optimizers)
-            return spec, gradient_lists
-        if policy is True:
+            spec, gradient_lists, recorded = self._forward_backward(inputs, record=False)
+        elif policy is True:
             spec, gradient_lists, recorded = self._forward_backward(inputs, record=True)
         else:
             spec, gradient_lists, recorded = self._recording_only_when(policy, inputs)
@@ -209,7 +209,7 @@ class TrainStep:
 
     def _hand_statistics(self, recorded, gradient_lists, inputs, statistics_sums=None):
         """Each asking optimizer gets the records with the gradients of its loss as returned
-        (or, with ``statistics_sums``, their summary goes there: see ``_gradients``)."""
+        (or, with ``statistics_sums``, their summary is appended to it: None if it asks none)."""
         records, probe_lists = recorded
         for optimizer, gradients, probe_gradients in zip(self.optimizers, gradient_lists, probe_lists):
             if probe_gradients is None:
