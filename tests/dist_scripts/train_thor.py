@@ -5,7 +5,7 @@ and, imported, for the single-process reference run.
 
     python tests/dist_scripts/train_thor.py --log_dir=/tmp/x --steps=6 --batch=16  + MoXing cluster flags
 
-Options: --damping_schedule (damping a callable of the step), --num_batches=N
+Options: --damping_decay=R (damping 0.05 * R^step, a schedule), --num_batches=N
 (batch_gradients(thor(momentum)) over N micro-batches), --groups=M (the input is M
 groups of --batch rows, each worker reading them in its own random order, so one batch is
 one group: a refresh's factors tell which batch they came from), --steps_per_loop.
@@ -26,11 +26,13 @@ NUM_ROWS = 256
 THOR = dict(lr=0.05, momentum=0.9, damping=0.05, frequency=3, weight_decay=5e-4)
 
 
-def damping_schedule(step):
-    """A damping that changes a lot between refreshes (frequency 3): 0.05 * 0.6^step."""
-    import tensorflow as tf
+def decaying_damping(rate):
+    """damping = THOR's 0.05 * rate^step, a schedule of the step."""
+    def damping(step):
+        import tensorflow as tf
 
-    return 0.05 * tf.pow(0.6, tf.cast(step, tf.float32))
+        return THOR["damping"] * tf.pow(rate, tf.cast(step, tf.float32))
+    return damping
 
 
 def optimizer_fn_for(num_batches=1, damping=None, frequency=None, thor=True):
@@ -74,7 +76,7 @@ def main():
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--num_batches", type=int, default=1)
-    parser.add_argument("--damping_schedule", action="store_true")
+    parser.add_argument("--damping_decay", type=float, default=None, help="damping = 0.05 * this^step")
     parser.add_argument("--groups", type=int, default=0)
     parser.add_argument("--steps_per_loop", type=int, default=1)
     parser.add_argument("--save_every", type=int, default=None)
@@ -82,7 +84,7 @@ def main():
     args, _ = parser.parse_known_args()
     print(f"PID {os.getpid()}", flush=True)
     result = train(args.log_dir, args.steps, args.batch, args.num_batches,
-                   damping_schedule if args.damping_schedule else None, args.groups, args.steps_per_loop,
+                   decaying_damping(args.damping_decay) if args.damping_decay else None, args.groups, args.steps_per_loop,
                    args.save_every, args.frequency)
     if result is not None:  # None in a process that only served
         print("RESULT " + json.dumps({key: float(value) for key, value in result.items()}), flush=True)
