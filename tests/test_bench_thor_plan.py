@@ -36,8 +36,9 @@ def test_costs_of_one_dense_layer_equal_hand_counts():
     assert thor_plan.factor_entries(layer, 128) == 6 * 128 ** 2 + 16 ** 2 + 2 * 128 ** 2
     full = 2 * 64 * (784 ** 2 + 256 ** 2) + 7 / 3 * (784 ** 3 + 256 ** 3)
     assert thor_plan.refresh_flops(layer, 0) == pytest.approx(full)
-    blocked_inverse = 7 / 3 * (6 * 128 ** 3 + 16 ** 3 + 2 * 128 ** 3)
-    assert thor_plan.refresh_flops(layer, 128, 0) == pytest.approx(2 * 64 * (784 ** 2 + 256 ** 2) + blocked_inverse)
+    blocked_inverse = 7 / 3 * (7 * 128 ** 3 + 2 * 128 ** 3)     # the 16-wide block is inverted padded to 128
+    blocks_formed = 2 * 64 * (6 * 128 ** 2 + 16 ** 2 + 2 * 128 ** 2)
+    assert thor_plan.refresh_flops(layer, 128) == pytest.approx(blocks_formed + blocked_inverse)
     assert thor_plan.precondition_flops(layer, 0) == 2 * 784 ** 2 * 256 + 2 * 784 * 256 ** 2
     assert thor_plan.precondition_flops(layer, 128) == 2 * 784 * 256 * (128 + 128)
     assert thor_plan.step_flops(layer) == 6 * 64 * 784 * 256

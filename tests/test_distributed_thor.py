@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests import distlib, thorlib
 from tests.dist_scripts import train_thor
@@ -32,3 +33,96 @@ def test_one_worker_and_one_ps_equal_one_process(launches, tmp_path):
     train_thor.train(str(tmp_path / "single"), STEPS, 16)
     for got, want in zip(thorlib.model_variables(tmp_path / "cluster"), thorlib.model_variables(tmp_path / "single")):
         np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_one_worker_and_one_ps_with_a_damping_schedule_equal_one_process(launches, tmp_path):
+    """The damping schedule reads the run's global step (as the learning rate does), not Keras's
+    iterations, which lose increments on a ps: 1 worker + 1 ps still equals one process."""
+    run = launches(["--workers=1", "--ps=1", "--async"],
+                   SCRIPT + [f"--log_dir={tmp_path / 'cluster'}", f"--steps={STEPS}", "--batch=16",
+                             "--damping_decay=0.6"], timeout=180)
+    assert run.wait() == 0, run.output()
+    train_thor.train(str(tmp_path / "single"), STEPS, 16, damping=train_thor.decaying_damping(0.6))
+    train_thor.train(str(tmp_path / "constant"), STEPS, 16)
+    cluster, single = (thorlib.model_variables(tmp_path / name) for name in ("cluster", "single"))
+    for got, want in zip(cluster, single):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    # The schedule matters: a constant damping ends elsewhere.
+    assert max(np.abs(a - b).max() for a, b in zip(single, thorlib.model_variables(tmp_path / "constant"))) > 1e-4
+
+
+def test_batch_gradients_over_thor_on_one_worker_and_one_ps_equals_one_process(launches, tmp_path):
+    """Async accumulation (N micro-batches read inside one scheduled step): thor's factors are summed
+    over the N micro-batches in the step, so it equals the synchronous batch_gradients(thor) run,
+    which equals one N*B batch (tests/test_thor.py)."""
+    steps = 12   # 6 updates of 2 micro-batches; refreshes at updates 0 and 3
+    run = launches(["--workers=1", "--ps=1", "--async"],
+                   SCRIPT + [f"--log_dir={tmp_path / 'cluster'}", f"--steps={steps}", "--batch=8",
+                             "--num_batches=2", "--damping_decay=0.6"], timeout=180)
+    assert run.wait() == 0, run.output()
+    assert run.results()["worker:0"]["global_step"] == steps
+    assert "thor: preconditioning 2 layer(s)" in run.output()
+    train_thor.train(str(tmp_path / "single"), steps, 8, num_batches=2, damping=train_thor.decaying_damping(0.6))
+    train_thor.train(str(tmp_path / "plain"), steps, 8, num_batches=2, damping=train_thor.decaying_damping(0.6),
+                     thor=False)
+    cluster, single = (thorlib.model_variables(tmp_path / name) for name in ("cluster", "single"))
+    for got, want in zip(cluster, single):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    # Preconditioned: the same stack without statistics (plain gradients) ends elsewhere.
+    assert max(np.abs(a - b).max() for a, b in zip(single, thorlib.model_variables(tmp_path / "plain"))) > 1e-3
+
+
+DECAY = 0.9   # the two-worker test's damping schedule: 0.05 * 0.9^step
+
+
+def _group_conv_inverses(batch, groups, steps):
+    """{(group, step): the Conv2D A-factor inverse input group ``group`` alone gives at a refresh on
+    update ``step``}."""
+    images, _ = thorlib.small_digits(train_thor.NUM_ROWS)
+    inverses = {}
+    for group in range(groups):
+        x = images[group * batch:(group + 1) * batch].reshape(-1, thorlib.SIDE, thorlib.SIDE, 1)
+        patches, (ho, wo) = thorlib.numpy_im2col(x.astype(np.float64), thorlib.KERNEL, 2, "same")
+        for step in range(steps):
+            damping_sqrt = np.sqrt(train_thor.THOR["damping"] * DECAY ** step / (ho * wo))
+            inverses[group, step] = thorlib.block_inverse(patches.T @ patches / len(patches), damping_sqrt, 0)
+    return inverses
+
+
+def test_two_async_workers_each_refresh_from_their_own_batch(launches, tmp_path):
+    """2 workers + 1 ps, frequency 2, 2 steps scheduled per loop (the workers run concurrently),
+    every batch one of 6 distinguishable groups read in each worker's own random order, a damping
+    schedule. In every checkpoint (one per loop, at global step S) the stored Conv2D A inverse is
+    the inverse of one group's factor (one worker's own batch, never two batches pooled) damped
+    at update S-2 or S-1 (the loop's two steps: the damping follows the exact global step);
+    nothing is NaN; the refresh counter counts every update (a Keras assign_add lost some)."""
+    batch, groups, steps, every = 16, 6, 10, 2   # 10 steps per worker (async: 20 global steps)
+    run = launches(["--workers=2", "--ps=1", "--async"],
+                   SCRIPT + [f"--log_dir={tmp_path / 'cluster'}", f"--steps={steps}", f"--batch={batch}",
+                             f"--groups={groups}", f"--steps_per_loop={every}", f"--save_every={every}",
+                             "--frequency=2", f"--damping_decay={DECAY}"], timeout=300)
+    assert run.wait() == 0, run.output()
+    expected = _group_conv_inverses(batch, groups, 2 * steps)
+    paths = tf.train.get_checkpoint_state(str(tmp_path / "cluster")).all_model_checkpoint_paths
+    assert len(paths) == 2 * steps // every
+    nearest, counters = {}, {}
+    for path in paths:
+        reader = tf.train.load_checkpoint(path)
+        shapes = reader.get_variable_to_shape_map()
+        for key in shapes:
+            value = reader.get_tensor(key)
+            if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+                assert np.all(np.isfinite(value)), (path, key)
+        # The conv A factor's [1, 9, 9] variables: its inverse and its accumulator, which only a
+        # batch_gradients above thor would use (the factors never pass through shared state here).
+        blocks = [reader.get_tensor(k)[0] for k, shape in shapes.items()
+                  if k.startswith("optimizer/") and shape == [1, 9, 9]]
+        stored = [value for value in blocks if np.all(np.diag(value) > 0)]
+        assert len(stored) == 1 and all(not np.any(value) for value in blocks if value is not stored[0]), blocks
+        counters[path] = [int(reader.get_tensor(f"{key}/.ATTRIBUTES/VARIABLE_VALUE"))
+                          for key in ("optimizer/_updates", "global_step")]
+        distance, group, step = min((np.abs(stored[0] - inverse).max() / np.abs(inverse).max(), group, step)
+                                    for (group, step), inverse in expected.items())
+        nearest[path] = (distance, counters[path][1] - step)
+    assert all(distance < 1e-4 and 1 <= behind <= 2 for distance, behind in nearest.values()), nearest
+    assert all(updates == step for updates, step in counters.values()), counters

@@ -103,17 +103,19 @@ class Recorder:
         self.test_labels = test_labels
         self.eval_every = eval_every
         self.step_seconds = {}
+        self.step_cpu_seconds = {}   # the process's CPU time per step (all its threads): less sensitive to load
         self.curve = []  # (step, training seconds so far, test accuracy)
         self._left_hook = None
 
     def __call__(self, global_step, log_values):
-        entered = time.perf_counter()
+        entered, entered_cpu = time.perf_counter(), time.process_time()
         step = int(global_step)
         if self._left_hook is not None and step not in self.step_seconds:
-            self.step_seconds[step] = entered - self._left_hook
+            self.step_seconds[step] = entered - self._left_hook[0]
+            self.step_cpu_seconds[step] = entered_cpu - self._left_hook[1]
         if step % self.eval_every == 0 and (not self.curve or self.curve[-1][0] != step):
             self.curve.append((step, None, self.accuracy()))
-        self._left_hook = time.perf_counter()
+        self._left_hook = (time.perf_counter(), time.process_time())
 
     def accuracy(self):
         import numpy as np
@@ -165,7 +167,10 @@ def finish(kind, recorder, steps):
     for step, _, accuracy in recorder.curve:
         elapsed = sum(times.get(s, 0.0) for s in range(1, step + 1))
         curve.append((step, elapsed, accuracy))
-    return dict(curve=curve, plain=plain, refresh=refresh, final=curve[-1][2] if curve else float("nan"))
+    cpu = recorder.step_cpu_seconds
+    return dict(curve=curve, plain=plain, refresh=refresh, final=curve[-1][2] if curve else float("nan"),
+                cpu_plain=[t for s, t in cpu.items() if s > 1 and not is_refresh(kind, s)],
+                cpu_refresh=[t for s, t in cpu.items() if s > 1 and is_refresh(kind, s)])
 
 
 def reach(curve, target):
@@ -217,24 +222,48 @@ def benchmark(config, models, log_root, print_fn=print):
     return results
 
 
-def timing_rounds(model_name, best, rounds, steps, data, log_root):
+def timing_rounds(model_name, best, rounds, steps, data, log_root, clock="wall"):
     """Short runs of every optimizer at its best setting, back to back, the order rotated each round.
 
     Returns one dict per round: kind -> (median plain step, median refresh step, 10th-percentile
-    plain step) in seconds.
+    plain step) in seconds of ``clock`` ("wall", or "cpu": the process's CPU time);
+    with clock "both", a pair of such lists (wall, cpu) from the same runs.
     Ratios are taken within a round, so a change of load between rounds cancels out.
     """
     kinds = list(best)
-    measured = []
+    measured = {"wall": [], "cpu": []}
     for number in range(rounds):
-        this_round = {}
+        this_round = {"wall": {}, "cpu": {}}
         for kind in rotated(kinds, number):
             run = train_once(model_name, kind, best[kind][0], 100 + number, steps, steps + 1, data, log_root)
-            this_round[kind] = (statistics.median(run["plain"]),
-                                statistics.median(run["refresh"]) if run["refresh"] else None,
-                                tenth_percentile(run["plain"]))
-        measured.append(this_round)
-    return measured
+            for name, prefix in (("wall", ""), ("cpu", "cpu_")):
+                plain, refresh = run[prefix + "plain"], run[prefix + "refresh"]
+                this_round[name][kind] = (statistics.median(plain), statistics.median(refresh) if refresh else None,
+                                          tenth_percentile(plain))
+        for name in measured:
+            measured[name].append(this_round[name])
+    return (measured["wall"], measured["cpu"]) if clock == "both" else measured[clock]
+
+
+# The settings the timing-only mode uses (the reduced run's best: README, "When THOR pays off").
+TIMED_SETTINGS = {"cnn": {"momentum": 0.05, "thor": (0.01, 0.03)}, "mlp": {"momentum": 0.1, "thor": (0.02, 0.1)}}
+
+
+def timing_only(models, rounds, steps, log_root, print_fn=print):
+    """Only the step times of momentum and THOR (no sweep, no seeds): the cheapest measure of the
+    plain-step and refresh-step ratios, in wall and in CPU time, from the same paired rounds."""
+    from moxlite.data import mnist
+
+    (train_images, train_labels), (test_images, test_labels) = mnist.split(0.2, 0)
+    data = ((train_images[..., None], train_labels), (test_images[..., None], test_labels))
+    for model_name in models:
+        best = {kind: (setting, []) for kind, setting in TIMED_SETTINGS[model_name].items()}
+        wall, cpu = timing_rounds(model_name, best, rounds, steps, data, log_root, clock="both")
+        print_fn(f"\n## {model_name}: settings {TIMED_SETTINGS[model_name]}, batch {BATCH}, frequency {FREQUENCY}")
+        for name, measured in (("wall clock", wall), ("process CPU time", cpu)):
+            print_fn(f"   {name}:")
+            for line in step_time_lines(measured, steps):
+                print_fn(line)
 
 
 def _median_range(values, form="{:.0f}"):
@@ -377,6 +406,10 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=None, help="seeds per optimizer (>= 3 for the goals)")
     parser.add_argument("--plot", default=os.path.join(REPO, "tools", "bench_thor.png"), help="plot file")
     parser.add_argument("--log-root", default="runs/bench_thor", help="where the runs' log_dirs go")
+    parser.add_argument("--timing-only", action="store_true",
+                        help="only momentum's and THOR's step times (wall and CPU), at fixed settings; no sweep")
+    parser.add_argument("--rounds", type=int, default=None, help="timing rounds (default: the run's)")
+    parser.add_argument("--timing-steps", type=int, default=None, help="steps per timing run (default: the run's)")
     parser.add_argument("--block-size", type=int, default=128, help="--plan: block size against full inverses")
     parser.add_argument("--bert-sequence", type=int, default=128, help="--plan: tokens per BERT sample")
     args = parser.parse_args(argv)
@@ -395,11 +428,18 @@ def main(argv=None):
     config = dict(FULL if args.full else REDUCED)
     if args.seeds:
         config["seeds"] = args.seeds
+    for key, value in (("timing_rounds", args.rounds), ("timing_steps", args.timing_steps)):
+        if value:
+            config[key] = value
+    models = [m.strip() for m in args.models.split(",")]
+    os.makedirs(args.log_root, exist_ok=True)
+    if args.timing_only:
+        timing_only(models, config["timing_rounds"], config["timing_steps"], args.log_root)
+        return 0
     print(f"{'Full' if args.full else 'Reduced'} run: {config['seeds']} seeds, sweeps {config['sweeps']}, "
           f"THOR frequency {FREQUENCY}, steps {config['steps']}, test accuracy every {config['eval_every']} steps")
     started = time.time()
-    os.makedirs(args.log_root, exist_ok=True)
-    results = benchmark(config, [m.strip() for m in args.models.split(",")], args.log_root)
+    results = benchmark(config, models, args.log_root)
     os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
     plot(results, args.plot)
     print(f"\nTotal wall time {time.time() - started:.0f} s")

@@ -7,9 +7,10 @@ model itself, no weights downloaded) it counts, per device:
   as full matrices, and as only their diagonal blocks (all a blocked inverse
   needs);
 - the FLOPs of a refresh: the factors (A = aT a over N rows: 2 N d^2 each, or
-  2 N b^2 per diagonal block when only the blocks are formed) and their
+  2 N b^2 per diagonal block, since only the blocks are formed) and their
   inverses (Cholesky d^3/3 plus the solve against I, 2 d^3: 7/3 d^3 for each
-  matrix or each diagonal block);
+  matrix or each diagonal block; a last, partial block is inverted padded to
+  b x b, as thor does);
 - the FLOPs of preconditioning one gradient, paid on every step, refresh or
   not: A^-1 . dW . G^-1 is 2 d_A^2 d_G + 2 d_A d_G^2 with full inverses, and
   2 d_A d_G (b_A + b_G) with b-blocks;
@@ -62,21 +63,23 @@ def factor_entries(layer, block_size):
     return a_entries + sum(b * b for b in _blocks(layer.d_g, block_size))
 
 
-def refresh_flops(layer, block_size, formed_block_size=None):
-    """Forming A and G from one device's batch, then inverting them (or their diagonal blocks).
-
-    formed_block_size: the blocks formed (default block_size; 0 forms the full factors).
-    """
-    formed = block_size if formed_block_size is None else formed_block_size
-    forming = sum(2 * layer.rows * b * b for b in _blocks(layer.d_g, formed))
+def refresh_flops(layer, block_size):
+    """Forming A and G's diagonal blocks (all of them when block_size is 0) from one device's
+    batch, then inverting the blocks (the last one padded to a whole block)."""
+    forming = sum(2 * layer.rows * b * b for b in _blocks(layer.d_g, block_size))
     if layer.diagonal_a:
         forming += layer.rows
     else:
-        forming += sum(2 * layer.rows * b * b for b in _blocks(layer.d_a, formed))
-    inverting = sum(7 / 3 * b ** 3 for b in _blocks(layer.d_g, block_size))
+        forming += sum(2 * layer.rows * b * b for b in _blocks(layer.d_a, block_size))
+    inverting = _inverting_flops(layer.d_g, block_size)
     if not layer.diagonal_a:
-        inverting += sum(7 / 3 * b ** 3 for b in _blocks(layer.d_a, block_size))
+        inverting += _inverting_flops(layer.d_a, block_size)
     return forming + inverting
+
+
+def _inverting_flops(dimension, block_size):
+    blocks = _blocks(dimension, block_size)
+    return 7 / 3 * len(blocks) * blocks[0] ** 3
 
 
 def precondition_flops(layer, block_size):
@@ -177,12 +180,9 @@ def plan_lines(title, layers, parameter_count, frequency, note, block_size=128):
              f"gradient all-reduce per step: {_size(gradient_bytes, 'B')}",
              f"   {'':<16}{'factor bytes':>14}{'refresh FLOPs':>16}{'precond./step':>16}"
              f"{f'amortised/step @f={frequency}':>34}{'factor bytes/step':>20}"]
-    # (label, block size inverted, block size formed and all-reduced)
-    variants = (("full inverses", 0, 0), (f"{block_size}-blocks", block_size, block_size),
-                (f"{block_size}-blocks*", block_size, 0))
-    for label, size, formed in variants:
-        factor_bytes = sum(factor_entries(layer, formed) for layer in layers) * BYTES
-        refresh = sum(refresh_flops(layer, size, formed) for layer in layers)
+    for label, size in (("full inverses", 0), (f"{block_size}-blocks", block_size)):
+        factor_bytes = sum(factor_entries(layer, size) for layer in layers) * BYTES
+        refresh = sum(refresh_flops(layer, size) for layer in layers)
         precondition = sum(precondition_flops(layer, size) for layer in layers)
         amortised = precondition + refresh / frequency
         lines.append(f"   {label:<16}{_size(factor_bytes, 'B'):>14}{_size(refresh, 'FLOP'):>16}"
@@ -191,8 +191,7 @@ def plan_lines(title, layers, parameter_count, frequency, note, block_size=128):
                      f"{_size(factor_bytes / frequency, 'B'):>20}")
     lines.append(f"   (factor bytes/step: one refresh's all-reduce spread over {frequency} steps, against "
                  f"{_size(gradient_bytes, 'B')} of gradients every step. {block_size}-blocks: only the diagonal "
-                 f"blocks formed and all-reduced; {block_size}-blocks*: full factors formed and all-reduced, "
-                 f"blocks inverted, as moxlite's thor does now)")
+                 f"blocks formed, all-reduced and inverted, as moxlite's thor does with block_size={block_size})")
     return lines
 
 

@@ -57,6 +57,10 @@ class BatchGradients(wrapper_lib.OptimizerWrapper):
         with schedules.micro_steps_per_update(self.num_batches):
             super()._apply_inner(distribution, grads, variables, reduced)
 
+    def set_layer_statistics(self, statistics, gradients=(), micro_batches=1):
+        # Each step's statistics are one micro-batch of an update (thor accumulates them).
+        super().set_layer_statistics(statistics, gradients, micro_batches * self.num_batches)
+
     # State.
 
     def _build_own_state(self, variables):

@@ -19,27 +19,39 @@ each tracked layer's input and output gradient and calls
 ``set_layer_statistics`` in replica context before ``apply_gradients``. On a
 collecting update each replica computes its factor sums locally; then, in
 cross-replica context, one all-reduce of all factors packed into one vector
-sums them across replicas into the accumulators, so R replicas x B equal one
-replica x R*B. The statistics of a step whose gradients or factors are not
-finite on some replica (an fp16 overflow step, which the loss-scale optimizer
-skips) are dropped, not added. The refresh divides by the rows counted, inverts with
-``thor_inverse.guarded_inverse`` (fallbacks counted and printed) and clears
-the accumulators.
+sums them across replicas, so R replicas x B equal one replica x R*B. The
+statistics of a step whose gradients or factors are not finite on some
+replica (an fp16 overflow step, which the loss-scale optimizer skips) are
+dropped. The refresh divides by the rows counted and inverts with
+``thor_inverse.guarded_inverse`` (fallbacks counted and printed).
+
+Where the summed factors wait for the refresh: when the step's statistics are
+the whole update's batch, in the step's own tensors, inverted by the same
+step's apply and assigned to the inverse variables. So under parameter
+servers a refreshing worker's inverses come from its own batch, never pooled
+with another worker's. Under a synchronous ``batch_gradients`` above, each
+step is one micro-batch: the sums go to accumulator variables until the
+update applies, then are cleared. The asynchronous loop's in-worker
+accumulation sums ``layer_statistics_sums`` over its micro-batches in tensors
+and hands the total over once (``set_layer_statistics_sums``).
 
 State (saved with the optimizer): per layer the factor accumulators and the
-inverse blocks, and the wrapper's own applied-update counter and fallback
-counters. Per-layer variables are created when the first step is traced
+inverse blocks, and the wrapper's own applied-update counter (which decides
+the refreshes; incremented on the tf.Variable, atomic on a parameter server)
+and fallback counters. A damping schedule reads the run's global step in
+applied updates, the clock of the learning-rate schedules. Per-layer variables are created when the first step is traced
 (only then are the layers known).
 """
 
+import math
 import re
 import sys
 
 import keras
 import tensorflow as tf
 
-from moxlite import compat, logs
-from moxlite.optimizers import catalog, thor_factors, thor_inverse
+from moxlite import compat, context, logs
+from moxlite.optimizers import catalog, schedules, thor_factors, thor_inverse
 from moxlite.optimizers import wrapper as wrapper_lib
 from moxlite.optimizers.lars import variable_path
 
@@ -79,6 +91,22 @@ class _Slot:
     def kind(self):
         return self.geometry.kind
 
+    def pieces(self):
+        """(state key, shapes of its pieces), in the order the all-reduced vector holds them: only
+        the diagonal blocks of A and G are formed and reduced (``thor_factors.piece_shapes``)."""
+        if self.kind == "LayerNormalization":
+            return [("rows", [()])]
+        a_pieces = ([(self.geometry.d_in,)] if self.kind == "Embedding"
+                    else thor_factors.piece_shapes(self.geometry.d_in, self.a_layout))
+        return [("a_sum", a_pieces), ("g_sum", thor_factors.piece_shapes(self.geometry.d_out, self.g_layout)),
+                ("rows", [()])]
+
+    def accumulated(self, key, pieces):
+        """The reduced ``pieces`` of state ``key`` in the shape of its accumulator."""
+        if key == "rows" or (key == "a_sum" and self.kind == "Embedding"):
+            return pieces[0]
+        return thor_factors.padded_blocks(pieces, self.a_layout if key == "a_sum" else self.g_layout)
+
 
 @keras.saving.register_keras_serializable(package="moxlite")
 class THOR(wrapper_lib.OptimizerWrapper):
@@ -99,6 +127,11 @@ class THOR(wrapper_lib.OptimizerWrapper):
         self._slot_of_identity = {}  # id of a covered variable (or its components) -> _Slot
         self._skipped = {}           # kernel path -> why it is not preconditioned
         self._announced = False
+        self._pending = None         # (slots, collecting, summed factors) of the step being traced
+        self._accumulating = False   # statistics arrive as micro-batches (a batch_gradients above)
+        self._summed_slots = []      # slots of layer_statistics_sums, for set_layer_statistics_sums
+        run_context = context.current()
+        self._global_step = run_context.global_step if run_context is not None else None
 
     # Own state.
 
@@ -133,26 +166,32 @@ class THOR(wrapper_lib.OptimizerWrapper):
             blocks, side = layout
             return lambda shape, dtype=None: tf.eye(side, batch_shape=[blocks], dtype=dtype or tf.float32)
 
+        def blocks_shape(layout):
+            return (layout[0], layout[1], layout[1])
+
         with tf.init_scope():
             state = {"rows": variable("rows", ())}
             if slot.kind == "LayerNormalization":
                 state["batch"] = variable("batch", (), "ones")
             else:
-                state["a_sum"] = variable("a_sum", geometry.a_shape)
-                state["g_sum"] = variable("g_sum", geometry.g_shape)
+                # Factor sums are kept as their diagonal blocks only (the last one zero-padded).
+                state["g_sum"] = variable("g_sum", blocks_shape(slot.g_layout))
                 if slot.kind == "Embedding":
+                    state["a_sum"] = variable("a_sum", (geometry.d_in,))
                     state["a_inverse"] = variable("a_inverse", (geometry.d_in,), "ones")
                 else:
-                    state["a_inverse"] = variable("a_inverse", (slot.a_layout[0], slot.a_layout[1],
-                                                                slot.a_layout[1]), identity_blocks(slot.a_layout))
-                state["g_inverse"] = variable("g_inverse", (slot.g_layout[0], slot.g_layout[1], slot.g_layout[1]),
+                    state["a_sum"] = variable("a_sum", blocks_shape(slot.a_layout))
+                    state["a_inverse"] = variable("a_inverse", blocks_shape(slot.a_layout),
+                                                  identity_blocks(slot.a_layout))
+                state["g_inverse"] = variable("g_inverse", blocks_shape(slot.g_layout),
                                               identity_blocks(slot.g_layout))
         slot.state = state
 
     # What the loop must record.
 
     def layer_statistics_request(self):
-        return wrapper_lib.LayerStatisticsRequest(layer_types=TRACKED_KINDS, every_n_steps=self.frequency)
+        return wrapper_lib.LayerStatisticsRequest(layer_types=TRACKED_KINDS, every_n_steps=self.frequency,
+                                                  collecting=self._is_collecting)
 
     def _is_collecting(self):
         """This update rebuilds the factors (the first, then one every ``frequency``)."""
@@ -189,27 +228,77 @@ class THOR(wrapper_lib.OptimizerWrapper):
         self._slots.append(slot)
         return slot
 
-    def set_layer_statistics(self, statistics, gradients=()):
-        """Replica context: this replica's LayerRecords (loop side: moxlite.training.layer_statistics)."""
+    def _grouped(self, statistics, gradients):
+        """(slots with records this step, the tensors their factor sums need, as _local_sums takes them)."""
         by_slot = {}
         for record in statistics:
             slot = self._slot_for(record)
             if slot is not None:
                 by_slot.setdefault(slot.index, (slot, []))[1].append(record)
-        if not by_slot:
-            return
         slots = [by_slot[index][0] for index in sorted(by_slot)]
-        # Only tensors cross into cross-replica context (layers differ per replica); the factor
-        # sums are computed there, per replica, and only on a collecting update.
+        # Only tensors cross into cross-replica context (layers differ per replica).
         tensors = [[(record.inputs, _or_zero(record.output_gradients), record.batch_size)
                     for record in by_slot[slot.index][1]] for slot in slots]
-        tensors = (tensors, [wrapper_lib.dense(g) for g in gradients])
+        # Only finiteness is read from the gradients (on collecting updates): an IndexedSlices'
+        # values suffice, densifying an embedding's gradient on every step would not.
+        return slots, (tensors, [g.values if isinstance(g, tf.IndexedSlices) else g for g in gradients])
+
+    @staticmethod
+    def _in_cross_replica_context(function, args):
         replica_context = tf.distribute.get_replica_context()
         if replica_context is None:
-            self._collect(tf.distribute.get_strategy(), slots, tensors)
+            function(tf.distribute.get_strategy(), args)
         else:
-            replica_context.merge_call(lambda distribution, tensors: self._collect(distribution, slots, tensors),
-                                       args=(tensors,))
+            replica_context.merge_call(function, args=(args,))
+
+    def set_layer_statistics(self, statistics, gradients=(), micro_batches=1):
+        """Replica context: this replica's LayerRecords (loop side: moxlite.training.layer_statistics).
+
+        Under a ``batch_gradients`` above this wrapper (``micro_batches`` > 1) they are one
+        micro-batch of several: the factor sums go to the accumulators. Otherwise they are the whole update's batch: the sums are
+        kept in this step's tensors and inverted when the same step applies, so under
+        parameter servers a refreshing worker's inverses come from its own batch only.
+        """
+        self._pending = None
+        slots, tensors = self._grouped(statistics, gradients)
+        if not slots:
+            return
+        micro_batch = micro_batches > 1
+        if micro_batch:
+            self._accumulating = True
+
+        def collect(distribution, tensors):
+            packed = lambda: distribution.extended.call_for_each_replica(  # noqa: E731
+                lambda tensors: self._local_sums(slots, tensors), args=(tensors,))
+            self._collect(distribution, slots, packed, micro_batch)
+        self._in_cross_replica_context(collect, tensors)
+
+    def layer_statistics_sums(self, statistics, gradients=()):
+        """Replica context, no cross-replica call: one micro-batch's factor sums as one vector.
+
+        For a loop that accumulates micro-batches in tensors (the asynchronous loop under
+        ``batch_gradients``): it adds these vectors over the micro-batches and hands the
+        total to ``set_layer_statistics_sums`` before applying. Zeros unless collecting.
+        """
+        slots, tensors = self._grouped(statistics, gradients)
+        if not slots:
+            return None
+        self._summed_slots = slots
+        size = sum(self._packed_size(slot) for slot in slots) + 1
+        return tf.cond(self._is_collecting(), lambda: self._local_sums(slots, tensors), lambda: tf.zeros([size]))
+
+    def set_layer_statistics_sums(self, sums):
+        """Replica context: the total of ``layer_statistics_sums`` over this update's micro-batches."""
+        slots = self._summed_slots
+        self._pending = None
+        if not slots:
+            return
+        self._in_cross_replica_context(
+            lambda distribution, sums: self._collect(distribution, slots, lambda: sums, False), sums)
+
+    @staticmethod
+    def _packed_size(slot):
+        return sum(math.prod(shape) for _, shapes in slot.pieces() for shape in shapes)
 
     def _local_sums(self, slots, tensors):
         """Replica context: this replica's factor sums of every slot, packed into one vector,
@@ -218,71 +307,108 @@ class THOR(wrapper_lib.OptimizerWrapper):
         per_sample = self.loss_reduction == "mean"
         parts = []
         for slot, calls in zip(slots, tensors):
-            sums = [thor_factors.local_sums(slot.geometry, thor_factors.Call(*call), per_sample) for call in calls]
+            sums = []
+            for call in calls:
+                a, g, rows = thor_factors.local_sums(slot.geometry, thor_factors.Call(*call), per_sample,
+                                                     slot.a_layout, slot.g_layout)
+                sums.append([*a, *g, rows])
             parts.extend(tf.reshape(tf.add_n(list(column)), [-1]) for column in zip(*sums))
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in gradients]) if gradients else True
         parts.append(tf.where(finite, 0.0, 1.0)[None])
         return tf.concat(parts, 0)
 
-    def _collect(self, distribution, slots, tensors):
-        """Cross-replica context: one all-reduce of every slot's sums, added to the accumulators."""
+    def _collect(self, distribution, slots, packed, micro_batch):
+        """Cross-replica context, on a collecting update: one all-reduce of every slot's sums
+        (``packed()``, per replica), added to the accumulators (``micro_batch``) or kept for
+        this step's apply."""
         # Keras saves optimizer variables by position: create the state in the order of the
         # variables this optimizer was built with (sorted by checkpoint key in run), not in the
         # order model_fn called its layers, so a resume finds each layer's factors by name.
         for slot in sorted(slots, key=self._position_of):
             self._ensure_slot_state(slot)
+        collecting = self._is_collecting()
 
-        def reduce_and_add():
-            packed = distribution.extended.call_for_each_replica(
-                lambda tensors: self._local_sums(slots, tensors), args=(tensors,))
+        def reduced():
             destination = slots[0].state["rows"]
-            total = distribution.extended.reduce_to(tf.distribute.ReduceOp.SUM, packed,
+            total = distribution.extended.reduce_to(tf.distribute.ReduceOp.SUM, packed(),
                                                     destinations=destination.value)
             total = distribution.experimental_local_results(total)[0]
             finite = tf.logical_and(tf.reduce_all(tf.math.is_finite(total)), total[-1] == 0.0)
-            total = tf.where(finite, total, tf.zeros_like(total))
-            offset = 0
-            for slot in slots:
-                for key, shape in (("a_sum", slot.geometry.a_shape), ("g_sum", slot.geometry.g_shape),
-                                   ("rows", ())):
-                    size = 1
-                    for d in shape:
-                        size *= d
-                    part = tf.reshape(total[offset:offset + size], shape)
-                    offset += size
-                    if key in slot.state:
-                        slot.state[key].assign_add(part)
             self._dropped.assign_add(tf.where(finite, tf.constant(0, tf.int64), tf.constant(1, tf.int64)))
+            return tf.where(finite, total, tf.zeros_like(total))
 
-        tf.cond(self._is_collecting(), reduce_and_add, lambda: None)
+        if micro_batch:
+            def reduce_and_add():
+                for slot, sums in zip(slots, self._unpacked(slots, reduced())):
+                    for key, part in sums.items():
+                        if key in slot.state:
+                            slot.state[key].assign_add(part)
+            tf.cond(collecting, reduce_and_add, lambda: None)
+            return
+        size = sum(self._packed_size(slot) for slot in slots) + 1
+        total = tf.cond(collecting, reduced, lambda: tf.zeros([size]))
+        self._pending = (slots, collecting, total)
+
+    @staticmethod
+    def _unpacked(slots, total):
+        """Per slot, {"a_sum", "g_sum", "rows"} tensors cut from a packed vector (the factor
+        sums as their diagonal blocks, in the shape of the slot's accumulators)."""
+        out, offset = [], 0
+        for slot in slots:
+            sums = {}
+            for key, shapes in slot.pieces():
+                pieces = []
+                for shape in shapes:
+                    size = math.prod(shape)
+                    pieces.append(tf.reshape(total[offset:offset + size], shape))
+                    offset += size
+                sums[key] = slot.accumulated(key, pieces)
+            out.append(sums)
+        return out
 
     # The update.
 
     def _damping(self):
         damping = self.damping
         if callable(damping):
-            damping = damping(self.iterations)
+            damping = damping(self._schedule_step())
         return tf.maximum(tf.cast(damping, tf.float32), 0.0)
 
-    def _refresh(self):
-        """Cross-replica context: factors from the accumulators, their guarded inverses."""
+    def _schedule_step(self):
+        """The step a damping schedule sees: inside a run, the one the learning-rate schedule
+        sees (the run's exact global step in applied updates; Keras's ``iterations`` loses
+        increments under parameter servers); outside a run, ``iterations`` as in plain Keras."""
+        if self._global_step is None:
+            return self.iterations
+        return schedules.GlobalStepLearningRate(None, self._global_step).step_seen_by_schedule()
+
+    def _refresh_from_accumulators(self):
+        """Cross-replica context: a refresh from the micro-batch accumulators, then cleared."""
+        slots = [slot for slot in self._slots if slot.state is not None]
+        sums = [{key: slot.state[key].value for key in ("a_sum", "g_sum", "rows") if key in slot.state}
+                for slot in slots]
+        self._refresh(slots, sums)
+        for slot in slots:
+            for key in ("a_sum", "g_sum", "rows"):
+                if key in slot.state:
+                    slot.state[key].assign(tf.zeros_like(slot.state[key].value))
+
+    def _refresh(self, slots, sums):
+        """Cross-replica context: each slot's factors from its sums, their guarded inverses."""
         damping = self._damping()
         retries = tf.constant(0, tf.int64)
         kept = tf.constant(0, tf.int64)
-        for slot in self._slots:
-            if slot.state is None:
-                continue
+        for slot, sums in zip(slots, sums):
             state = slot.state
-            rows = state["rows"].value
+            rows = sums["rows"]
             have = rows > 0
             safe_rows = tf.maximum(rows, 1.0)
             if slot.kind == "LayerNormalization":
                 state["batch"].assign(tf.where(have, rows, state["batch"].value))
-                state["rows"].assign(0.0)
                 continue
             damping_sqrt = tf.sqrt(damping / slot.geometry.spatial)
-            a = state["a_sum"].value / safe_rows
-            g = state["g_sum"].value / safe_rows
+            a = sums["a_sum"] / safe_rows
+            g = sums["g_sum"] / safe_rows
             if slot.kind == "Embedding":
                 previous = state["a_inverse"].value
                 a_inverse = 1.0 / (a + damping_sqrt)
@@ -291,17 +417,15 @@ class THOR(wrapper_lib.OptimizerWrapper):
                 a_level = tf.where(a_ok, 0, 2)
             else:
                 a_inverse, a_level = thor_inverse.guarded_inverse(
-                    thor_inverse.diagonal_blocks(a, *slot.a_layout), damping_sqrt, state["a_inverse"].value)
+                    thor_inverse.identity_padded(a, slot.geometry.d_in), damping_sqrt, state["a_inverse"].value)
             g_inverse, g_level = thor_inverse.guarded_inverse(
-                thor_inverse.diagonal_blocks(g, *slot.g_layout), damping_sqrt, state["g_inverse"].value)
+                thor_inverse.identity_padded(g, slot.geometry.d_out), damping_sqrt, state["g_inverse"].value)
             state["a_inverse"].assign(tf.where(have, a_inverse, state["a_inverse"].value))
             state["g_inverse"].assign(tf.where(have, g_inverse, state["g_inverse"].value))
             for level in (a_level, g_level):
                 level = tf.cast(tf.where(have, level, 0), tf.int64)
                 retries += tf.cast(level >= 1, tf.int64)
                 kept += tf.cast(level >= 2, tf.int64)
-            for key in ("a_sum", "g_sum", "rows"):
-                state[key].assign(tf.zeros_like(state[key].value))
         self._retries.assign_add(retries)
         self._kept.assign_add(kept)
 
@@ -352,11 +476,18 @@ class THOR(wrapper_lib.OptimizerWrapper):
             grads = wrapper_lib.sum_across_replicas(distribution, grads, variables)
         grads, variables = list(grads), list(variables)
         self._announce(variables)
-        if any(slot.state is not None for slot in self._slots):
-            tf.cond(self._is_collecting(), self._refresh, lambda: None)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            # This step's own batch, collected when its statistics arrived (same decision).
+            slots, collecting, total = pending
+            tf.cond(collecting, lambda: self._refresh(slots, self._unpacked(slots, total)), lambda: None)
+        elif self._accumulating and any(slot.state is not None for slot in self._slots):
+            tf.cond(self._is_collecting(), self._refresh_from_accumulators, lambda: None)
         preconditioned = distribution.extended.call_for_each_replica(self._precondition, args=(grads, variables))
         self._apply_inner(distribution, preconditioned, variables, reduced=True)
-        self._updates.assign_add(tf.constant(1, tf.int64))
+        # On the tf.Variable itself: a Keras variable's assign_add reads, then writes, and loses
+        # increments when parameter-server workers apply concurrently.
+        compat.backing_variable(self._updates).assign_add(tf.constant(1, tf.int64))
 
     def _announce(self, variables):
         """One start-up line: what is preconditioned (factor shapes) and what gets the plain gradient."""
@@ -369,8 +500,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
         logger = logs.get_logger()
         if not self._slots:
             logger.warning("thor: no layer statistics reached the optimizer; every variable gets the plain "
-                           "gradient (THOR needs the synchronous loop and Dense/Conv2D/Embedding/EinsumDense/"
-                           "LayerNormalization layers)")
+                           "gradient (THOR needs Dense/Conv2D/Embedding/EinsumDense/LayerNormalization layers "
+                           "called in model_fn, or a Keras model closed over)")
         logger.info("thor: preconditioning %d layer(s): %s", len(chosen), "; ".join(chosen) or "none")
         skipped = [f"{path} ({why})" for path, why in self._skipped.items()]
         logger.info("thor: plain gradient for %d variable(s) (biases, normalization, other layers, bare "

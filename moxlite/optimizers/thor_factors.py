@@ -21,7 +21,12 @@ where ds is the gradient of the loss *summed* over the batch with respect to s
   needs only the batch size (rows).
 
 This module computes each replica's *sums* (a^T a, ds^T ds, M) in float32;
-the wrapper all-reduces them, divides by M and inverts.
+the wrapper all-reduces them, divides by M and inverts. With a block size,
+only the diagonal blocks of a^T a and ds^T ds are formed (block b is
+a_b^T a_b, a_b the rows' columns of that block): all a blocked inverse needs,
+at a fraction of the FLOPs and of the bytes all-reduced. They come as
+``pieces``: the whole blocks [n, side, side], then the remainder block
+[rest, rest] if the side does not divide the factor's.
 """
 
 import dataclasses
@@ -50,16 +55,6 @@ class Geometry:
     kernel_shape: Tuple[int, ...]
     spatial: int = 1   # Conv2D: H_out * W_out
     conv: Optional[dict] = None
-
-    @property
-    def a_shape(self):
-        if self.kind == "LayerNormalization":
-            return (0,)
-        return (self.d_in,) if self.kind == "Embedding" else (self.d_in, self.d_in)
-
-    @property
-    def g_shape(self):
-        return (0, 0) if self.kind == "LayerNormalization" else (self.d_out, self.d_out)
 
     def describe(self):
         if self.kind == "LayerNormalization":
@@ -135,27 +130,66 @@ def im2col(inputs, conv):
     return tf.reshape(patches, [-1, patches.shape[-1]])
 
 
-def local_sums(geometry, record, per_sample):
-    """This replica's (A sum, G sum, rows) for one recorded call (a ``Call``), in float32.
+def piece_shapes(size, layout):
+    """Shapes of the diagonal blocks of a [size, size] factor split as ``layout`` (blocks, side):
+    the whole blocks [n, side, side], then the remainder [rest, rest] (each only if non-empty)."""
+    side = layout[1]
+    whole, rest = divmod(size, side) if side else (0, 0)
+    return ([(whole, side, side)] if whole else []) + ([(rest, rest)] if rest else [])
 
+
+def block_grams(rows, layout):
+    """The diagonal blocks of ``rows^T rows`` (rows [M, size]) as ``piece_shapes`` lists them."""
+    size, side = rows.shape[-1], layout[1]
+    whole, rest = divmod(size, side)
+    pieces = []
+    if whole == 1:
+        head = rows[:, :side] if rest else rows
+        pieces.append(tf.matmul(head, head, transpose_a=True)[tf.newaxis])
+    elif whole:
+        head = tf.transpose(tf.reshape(rows[:, :whole * side], [-1, whole, side]), [1, 0, 2])
+        pieces.append(tf.matmul(head, head, transpose_a=True))
+    if rest:
+        tail = rows[:, whole * side:]
+        pieces.append(tf.matmul(tail, tail, transpose_a=True))
+    return pieces
+
+
+def padded_blocks(pieces, layout):
+    """``block_grams``'s pieces as one [blocks, side, side] tensor, the remainder block zero-padded."""
+    blocks, side = layout
+    parts = []
+    for piece in pieces:
+        if piece.shape.rank == 3:
+            parts.append(piece)
+        else:
+            padding = side - piece.shape[0]
+            parts.append(tf.pad(piece, [[0, padding], [0, padding]])[tf.newaxis])
+    return parts[0] if len(parts) == 1 else tf.concat(parts, 0)
+
+
+def local_sums(geometry, record, per_sample, a_layout, g_layout):
+    """This replica's (A pieces, G pieces, rows) for one recorded call (a ``Call``), in float32.
+
+    The pieces are the diagonal blocks of the factor sums for the block layouts
+    (``piece_shapes``); Embedding's A is one piece, the vector of token counts.
     per_sample: True to multiply the output gradients by the replica's batch size
     (the loss was a mean over the batch: the rows of ds must be per-sample gradients).
     """
     if geometry.kind == "LayerNormalization":
-        return tf.zeros([0]), tf.zeros([0, 0]), tf.cast(tf.shape(record.inputs)[0], tf.float32)
+        return [], [], tf.cast(tf.shape(record.inputs)[0], tf.float32)
     gradients = record.output_gradients
     if per_sample:
         gradients = gradients * record.batch_size
     ds = tf.reshape(gradients, [-1, geometry.d_out])
-    g_sum = tf.matmul(ds, ds, transpose_a=True)
+    g_pieces = block_grams(ds, g_layout)
     inputs = record.inputs
     if geometry.kind == "Embedding":
         ids = tf.reshape(tf.cast(inputs, tf.int32), [-1])
-        a_sum = tf.math.unsorted_segment_sum(tf.ones_like(ids, tf.float32), ids, geometry.d_in)
-        return a_sum, g_sum, tf.cast(tf.shape(ids)[0], tf.float32)
+        counts = tf.math.unsorted_segment_sum(tf.ones_like(ids, tf.float32), ids, geometry.d_in)
+        return [counts], g_pieces, tf.cast(tf.shape(ids)[0], tf.float32)
     if geometry.kind == "Conv2D":
         rows_in = im2col(tf.cast(inputs, tf.float32), geometry.conv)
     else:
         rows_in = tf.reshape(tf.cast(inputs, tf.float32), [-1, geometry.d_in])
-    a_sum = tf.matmul(rows_in, rows_in, transpose_a=True)
-    return a_sum, g_sum, tf.cast(tf.shape(ds)[0], tf.float32)
+    return block_grams(rows_in, a_layout), g_pieces, tf.cast(tf.shape(ds)[0], tf.float32)

@@ -2,7 +2,8 @@
 
 A factor F [d, d] is inverted on its diagonal blocks of ``block_size``
 (MindSpore's "hardware-driven" split; 0 = one block, the full inverse), the
-last block padded with the identity. The inverse is kept as blocks
+last block padded with the identity. Only those blocks are ever formed
+(``thor_factors.block_grams``). The inverse is kept as blocks
 [d_blocks, b, b] and applied blockwise, which also bounds the per-step cost.
 
 TensorFlow's Cholesky returns NaN (it does not raise) on a matrix that is not
@@ -25,20 +26,16 @@ def block_layout(size, block_size):
     return -(-size // block_size), block_size
 
 
-def diagonal_blocks(matrix, blocks, side):
-    """The diagonal blocks [blocks, side, side] of ``matrix`` padded with the identity."""
-    size = matrix.shape[0]
-    padding = blocks * side - size
-    if padding:
-        matrix = tf.pad(matrix, [[0, padding], [0, padding]])
-        matrix = matrix + tf.linalg.diag(tf.concat([tf.zeros([size], matrix.dtype),
-                                                    tf.ones([padding], matrix.dtype)], 0))
-    if blocks == 1:
-        return matrix[tf.newaxis]
-    grid = tf.reshape(matrix, [blocks, side, blocks, side])
-    grid = tf.transpose(grid, [0, 2, 1, 3])          # [blocks, blocks, side, side]
-    index = tf.stack([tf.range(blocks), tf.range(blocks)], axis=1)
-    return tf.gather_nd(grid, index)
+def identity_padded(blocks, size):
+    """Diagonal blocks [blocks, side, side] of a factor of side ``size`` whose last block is
+    zero-padded beyond ``size``: the padding's diagonal set to 1 (the padded
+    directions are left untouched by the inverse)."""
+    count, side = blocks.shape[0], blocks.shape[-1]
+    padding = count * side - size
+    if not padding:
+        return blocks
+    diagonal = tf.concat([tf.zeros([size], blocks.dtype), tf.ones([padding], blocks.dtype)], 0)
+    return blocks + tf.linalg.diag(tf.reshape(diagonal, [count, side]))
 
 
 def _cholesky_inverse(blocks):

@@ -57,8 +57,10 @@ loop can record those, so the contract between the two is:
    once on the outermost optimizer after building it) returns None, or a
    ``LayerStatisticsRequest``: which layer classes to track (``layer_types``,
    e.g. ("Dense", "Conv2D")), which statistics (``statistics``: "inputs",
-   "output_gradients"), and ``every_n_steps`` (the loop need not record them
-   on other steps; THOR's ``frequency``).
+   "output_gradients"), ``every_n_steps`` (THOR's ``frequency``, informative)
+   and ``collecting``: None (record on every step), or a callable the loop
+   calls in replica context that returns a boolean tensor, True on the steps
+   whose statistics the wrapper uses (THOR: its refresh updates).
 2. On a step where statistics are recorded, the loop, in replica context and
    before ``apply_gradients``, calls ``set_layer_statistics(optimizer, stats)``
    with ``stats`` a list of ``moxlite.training.layer_statistics.LayerRecord``,
@@ -69,9 +71,19 @@ loop can record those, so the contract between the two is:
    (loss scale and the loop's division by the replica count taken out,
    float32), and the step's gradients (a wrapper may drop the statistics of a
    step whose gradients overflowed). Each replica hands its local values; the wrapper reduces them
-   across replicas itself. The loop records on every step (a zero probe per
-   layer costs next to nothing); the wrapper decides when to use them.
-   Both functions look through a Keras ``LossScaleOptimizer``.
+   across replicas itself. With ``collecting``, the loop runs model_fn
+   without recording on the other steps (no probes: a step like the inner
+   optimizer's) and hands empty records there, still in the same call, so
+   that the wrapper's cross-replica work stays outside any replica-context
+   ``cond``; without it the loop records on every step.
+   Both functions look through a Keras ``LossScaleOptimizer``. A
+   ``batch_gradients`` link passes ``micro_batches`` (its num_batches) down
+   with them: one step's statistics are then one micro-batch of an update.
+3. A loop that accumulates micro-batches inside one step (the asynchronous
+   loop) calls ``layer_statistics_sums(optimizer, stats, gradients)`` per
+   micro-batch instead (a vector, no cross-replica call), adds them up and
+   hands the total to ``set_layer_statistics_sums`` of the optimizer that
+   applies, before applying.
 
 The base class implements both by forwarding to the inner wrapper, so a
 request made anywhere in a stack reaches the loop and the statistics reach
@@ -101,6 +113,7 @@ class LayerStatisticsRequest:
     layer_types: Tuple[str, ...]
     statistics: Tuple[str, ...] = ("inputs", "output_gradients")
     every_n_steps: int = 1
+    collecting: Optional[Callable[[], Any]] = None
 
 
 def _sync_replicas():
@@ -169,6 +182,27 @@ def set_layer_statistics(optimizer, statistics, gradients=()):
     optimizer = _through_loss_scaling(optimizer)
     if isinstance(optimizer, OptimizerWrapper):
         optimizer.set_layer_statistics(statistics, gradients)
+
+
+def layer_statistics_sums(optimizer, statistics, gradients=()):
+    """One micro-batch's statistics summarised by the stack ``optimizer`` as one float32 vector
+    that adds up over micro-batches, without any cross-replica call (None: the stack uses none).
+
+    For a loop that accumulates micro-batches in tensors inside one step (the asynchronous
+    loop under ``batch_gradients``): it sums the vectors and hands the total to
+    ``set_layer_statistics_sums`` of the optimizer that applies, before applying.
+    """
+    optimizer = _through_loss_scaling(optimizer)
+    if isinstance(optimizer, OptimizerWrapper):
+        return optimizer.layer_statistics_sums(statistics, gradients)
+    return None
+
+
+def set_layer_statistics_sums(optimizer, sums):
+    """Hand the total of ``layer_statistics_sums`` over an update's micro-batches to ``optimizer``."""
+    optimizer = _through_loss_scaling(optimizer)
+    if isinstance(optimizer, OptimizerWrapper):
+        optimizer.set_layer_statistics_sums(sums)
 
 
 def sum_across_replicas(distribution, grads, variables):
@@ -333,9 +367,18 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
     def layer_statistics_request(self):
         return layer_statistics_request(self.inner_optimizer)
 
-    def set_layer_statistics(self, statistics, gradients=()):
-        if isinstance(self.inner_optimizer, OptimizerWrapper):
-            self.inner_optimizer.set_layer_statistics(statistics, gradients)
+    def set_layer_statistics(self, statistics, gradients=(), micro_batches=1):
+        """micro_batches: how many steps' statistics make one update of this link (a
+        ``batch_gradients`` above multiplies it by its num_batches)."""
+        inner = _through_loss_scaling(self.inner_optimizer)
+        if isinstance(inner, OptimizerWrapper):
+            inner.set_layer_statistics(statistics, gradients, micro_batches)
+
+    def layer_statistics_sums(self, statistics, gradients=()):
+        return layer_statistics_sums(self.inner_optimizer, statistics, gradients)
+
+    def set_layer_statistics_sums(self, sums):
+        set_layer_statistics_sums(self.inner_optimizer, sums)
 
     # Serialisation: the inner optimizer is serialised inside the wrapper's config.
 

@@ -7,10 +7,11 @@ the global batch: two replicas with batch B step exactly as one with 2B.
 """
 
 import contextlib
+import dataclasses
 
 import tensorflow as tf
 
-from moxlite import errors
+from moxlite import contract, errors
 from moxlite.contract import ModeKeys
 from moxlite.optimizers import wrapper as wrapper_lib
 from moxlite.training import layer_statistics, nonfinite
@@ -113,44 +114,116 @@ class TrainStep:
             self._apply(optimizer, optimizer, list(zip(gradients, variables)))
         return {**log_values(spec), **guard}
 
-    def _gradients(self, inputs):
+    def _gradients(self, inputs, statistics_sums=None):
         """model_fn's spec and, per optimizer, the gradients of its (scaled) loss / replicas
-        with respect to its variables (None where a variable does not affect the loss)."""
+        with respect to its variables (None where a variable does not affect the loss);
+        optimizers that ask for per-layer statistics get them (``_statistics_policy``).
+
+        statistics_sums: None to hand per-layer statistics to the optimizers now; a list to
+        get, per optimizer, their summary vector instead (``wrapper.layer_statistics_sums``;
+        then recorded on every micro-batch, the wrapper zeroes the ones it does not use).
+        """
+        policy = self._statistics_policy()
+        if policy is not None and statistics_sums is not None:
+            policy = True
+        if policy is None:
+            spec, gradient_lists, recorded = self._forward_backward(inputs, record=False)
+        elif policy is True:
+            spec, gradient_lists, recorded = self._forward_backward(inputs, record=True)
+        else:
+            spec, gradient_lists, recorded = self._recording_only_when(policy, inputs)
+        self._hand_statistics(recorded, gradient_lists, inputs, statistics_sums)
+        return spec, gradient_lists
+
+    def _forward_backward(self, inputs, record):
+        """(spec, gradient lists, recorded); recorded is (records, per optimizer the gradients
+        of its loss with respect to the records' probes, or None if it asks for none)."""
         with tf.GradientTape(persistent=len(self.optimizers) > 1) as tape:
             # At the top-level name scope, so that summaries written by model_fn keep the tags
             # the user gave them instead of the loop's "while/cond/" prefixes.
-            with tf.compat.v1.name_scope(None), self._recording(tape) as records:
+            recording = self._recording(tape) if record else contextlib.nullcontext([])
+            with tf.compat.v1.name_scope(None), recording as records:
                 spec = self.template(as_model_inputs(inputs), ModeKeys.TRAIN)
             losses = [tf.cast(loss, tf.float32) / self.num_replicas for loss in spec.losses]
             # A LossScaleOptimizer multiplies here and divides the gradients in apply_gradients.
             scaled = [optimizer.scale_loss(loss) for loss, optimizer in zip(losses, self.optimizers)]
-        gradient_lists = [self._gradients_and_statistics(tape, loss, variables, optimizer, records, inputs)
-                          for loss, variables, optimizer in zip(scaled, self.variable_lists, self.optimizers)]
+        probes = layer_statistics.probes_of(records)
+        gradient_lists, probe_gradient_lists = [], []
+        for loss, variables, optimizer in zip(scaled, self.variable_lists, self.optimizers):
+            asks = bool(records) and wrapper_lib.layer_statistics_request(optimizer) is not None
+            gradients = tape.gradient(loss, list(variables) + (probes if asks else []))
+            gradient_lists.append(gradients[:len(variables)])
+            probe_gradient_lists.append([tf.zeros_like(p) if g is None else g
+                                         for g, p in zip(gradients[len(variables):], probes)] if asks else None)
         del tape
-        return spec, gradient_lists
+        return spec, gradient_lists, (records, probe_gradient_lists)
 
     # Per-layer statistics for wrappers that ask for them (THOR; see optimizers/wrapper.py).
 
+    def _requests(self):
+        return [wrapper_lib.layer_statistics_request(optimizer) for optimizer in self.optimizers]
+
+    def _statistics_policy(self):
+        """None: record nothing; True: record on every step; else a boolean tensor: record on
+        this step only when it is True (some wrapper uses this step's statistics)."""
+        requests = [request for request in self._requests() if request is not None and request.layer_types]
+        if not requests:
+            return None
+        if any(request.collecting is None for request in requests):
+            return True
+        return tf.reduce_any(tf.stack([tf.convert_to_tensor(request.collecting()) for request in requests]))
+
     def _recording(self, tape):
-        if getattr(self, "_no_statistics", False):
-            return contextlib.nullcontext([])
         kinds = set()
-        for optimizer in self.optimizers:
-            request = wrapper_lib.layer_statistics_request(optimizer)
+        for request in self._requests():
             kinds.update(request.layer_types if request else ())
         return layer_statistics.recording(tape, kinds) if kinds else contextlib.nullcontext([])
 
-    def _gradients_and_statistics(self, tape, loss, variables, optimizer, records, inputs):
-        """Gradients of ``loss``; a requesting optimizer also gets the records with output gradients."""
-        probes = layer_statistics.probes_of(records)
-        if not records or wrapper_lib.layer_statistics_request(optimizer) is None:
-            return tape.gradient(loss, variables)
-        gradients = tape.gradient(loss, list(variables) + probes)
-        unscale = self.num_replicas / loss_scale_of(optimizer)
-        records = layer_statistics.with_output_gradients(records, gradients[len(variables):], unscale,
-                                                         batch_size_of(inputs))
-        wrapper_lib.set_layer_statistics(optimizer, records, [g for g in gradients[:len(variables)] if g is not None])
-        return gradients[:len(variables)]
+    def _recording_only_when(self, collecting, inputs):
+        """model_fn traced twice under one replica-context ``cond``: recording (probes watched,
+        their gradients taken) when ``collecting``, else exactly as without statistics. The
+        ``cond`` holds no collective; the records' tensors leave it (empty on a plain step)
+        and are handed to the wrappers after it, in the same call on every step."""
+        traced = {}  # the recording branch's Python side (tf.cond traces it first)
+
+        def recording():
+            spec, gradient_lists, (records, probe_lists) = self._forward_backward(inputs, record=True)
+            traced.update(records=records, probe_lists=probe_lists, gradient_lists=gradient_lists,
+                          inputs=[tf.convert_to_tensor(record.inputs) for record in records],
+                          probes=[list(probes) if probes is not None else [] for probes in probe_lists])
+            return (log_values(spec), spec.losses, _without_none(gradient_lists), traced["inputs"],
+                    traced["probes"])
+
+        def plain():
+            spec, gradient_lists, _ = self._forward_backward(inputs, record=False)
+            return (log_values(spec), spec.losses, _without_none(gradient_lists),
+                    [_empty_like(t) for t in traced["inputs"]],
+                    [[_empty_like(t) for t in probes] for probes in traced["probes"]])
+
+        logs, losses, gradients, record_inputs, probe_lists = tf.cond(collecting, recording, plain)
+        gradient_lists = _with_none(gradients, traced["gradient_lists"])
+        records = [dataclasses.replace(record, inputs=value) for record, value in zip(traced["records"], record_inputs)]
+        probe_lists = [gradients if traced_list is not None else None
+                       for gradients, traced_list in zip(probe_lists, traced["probe_lists"])]
+        return contract.ModelSpec(loss=list(losses), log_info=logs), gradient_lists, (records, probe_lists)
+
+    def _hand_statistics(self, recorded, gradient_lists, inputs, statistics_sums=None):
+        """Each asking optimizer gets the records with the gradients of its loss as returned
+        (or, with ``statistics_sums``, their summary is appended to it: None if it asks none)."""
+        records, probe_lists = recorded
+        for optimizer, gradients, probe_gradients in zip(self.optimizers, gradient_lists, probe_lists):
+            if probe_gradients is None:
+                if statistics_sums is not None:
+                    statistics_sums.append(None)
+                continue
+            unscale = self.num_replicas / loss_scale_of(optimizer)
+            own = layer_statistics.with_output_gradients([dataclasses.replace(record) for record in records],
+                                                         probe_gradients, unscale, batch_size_of(inputs))
+            finite_checked = [g for g in gradients if g is not None]
+            if statistics_sums is None:
+                wrapper_lib.set_layer_statistics(optimizer, own, finite_checked)
+            else:
+                statistics_sums.append(wrapper_lib.layer_statistics_sums(optimizer, own, finite_checked))
 
     def _apply(self, optimizer, apply_optimizer, pairs):
         """Apply the gradients that exist with ``apply_optimizer``."""
@@ -172,14 +245,21 @@ class TrainStep:
         # Which variables received a gradient: known once the body has been traced.
         used = [set() for _ in variable_lists]
 
-        def body(index, gradient_sums, log_sums):
+        # Per-layer statistics (thor) are summed over the micro-batches in tensors, per optimizer,
+        # and handed over once before the update: no cross-replica call inside this loop.
+        summarised = [False for _ in variable_lists]
+
+        def body(index, gradient_sums, log_sums, statistics_totals):
             micro_batch = tf.nest.map_structure(lambda part: tf.gather(part, index), stacked)
-            # Per-layer statistics are not recorded inside this loop (no cross-replica call there).
-            self._no_statistics = True
-            try:
-                spec, gradient_lists = self._gradients(micro_batch)
-            finally:
-                self._no_statistics = False
+            statistics = []
+            spec, gradient_lists = self._gradients(micro_batch, statistics)
+            new_totals = []
+            for number, (total, summary) in enumerate(zip(statistics_totals, statistics)):
+                if summary is None:
+                    new_totals.append(total)
+                    continue
+                summarised[number] = True
+                new_totals.append(tf.cond(tf.equal(index, 0), lambda: summary, lambda: total + summary))
             logs = {**log_values(spec), **nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers)}
             new_sums = []
             for number, (sums, gradients) in enumerate(zip(gradient_sums, gradient_lists)):
@@ -191,18 +271,54 @@ class TrainStep:
                     used[number].add(position)
                     added.append(total + tf.cast(tf.convert_to_tensor(gradient), total.dtype))
                 new_sums.append(added)
-            return index + 1, new_sums, [total + logs[key] for total, key in zip(log_sums, log_keys)]
+            return (index + 1, new_sums, [total + logs[key] for total, key in zip(log_sums, log_keys)],
+                    new_totals)
 
         zeros = [[tf.zeros(v.shape, v.dtype) for v in variables] for variables in variable_lists]
-        _, gradient_sums, log_sums = tf.while_loop(
-            lambda index, *_: index < num_batches, body,
-            (tf.constant(0), zeros, [tf.zeros([], tf.float32) for _ in log_keys]))
+        initial = (tf.constant(0), zeros, [tf.zeros([], tf.float32) for _ in log_keys],
+                   [tf.zeros([0]) for _ in variable_lists])
+        # A statistics total's length is known only once model_fn has been traced in the body.
+        invariants = (tf.TensorShape([]), [[v.shape for v in variables] for variables in variable_lists],
+                      [tf.TensorShape([]) for _ in log_keys], [tf.TensorShape([None]) for _ in variable_lists])
+        _, gradient_sums, log_sums, statistics_totals = tf.while_loop(
+            lambda index, *_: index < num_batches, body, initial, shape_invariants=invariants)
         for number, (optimizer, accumulation) in enumerate(zip(self.optimizers, accumulations)):
             pairs = [(gradient_sums[number][position] / num_batches, variable_lists[number][position])
                      for position in sorted(used[number])]
             with accumulation.counting_updates():
+                if summarised[number]:
+                    wrapper_lib.set_layer_statistics_sums(accumulation.apply_optimizer, statistics_totals[number])
                 self._apply(optimizer, accumulation.apply_optimizer, pairs)
         return {key: total / num_batches for key, total in zip(log_keys, log_sums)}
+
+
+def _without_none(gradient_lists):
+    """The gradients that exist, flattened (a ``cond`` output cannot be None)."""
+    return [g for gradients in gradient_lists for g in gradients if g is not None]
+
+
+def _with_none(flat, like):
+    """``flat`` back into the lists of ``like``, None where ``like`` has None (and the static
+    dense shape of an IndexedSlices, which a ``cond`` output loses, back from ``like``)."""
+    flat = iter(flat)
+    return [[None if g is None else _static_like(next(flat), g) for g in gradients] for gradients in like]
+
+
+def _static_like(gradient, traced):
+    if isinstance(gradient, tf.IndexedSlices):
+        dense_shape = tf.get_static_value(traced.dense_shape)
+        if dense_shape is not None:
+            return tf.IndexedSlices(gradient.values, gradient.indices,
+                                    tf.constant(dense_shape, gradient.dense_shape.dtype))
+    return gradient
+
+
+def _empty_like(tensor):
+    """A tensor of ``tensor``'s dtype and rank with no rows (what a plain step hands over)."""
+    shape = tensor.shape
+    if shape.rank == 0:
+        return tf.zeros([], tensor.dtype)
+    return tf.zeros([0] + [d if d is not None else 0 for d in shape.as_list()[1:]], tensor.dtype)
 
 
 class EvalStep:

@@ -4,6 +4,11 @@ Used by tests/test_distributed_thor.py (one process per task, started by tools/l
 and, imported, for the single-process reference run.
 
     python tests/dist_scripts/train_thor.py --log_dir=/tmp/x --steps=6 --batch=16  + MoXing cluster flags
+
+Options: --damping_decay=R (damping 0.05 * R^step, a schedule), --num_batches=N
+(batch_gradients(thor(momentum)) over N micro-batches), --groups=M (the input is M
+groups of --batch rows, each worker reading them in its own random order, so one batch is
+one group: a refresh's factors tell which batch they came from), --steps_per_loop.
 """
 
 import argparse
@@ -21,12 +26,48 @@ NUM_ROWS = 256
 THOR = dict(lr=0.05, momentum=0.9, damping=0.05, frequency=3, weight_decay=5e-4)
 
 
-def train(log_dir, steps, batch):
+def decaying_damping(rate):
+    """damping = THOR's 0.05 * rate^step, a schedule of the step."""
+    def damping(step):
+        import tensorflow as tf
+
+        return THOR["damping"] * tf.pow(rate, tf.cast(step, tf.float32))
+    return damping
+
+
+def optimizer_fn_for(num_batches=1, damping=None, frequency=None, thor=True):
+    settings = dict(THOR, damping=damping if damping is not None else THOR["damping"],
+                    frequency=frequency or THOR["frequency"])
+    if thor:
+        thor_fn = thorlib.thor_optimizer_fn(**settings)
+    else:   # the same momentum without THOR
+        thor_fn = mox.get_optimizer_fn("momentum", learning_rate=settings["lr"], momentum=settings["momentum"])
+    if num_batches == 1:
+        return thor_fn
+    return lambda: mox.get_optimizer_wrapper_fn("batch_gradients", thor_fn(), num_batches=num_batches)()
+
+
+def grouped_input_fn(images, labels, groups, batch):
+    """``groups`` groups of ``batch`` rows; each pass over them in a new random order (unseeded:
+    every worker its own), so every batch of ``batch`` rows is exactly one group."""
+    import tensorflow as tf
+
+    def input_fn(mode):
+        dataset = tf.data.Dataset.from_tensor_slices((images[:groups * batch].reshape(groups, batch, -1),
+                                                      labels[:groups * batch].reshape(groups, batch)))
+        return dataset.shuffle(groups).repeat().unbatch()
+    return input_fn
+
+
+def train(log_dir, steps, batch, num_batches=1, damping=None, groups=0, steps_per_loop=1, save_every=None,
+          frequency=None, thor=True):
     images, labels = thorlib.small_digits(NUM_ROWS)
-    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=thorlib.conv_model_fn("same"),
-                   optimizer_fn=thorlib.thor_optimizer_fn(**THOR), run_mode=mox.ModeKeys.TRAIN,
-                   batch_size=batch, log_dir=log_dir, max_number_of_steps=steps, log_every_n_steps=steps,
-                   save_model_steps=steps)
+    input_fn = grouped_input_fn(images, labels, groups, batch) if groups else runlib.input_fn_for(images, labels)
+    save_every = save_every or steps
+    return mox.run(input_fn=input_fn, model_fn=thorlib.conv_model_fn("same"),
+                   optimizer_fn=optimizer_fn_for(num_batches, damping, frequency, thor), run_mode=mox.ModeKeys.TRAIN,
+                   batch_size=batch, log_dir=log_dir, max_number_of_steps=steps, log_every_n_steps=save_every,
+                   save_model_steps=save_every, steps_per_loop=steps_per_loop, keep_checkpoint_max=20)
 
 
 def main():
@@ -34,9 +75,17 @@ def main():
     parser.add_argument("--log_dir", required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--batch", type=int, required=True)
+    parser.add_argument("--num_batches", type=int, default=1)
+    parser.add_argument("--damping_decay", type=float, default=None, help="damping = 0.05 * this^step")
+    parser.add_argument("--groups", type=int, default=0)
+    parser.add_argument("--steps_per_loop", type=int, default=1)
+    parser.add_argument("--save_every", type=int, default=None)
+    parser.add_argument("--frequency", type=int, default=None)
     args, _ = parser.parse_known_args()
     print(f"PID {os.getpid()}", flush=True)
-    result = train(args.log_dir, args.steps, args.batch)
+    result = train(args.log_dir, args.steps, args.batch, args.num_batches,
+                   decaying_damping(args.damping_decay) if args.damping_decay else None, args.groups, args.steps_per_loop,
+                   args.save_every, args.frequency)
     if result is not None:  # None in a process that only served
         print("RESULT " + json.dumps({key: float(value) for key, value in result.items()}), flush=True)
     return 0
