@@ -92,7 +92,7 @@ the wrapper that asked for them.
 
 import dataclasses
 import threading
-from typing import Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import keras
 import tensorflow as tf
