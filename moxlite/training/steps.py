@@ -89,6 +89,7 @@ def loss_scale_of(optimizer):
     return scale_loss(tf.constant(1.0)) if scale_loss is not None else tf.constant(1.0)
 
 
+@dataclasses.dataclass(eq=False)
 class TrainStep:
     """One optimizer step per loss, on the variables that loss trains.
 
@@ -96,14 +97,13 @@ class TrainStep:
     so that it sees unscaled, accumulated gradients.
     """
 
-    def __init__(self, template, optimizers, variable_lists, num_replicas, skip_nonfinite=False):
-        self.template = template
-        self.optimizers = optimizers
-        self.variable_lists = variable_lists
-        self.num_replicas = num_replicas
-        # nonfinite_policy=skip: a step whose loss is non-finite hands NaN gradients to the
-        # optimizer stack, whose SkipNonFinite then skips it (see moxlite.training.nonfinite).
-        self.skip_nonfinite = skip_nonfinite
+    template: object
+    optimizers: list
+    variable_lists: list
+    num_replicas: int
+    # nonfinite_policy=skip: a step whose loss is non-finite hands NaN gradients to the
+    # optimizer stack, whose SkipNonFinite then skips it (see moxlite.training.nonfinite).
+    skip_nonfinite: bool = False
 
     def __call__(self, inputs):
         spec, gradient_lists = self._gradients(inputs)
