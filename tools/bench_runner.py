@@ -8,7 +8,11 @@ run N steps per call into TensorFlow:
 * ``moxlite.run`` with ``steps_per_loop=N``;
 * a hand-written loop: one ``tf.function`` that runs N train steps over a
   dataset iterator (``for _ in tf.range(n): x, y = next(iterator)``);
-* ``model.fit`` with ``steps_per_execution=N``.
+* ``model.fit`` with ``steps_per_execution=N``;
+* the hand-written loop with moxlite's default non-finite check added (one
+  sum over the loss and every gradient, ``is_finite``, leave the traced loop
+  at a non-finite step): a feature the other two lack, so this row tells what
+  the runner costs apart from what the check costs.
 
 ``auto`` in ``--steps_per_loop`` (in the default list) adds moxlite as a user
 runs it: the default ``steps_per_loop="auto"`` and the default log line every
@@ -110,8 +114,12 @@ def time_moxlite(images, labels, batch_size, steps, steps_per_loop):
     return recorder.times
 
 
-def time_hand_written_loop(images, labels, batch_size, steps, steps_per_loop):
-    """The loop a Keras 3 user writes by hand: N train steps per tf.function call, over an iterator."""
+def time_hand_written_loop(images, labels, batch_size, steps, steps_per_loop, check_finite=False):
+    """The loop a Keras 3 user writes by hand: N train steps per tf.function call, over an iterator.
+
+    check_finite: also compute moxlite's per-step non-finite flag and leave the call at a
+    non-finite step, as moxlite's default ``nonfinite_policy=stop`` does.
+    """
     model = build_model()
     optimizer = keras.optimizers.SGD(0.05)
 
@@ -120,14 +128,19 @@ def time_hand_written_loop(images, labels, batch_size, steps, steps_per_loop):
             loss = loss_fn(y, model(x, training=True))
         gradients = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        return loss
+        if not check_finite:
+            return loss, tf.constant(True)
+        total = tf.add_n([loss] + [tf.reduce_sum(g) for g in gradients])
+        return loss, tf.math.is_finite(total)
 
     @tf.function
     def train_steps(iterator, num_steps):
         loss = tf.zeros([])
         for _ in tf.range(num_steps):
             x, y = next(iterator)
-            loss = train_step(x, y)
+            loss, finite = train_step(x, y)
+            if not finite:
+                break
         return loss
 
     iterator = iter(dataset(images, labels, batch_size))
@@ -172,8 +185,13 @@ def steady_rate(times, warmup):
     return (last_step - first_step) / (last_time - first_time)
 
 
-CONTENDERS = {"moxlite.run": time_moxlite, "hand-written": time_hand_written_loop, "model.fit": time_fit}
-OTHERS = ("hand-written", "model.fit")
+def time_checked_hand_written_loop(images, labels, batch_size, steps, steps_per_loop):
+    return time_hand_written_loop(images, labels, batch_size, steps, steps_per_loop, check_finite=True)
+
+
+CONTENDERS = {"moxlite.run": time_moxlite, "hand-written": time_hand_written_loop, "model.fit": time_fit,
+              "hand+check": time_checked_hand_written_loop}
+OTHERS = ("hand-written", "model.fit", "hand+check")
 
 
 def spread(values):
@@ -212,21 +230,22 @@ def main():
     print(f"cores: {os.cpu_count()}  batch: {options.batch_size}  steps: {options.warmup}->{options.steps}  "
           f"rounds: {options.rounds}  clock: {options.clock}  "
           f"(median steps/sec; ratios: median (min-max) over rounds)")
-    print("| N | moxlite.run | hand-written | model.fit | moxlite / hand-written | moxlite / model.fit |")
-    print("|---|---|---|---|---|---|")
+    print("| N | moxlite.run | hand-written | model.fit | hand+check | moxlite / hand-written | moxlite / model.fit "
+          "| moxlite / hand+check |")
+    print("|---|---|---|---|---|---|---|---|")
     for n in loops:
         ratios = [[m / o for m, o in zip(rates[(n, "moxlite.run")], rates[(n, other)])] for other in OTHERS]
         medians = " | ".join(f"{statistics.median(rates[(n, name)]):.0f}" for name in CONTENDERS)
-        print(f"| {n} | {medians} | {spread(ratios[0])} | {spread(ratios[1])} |")
+        print(f"| {n} | {medians} | " + " | ".join(spread(r) for r in ratios) + " |")
     if loops:
         top = max(loops)
         for mine, label in (((1, "moxlite.run"), "moxlite at N=1"), ((AUTO, "moxlite.run"), "moxlite default (auto)")):
             if mine in rates and mine[0] != top:
                 ratios = [[m / o for m, o in zip(rates[mine], rates[(top, other)])] for other in OTHERS]
-                print(f"| {label} vs the others at N={top} | {statistics.median(rates[mine]):.0f} | | | "
-                      f"{spread(ratios[0])} | {spread(ratios[1])} |")
+                print(f"| {label} vs the others at N={top} | {statistics.median(rates[mine]):.0f} | | | | "
+                      + " | ".join(spread(r) for r in ratios) + " |")
     for (n, name), values in rates.items():
-        print(f"N={n!s:<4} {name:12s} rounds: {', '.join(f'{v:.0f}' for v in values)}")
+        print(f"N={n!s:<4} {name:13s} rounds: {', '.join(f'{v:.0f}' for v in values)}")
 
 
 if __name__ == "__main__":
