@@ -26,10 +26,10 @@ RATE = re.compile(r"sample/sec: ([0-9.]+)")
 def train_task(args):
     """Run inside each task: one moxlite.run with the cluster flags on argv."""
     sys.path.insert(0, ROOT)
-    import keras
     import tensorflow as tf
 
     import moxlite as mox
+    from benchlib import mlp_model_fn
     from moxlite.data import mnist
 
     images, labels = mnist.load_arrays()
@@ -38,14 +38,7 @@ def train_task(args):
     def input_fn(mode):
         return tf.data.Dataset.from_tensor_slices((images, labels.astype("int32"))).repeat()
 
-    def model_fn(inputs, mode):
-        x, y = inputs
-        hidden = keras.layers.Dense(256, activation="relu")(x)
-        logits = keras.layers.Dense(10)(hidden)
-        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True))
-        return mox.ModelSpec(loss=loss, log_info={"loss": loss})
-
-    mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.05),
+    mox.run(input_fn=input_fn, model_fn=mlp_model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.05),
             run_mode=mox.ModeKeys.TRAIN, batch_size=args.batch, log_dir=args.log_dir,
             max_number_of_steps=args.steps, log_every_n_steps=args.log_every,
             save_model_secs=3600)  # no checkpoint inside the measured window

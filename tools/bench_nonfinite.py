@@ -18,12 +18,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import logging  # noqa: E402
 
-import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import moxlite as mox  # noqa: E402
 from moxlite.data import mnist  # noqa: E402
 from moxlite.training import nonfinite, reporting  # noqa: E402
+from benchlib import mlp_model_fn  # noqa: E402
 
 _REAL_FLAG = nonfinite.step_flag
 
@@ -49,16 +49,9 @@ def one_run(images, labels, guard, steps, warmup, steps_per_loop):
     logger = reporting.get_logger()
     logger.addHandler(times)
 
-    def model_fn(inputs, mode):
-        x, y = inputs
-        hidden = keras.layers.Dense(256, activation="relu")(x)
-        logits = keras.layers.Dense(10)(hidden)
-        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True))
-        return mox.ModelSpec(loss=loss, log_info={"loss": loss})
-
     try:
         mox.run(input_fn=lambda mode: tf.data.Dataset.from_tensor_slices((images, labels)).repeat(),
-                model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("momentum", 0.05, momentum=0.9),
+                model_fn=mlp_model_fn, optimizer_fn=mox.get_optimizer_fn("momentum", 0.05, momentum=0.9),
                 run_mode=mox.ModeKeys.TRAIN, batch_size=64, log_dir=tempfile.mkdtemp(prefix="bench-nonfinite-"),
                 max_number_of_steps=steps, log_every_n_steps=10, steps_per_loop=steps_per_loop)
     finally:

@@ -50,8 +50,8 @@ import tensorflow as tf  # noqa: E402
 import moxlite as mox  # noqa: E402
 from moxlite import logs  # noqa: E402
 from moxlite.data import mnist  # noqa: E402
+from benchlib import HIDDEN, mlp_model_fn  # noqa: E402
 
-HIDDEN = 256
 LOG_EVERY = 10
 AUTO = "auto"
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -94,18 +94,12 @@ def time_moxlite(images, labels, batch_size, steps, steps_per_loop):
     def input_fn(mode):
         return tf.data.Dataset.from_tensor_slices((images, labels)).repeat()
 
-    def model_fn(inputs, mode):
-        x, y = inputs
-        logits = keras.layers.Dense(10)(keras.layers.Dense(HIDDEN, activation="relu")(x))
-        loss = loss_fn(y, logits)
-        return mox.ModelSpec(loss=loss, log_info={"loss": loss})
-
     recorder = _StepTimes()
     logger = logs.get_logger()
     logger.addHandler(recorder)
     try:
         with tempfile.TemporaryDirectory() as log_dir:
-            mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.05),
+            mox.run(input_fn=input_fn, model_fn=mlp_model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.05),
                     run_mode=mox.ModeKeys.TRAIN, batch_size=batch_size, log_dir=log_dir,
                     max_number_of_steps=steps, log_every_n_steps=log_every(steps_per_loop),
                     steps_per_loop=steps_per_loop)

@@ -25,8 +25,6 @@ Counts are of multiply-adds as 2 FLOPs, with no credit for symmetry.
 """
 
 import dataclasses
-import math
-import string
 
 BYTES = 4  # float32 factors and gradients
 RESNET50_FREQUENCY = 834
