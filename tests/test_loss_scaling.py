@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import keras
 import moxlite as mox
-from moxlite.training import loss_scaling
+from moxlite.training import loss_scaling, nonfinite
 from tests import runlib
 from tests.test_run_logs import read_scalars
 
@@ -133,10 +133,11 @@ def test_a_fixed_scale_without_drop_overflow_update_applies_the_overflowing_step
     images, labels, poison = data(poisoned_step=1)
     mox.set_flag("loss_scale", "1024")
     mox.set_flag("drop_overflow_update", False)
-    train(tmp_path, (images, labels, poison), steps=2)
-    # The infinite gradient was applied, so the weights are no longer finite and the run keeps
-    # no checkpoint of them (a checkpoint never holds non-finite weights): nothing at step 2,
-    # where the dropping run above saves its finite weights.
+    # The infinite gradient was applied, so the weights are no longer finite: the run stops
+    # with that, before its report of step 2, and keeps no checkpoint of them (nothing at
+    # step 2, where the dropping run above saves its finite weights).
+    with pytest.raises(nonfinite.NonFiniteError, match="after global step 1 and by step 2: the loss stayed finite"):
+        train(tmp_path, (images, labels, poison), steps=2)
     saved = tf.train.latest_checkpoint(str(tmp_path))
     assert saved is None or int(saved.rsplit("-", 1)[1]) < 2
 

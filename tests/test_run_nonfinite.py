@@ -124,3 +124,100 @@ def test_parameter_server_training_stops_at_a_non_finite_step_and_keeps_finite_c
     saved = tf.train.latest_checkpoint(str(tmp_path))
     assert saved is not None and int(saved.rsplit("-", 1)[1]) < 200
     assert all(np.isfinite(v).all() for v in runlib.checkpoint_variables(saved))
+
+
+# A gradient that breaks while its loss stays finite: only the loss is checked per step under
+# the default policy; the next step's loss, or the check every save makes, stops the run.
+
+@tf.custom_gradient
+def _breaks_gradient(values, poison):
+    """Identity forward; backward, an infinite gradient for the samples with poison > 0."""
+    def gradient(upstream):
+        factor = tf.where(poison[:, None] > 0, tf.constant(np.inf, upstream.dtype), tf.ones_like(upstream))
+        return upstream * factor, tf.zeros_like(poison)
+    return tf.identity(values), gradient
+
+
+def _broken_logits_model_fn(inputs, mode):
+    images, labels, poison = inputs
+    logits = keras.layers.Dense(runlib.NUM_CLASSES, kernel_initializer="zeros", bias_initializer="zeros")(images)
+    return runlib.spec_for(images, labels, _breaks_gradient(logits, poison))
+
+
+def _hidden_row_model_fn(inputs, mode):
+    """Softmax regression plus a table whose row 1 only the poisoned samples read, at weight 0
+    in the loss: that row turns NaN and no later loss reads it."""
+    images, labels, poison = inputs
+    logits = keras.layers.Dense(runlib.NUM_CLASSES, kernel_initializer="zeros", bias_initializer="zeros")(images)
+    rows = keras.layers.Embedding(2, 1, embeddings_initializer="ones")(tf.cast(poison > 0, tf.int32))
+    loss = runlib.cross_entropy(logits, labels) + 0.0 * tf.reduce_mean(_breaks_gradient(rows, poison))
+    return mox.ModelSpec(loss=loss, log_info={"loss": loss})
+
+
+def _train_poisoned(log_dir, model_fn, bad_batch, num_gpus=1, steps_per_loop=1, **kwargs):
+    images, labels = runlib.mnist_rows(480)
+    poison = np.zeros(len(labels), np.float32)
+    poison[bad_batch * BATCH + (BATCH - 2 if num_gpus == 2 else 3)] = 1.0   # on 2 replicas, in the second's half
+    mox.set_flag("num_gpus", num_gpus)
+
+    def input_fn(mode):
+        return tf.data.Dataset.from_tensor_slices((images, labels, poison)).repeat()
+
+    mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.5),
+            run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH // num_gpus, log_dir=str(log_dir),
+            max_number_of_steps=30, save_model_steps=5, keep_checkpoint_max=1, steps_per_loop=steps_per_loop,
+            **kwargs)
+    return images, labels
+
+
+def _assert_kept_step_10(log_dir, images, labels):
+    assert tf.train.latest_checkpoint(str(log_dir)).endswith("model.ckpt-10")
+    saved = runlib.checkpoint_by_name(log_dir)
+    assert all(np.isfinite(value).all() for value in saved.values())
+    kernel, bias = [value for key, value in saved.items() if "dense" in key]
+    expected_kernel, expected_bias = _numpy(images, labels, 10)
+    np.testing.assert_allclose(kernel, expected_kernel, atol=2e-5)
+    np.testing.assert_allclose(bias, expected_bias, atol=2e-5)
+
+
+@pytest.mark.parametrize("num_gpus,steps_per_loop", [(1, 1), (1, "auto"), (2, 1)])
+def test_a_gradient_that_breaks_the_weights_stops_the_run_at_the_next_step(tmp_path, num_gpus, steps_per_loop):
+    images, labels = runlib.mnist_rows(480)
+    with pytest.raises(nonfinite.NonFiniteError) as raised:
+        _train_poisoned(tmp_path, _broken_logits_model_fn, BAD_BATCH, num_gpus, steps_per_loop)
+    # Step 13's gradient is infinite, its loss finite; step 14 reads the broken weights.
+    assert str(raised.value).startswith("non-finite loss or gradient at global step 14 (loss=nan): training "
+                                        f"stopped, the last finite checkpoint is kept: {tmp_path}/model.ckpt-10;")
+    _assert_kept_step_10(tmp_path, images, labels)
+
+
+def test_a_gradient_that_breaks_the_weights_on_a_save_step_is_not_saved(tmp_path):
+    images, labels = runlib.mnist_rows(480)
+    with pytest.raises(nonfinite.NonFiniteError) as raised:
+        _train_poisoned(tmp_path, _broken_logits_model_fn, 14)   # global step 15, a save step
+    # The save at step 15 is a reporting boundary: the state is checked before it, the
+    # previous check having been at step 10 (a log line and a save).
+    assert str(raised.value).startswith(
+        "non-finite loss or gradient after global step 10 and by step 15: the loss stayed finite but the weights "
+        "or optimizer variables are not (log_every_n_steps=1 checks them after every step): training stopped, "
+        f"the last finite checkpoint is kept: {tmp_path}/model.ckpt-10;")
+    _assert_kept_step_10(tmp_path, images, labels)
+
+
+def test_a_broken_weight_no_loss_reads_is_caught_before_the_next_report(tmp_path):
+    images, labels = runlib.mnist_rows(480)
+    with pytest.raises(nonfinite.NonFiniteError) as raised:
+        _train_poisoned(tmp_path, _hidden_row_model_fn, BAD_BATCH)
+    assert "non-finite loss or gradient after global step 10 and by step 15: the loss stayed finite" in str(raised.value)
+    _assert_kept_step_10(tmp_path, images, labels)
+
+
+def test_skip_policy_checks_every_gradient_sparse_ones_included(tmp_path, capsys):
+    mox.set_flag("nonfinite_policy", "skip")
+    images, labels = _train_poisoned(tmp_path, _hidden_row_model_fn, BAD_BATCH)
+    out = capsys.readouterr()
+    assert "Skipped 1 non-finite step(s) up to global step 13 " in out.out + out.err
+    saved = runlib.checkpoint_by_name(tmp_path)
+    assert all(np.isfinite(value).all() for value in saved.values())
+    kernel, _ = [value for key, value in saved.items() if "dense" in key]
+    np.testing.assert_allclose(kernel, _numpy(images, labels, 30, skipped=(BAD_BATCH,))[0], atol=2e-5)

@@ -67,8 +67,8 @@ def _run(log_dir, steps_per_loop, monkeypatch, images, labels, num_gpus=1, repea
     calls, hooked = [], []
     original = loop_lib.SyncTrainer.run_steps
 
-    def counted(loop, num_steps):
-        done, values = original(loop, num_steps)
+    def counted(loop, num_steps, check_state=False):
+        done, values = original(loop, num_steps, check_state)
         calls.append(done)
         return done, values
 
@@ -153,7 +153,11 @@ def test_auto_stops_at_the_same_non_finite_step(tmp_path, monkeypatch):
     images, labels = runlib.mnist_rows(400)
     images[16 * BATCH + 3, 5] = np.nan   # global step 17 meets it, inside auto's call 15 -> 18
     one, _ = _assert_same_run(tmp_path, monkeypatch, images, labels, max_number_of_steps=40)
-    assert one["error"].startswith("non-finite loss or gradient at global step 17 (loss=")
+    # The ReLU turns the NaN sample's activations into zeros: the loss stays finite, the first
+    # layer's gradient does not. The weights are checked before the next report (step 18's
+    # checkpoint), the one before at step 15's log line.
+    assert one["error"].startswith("non-finite loss or gradient after global step 15 and by step 18: the loss "
+                                   "stayed finite"), one["error"]
     assert "model.ckpt-12" in one["error"]
 
 
@@ -188,7 +192,7 @@ class _TimedLoop:
         self.clock, self.seconds_per_step, self.trace_seconds = clock, seconds_per_step, trace_seconds
         self.calls = []
 
-    def run_steps(self, num_steps):
+    def run_steps(self, num_steps, check_state=False):
         self.clock.now += num_steps * self.seconds_per_step + (self.trace_seconds if not self.calls else 0.0)
         self.calls.append(num_steps)
         return num_steps, {}

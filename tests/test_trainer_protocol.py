@@ -22,7 +22,7 @@ class _Recording(Trainer):
     def __init__(self):
         self.calls = []
 
-    def run_steps(self, num_steps):
+    def run_steps(self, num_steps, check_state=False):
         self.calls.append(("run_steps", num_steps))
         return num_steps, {}
 

@@ -17,7 +17,7 @@ import time
 import tensorflow as tf
 
 from moxlite import compat, errors
-from moxlite.training import hyperparameters, input_resume, naming
+from moxlite.training import hyperparameters, input_resume, naming, nonfinite
 from moxlite.training.reporting import get_logger
 
 CHECKPOINT_NAME = "model.ckpt"
@@ -303,14 +303,17 @@ class Checkpointer:
     def save(self, step):
         """Write a checkpoint for ``step`` unless one was already written for it.
 
-        Never writes non-finite model weights: under parameter servers a worker's update can
-        reach the weights before the run reads its non-finite flag, so the weights are checked
-        here too, and the last finite checkpoint is kept instead."""
-        if not self.log_dir or step == self._last_saved_step:
+        Never writes a non-finite state: the weights and optimizer variables are checked
+        first (also without a log_dir, so no run ends with them silently non-finite) and a
+        non-finite one stops the run (``NonFiniteStep``), keeping the last finite checkpoint.
+        Per step only the loss is checked under the default policy, so this is what catches
+        a gradient that broke the weights while the loss stayed finite; under parameter
+        servers, also a worker's update that reached the weights before its flag was read."""
+        if step == self._last_saved_step:
             return None
-        if not self._weights_finite():
-            get_logger().warning("Not saving a checkpoint at global step %d: the model's weights are not "
-                                 "finite; the last finite checkpoint is kept", step)
+        if self._training and not self._state_finite():
+            raise nonfinite.NonFiniteStep(step, None, in_weights=True)
+        if not self.log_dir:
             return None
         try:
             path = self._ensure_manager().save(checkpoint_number=step)
@@ -328,9 +331,9 @@ class Checkpointer:
             get_logger().info("Saved checkpoint for step %d: %s", step, path)
         return path
 
-    def _weights_finite(self):
-        floating = [v for v in self._variables.values() if v.dtype.is_floating]
-        return all(bool(tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v)))) for v in floating)
+    def _state_finite(self):
+        """True when every floating-point variable this checkpoint holds is finite."""
+        return bool(nonfinite.variables_finite(nonfinite.floating_variables([self._checkpoint])))
 
     def close(self):
         if self._scratch:

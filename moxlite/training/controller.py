@@ -129,7 +129,13 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
         chunk = max(chunk, 1)
         if bound is not None:
             bound.start()
-        done, step_logs = loop.run_steps(chunk)
+        # Before anything is reported (a log line, hooks, summaries, a checkpoint by steps, the
+        # end), the trainer also checks that the weights are finite: per step only the loss is.
+        reports = step + chunk == target_step or any(
+            every and (step + chunk) % every == 0 for every in (
+                cadence.log_every_n_steps, cadence.save_summary_steps,
+                checkpointer.save_model_steps if checkpointer else 0))
+        done, step_logs = loop.run_steps(chunk, check_state=reports)
         if bound is not None:
             bound.record(done)
         if done == 0:

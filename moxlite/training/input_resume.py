@@ -102,12 +102,12 @@ class RestartingTrainer(Trainer):
         self._prefix = prefix
         self._restarted = False
 
-    def run_steps(self, num_steps):
+    def run_steps(self, num_steps, check_state=False):
         if self._restarted:
-            return self._loop.run_steps(num_steps)
+            return self._loop.run_steps(num_steps, check_state)
         before = int(self._global_step.numpy())
         try:
-            return self._loop.run_steps(num_steps)
+            return self._loop.run_steps(num_steps, check_state)
         except MISMATCH_ERRORS as error:
             if "IteratorGetNext" not in str(error):   # not the input position: not ours to handle
                 raise
@@ -116,7 +116,7 @@ class RestartingTrainer(Trainer):
             self._loop.close()
             self._loop = self._restart()
             self._restarted = True
-            more, logs = self._loop.run_steps(num_steps - done) if num_steps > done else (0, {})
+            more, logs = self._loop.run_steps(num_steps - done, check_state) if num_steps > done else (0, {})
             return done + more, logs
 
     def finish(self, counted_step):

@@ -9,6 +9,7 @@ MultiWorkerMirroredStrategy and TPUStrategy. The asynchronous
 
 import contextlib
 
+import numpy as np
 import tensorflow as tf
 
 from moxlite.training import nonfinite
@@ -40,7 +41,9 @@ class SyncTrainer(Trainer):
     """Synchronous steps: every replica steps together, one global step per step."""
 
     def __init__(self, strategy, dataset_fn, train_step, global_step, log_keys, log_first_clone=True,
-                 summaries=None, save_summary_steps=0, nonfinite_policy=nonfinite.Policy()):
+                 summaries=None, save_summary_steps=0, nonfinite_policy=nonfinite.Policy(), state_variables=()):
+        """``state_variables``: the floating-point variables a checked call verifies are finite
+        (model and optimizer variables, see ``run_steps``)."""
         self.strategy = strategy
         self.nonfinite_policy = nonfinite_policy
         self.skipped_nonfinite = 0
@@ -48,9 +51,12 @@ class SyncTrainer(Trainer):
         self.global_step = global_step
         self._train_step = train_step
         self._log_keys = list(log_keys)
+        self._shown_keys = [key for key in self._log_keys if key not in nonfinite.PRIVATE_KEYS]
         self._log_first_clone = log_first_clone
         self._summaries = summaries
         self._save_summary_steps = save_summary_steps
+        self._state_variables = list(state_variables)
+        self._checked_step = None   # the global step of the last call that verified the state
         dataset = strategy.distribute_datasets_from_function(dataset_fn)
         self._infinite = is_infinite(dataset)
         self.iterator = iter(dataset)
@@ -60,21 +66,28 @@ class SyncTrainer(Trainer):
         self._loop = tf.function(self._steps)
         self._traced = None
         self._step_counts = {}
+        self._checks = {flag: tf.constant(flag) for flag in (False, True)}
         self._any_worker = None
 
-    def _steps(self, iterator, num_steps):
+    def _steps(self, iterator, num_steps, check_state):
         """Up to ``num_steps`` steps; ends early at the input's end or after a non-finite step
         (the host then stops, or logs the skipped step as it would after a one-step call).
+        With ``check_state``, then checks that every state variable is finite.
 
-        Returns [steps done, 1 if the last one was non-finite], the last step's log values and
-        its summed loss: one small tensor for the host to read after every call.
+        Returns one float64 vector, the only tensor the host reads after a call (each output
+        costs a few microseconds a call): steps done, 1 if the last one was non-finite, 1 if
+        the state is not finite, the global step, the last step's summed loss, then its log
+        values in ``self._shown_keys`` order.
         """
-        keys = [k for k in self._log_keys if k not in nonfinite.PRIVATE_KEYS]
+        keys = self._shown_keys
         logs = {key: tf.zeros([], tf.float32) for key in keys}
         done = tf.constant(0, tf.int64)
         bad = tf.constant(False)
         bad_loss = tf.constant(0.0)
-        for _ in tf.range(num_steps):
+        # One condition, no ``break`` on an infinite input: the loop carries nothing more
+        # than it returns (a ``for`` over ``tf.range`` with a ``break`` adds three counters
+        # and a conditional per step).
+        while tf.logical_and(done < num_steps, tf.logical_not(bad)):
             if self._infinite:
                 # The end never comes: a plain read, without an optional and its check.
                 logs, bad, bad_loss = self._one_step(next(iterator), keys)
@@ -84,9 +97,10 @@ class SyncTrainer(Trainer):
                     break
                 logs, bad, bad_loss = self._one_step(optional.get_value(), keys)
             done += 1
-            if bad:
-                break
-        return tf.stack([done, tf.cast(bad, tf.int64)]), logs, bad_loss
+        broken = tf.cond(check_state, lambda: tf.logical_not(nonfinite.variables_finite(self._state_variables)),
+                         lambda: tf.constant(False))
+        status = [done, bad, broken, self.global_step.read_value(), bad_loss] + [logs[key] for key in keys]
+        return tf.stack([tf.cast(value, tf.float64) for value in status])
 
     def _one_step(self, batch, keys):
         """One step on ``batch``: its log values, whether it was non-finite, its summed loss."""
@@ -94,23 +108,30 @@ class SyncTrainer(Trainer):
         if self.strategy.num_replicas_in_sync > 1:
             # Any replica's non-finite step is the step's: a SUM, whatever log_first_clone says.
             guard = self.strategy.reduce(tf.distribute.ReduceOp.SUM, guard, axis=None)
+        flag, loss = guard[0], guard[1]
         logs = first_or_mean(self.strategy, {k: per_replica[k] for k in keys}, self._log_first_clone)
         self.global_step.assign_add(1)
-        return logs, guard[0] > 0, guard[1]
+        return logs, flag > 0, loss
 
     def _replica_step(self, batch):
-        """The train step on one replica; its non-finite flag and loss stacked for one reduction."""
+        """The train step on one replica; its non-finite flag and loss (stacked, for one
+        reduction, when there are several replicas)."""
         values = dict(self._train_step(batch))
-        return values, tf.stack([values.pop(nonfinite.FLAG_KEY), values.pop(nonfinite.LOSS_KEY)])
+        guard = (values.pop(nonfinite.FLAG_KEY), values.pop(nonfinite.LOSS_KEY))
+        return values, tf.stack(guard) if self.strategy.num_replicas_in_sync > 1 else guard
 
-    def run_steps(self, num_steps):
+    def run_steps(self, num_steps, check_state=False):
         """Run up to ``num_steps`` steps; return (steps done, log values of the last step).
 
         Fewer steps than asked means the input ended. A traced call ends after a non-finite
         step; under nonfinite_policy=skip the remaining steps then run in further calls, so
         the skips are reported step by step whatever the number of steps per call.
+        ``check_state``: then verify, in the same traced call, that the weights and optimizer
+        variables are finite, and raise ``NonFiniteStep`` if not (the controller asks before
+        it reports anything: a gradient can break the weights while the loss stays finite).
         """
-        total, last_logs = 0, None
+        total, last_logs, logs = 0, None, {}
+        check = self._checks[bool(check_state)]
         while total < num_steps:
             asked = num_steps - total
             if asked not in self._step_counts:
@@ -118,18 +139,24 @@ class SyncTrainer(Trainer):
             if self._traced is None:
                 # Called directly, the traced graph skips the tf.function's per-call lookup,
                 # which hashes the iterator's type spec (about 60 us a call here).
-                self._traced = self._loop.get_concrete_function(self.iterator, self._step_counts[asked])
-            status, logs, bad_loss = self._traced(self.iterator, self._step_counts[asked])
-            done, bad = (int(value) for value in status.numpy())
+                self._traced = self._loop.get_concrete_function(self.iterator, self._step_counts[asked], check)
+            values = self._traced(self.iterator, self._step_counts[asked], check).numpy()
+            done, bad, broken, step = (int(value) for value in values[:4])
+            bad_loss = float(values[4])
+            logs = {key: np.float32(value) for key, value in zip(self._shown_keys, values[5:])}
             total += done
             if done:
                 last_logs = logs
             if bad:
                 # Only a call's last step can be non-finite: the run of such steps grows or restarts.
                 self._consecutive_nonfinite = self._consecutive_nonfinite + 1 if done == 1 else 1
-                nonfinite.handle(self.nonfinite_policy, self, int(self.global_step.numpy()), float(bad_loss),
+                nonfinite.handle(self.nonfinite_policy, self, step, bad_loss,
                                  1, self._consecutive_nonfinite)
                 continue
+            if broken:
+                raise nonfinite.NonFiniteStep(step, None, in_weights=True, since=self._checked_step)
+            if check_state:
+                self._checked_step = step
             if done:
                 self._consecutive_nonfinite = 0
             if done < asked:

@@ -2,19 +2,27 @@
 
 A learning rate that blows up turns the loss into NaN; training on would write
 NaN weights into every later checkpoint and rotate the good ones away. The
-traced step computes one flag per step (``step_flag``): the *unscaled* loss is
-non-finite, or, when no loss-scaling optimizer is in the stack, a gradient is.
-Under a ``LossScaleOptimizer`` an overflowing scaled gradient is expected and
-that optimizer skips it, so only the loss is checked. The loop reduces the flag
-across replicas inside its traced call (no extra host sync per step) and:
+traced step computes one flag per step (``step_flag``) and the loop reduces it
+across replicas inside its traced call (no extra host sync per step):
 
-- ``stop`` (default): ends the traced call at the first such step; the run
-  raises ``NonFiniteError`` (step, value, the fix) without saving, so the last
-  finite checkpoint stays in ``log_dir``.
+- ``stop`` (default): the flag is the *unscaled* loss being non-finite. The
+  traced call ends at the first such step; the run raises ``NonFiniteError``
+  (step, value, the fix) without saving, so the last finite checkpoint stays
+  in ``log_dir``. A gradient that is non-finite while its loss is finite
+  breaks the weights, and the next step's loss shows it; in case it does not
+  (a weight no later loss reads yet), every save first checks every weight and
+  optimizer variable and stops the run the same way instead of writing them.
+  Gradients are not summed per step: on a small model that pass cost about a
+  tenth of the step (``tools/bench_runner.py``), a price the save-time check
+  does not pay.
 - ``skip`` (``--nonfinite_policy=skip``, recipe ``run.nonfinite_policy``):
-  the update is not applied (``SkipNonFinite``, outermost below any loss
-  scaling), the step is counted and logged, and the run stops after
+  the flag also covers every gradient, since the update must be known bad
+  before it is applied. It is not applied (``SkipNonFinite``, outermost below
+  any loss scaling), the step is counted and logged, and the run stops after
   ``max_consecutive_nonfinite`` such steps in a row.
+
+Under a ``LossScaleOptimizer`` an overflowing scaled gradient is expected and
+that optimizer skips it, so only the loss is checked whatever the policy.
 """
 
 import dataclasses
@@ -71,19 +79,25 @@ def all_finite(tensors):
     return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
 
 
-def step_flag(losses, gradient_lists, optimizers):
+def step_flag(losses, gradient_lists, optimizers, check_gradients=True):
     """{FLAG_KEY: 1.0 when this replica's step is non-finite else 0.0, LOSS_KEY: the loss}.
 
-    ``losses`` are unscaled; gradients count only for optimizers without loss scaling.
+    ``losses`` are unscaled. Gradients count only with ``check_gradients`` (the ``skip``
+    policy, which must know before applying) and only for optimizers without loss scaling.
     """
     checked = [g for gradients, optimizer in zip(gradient_lists, optimizers)
-               if not has_loss_scaling(optimizer) for g in gradients if g is not None]
+               if check_gradients and not has_loss_scaling(optimizer) for g in gradients if g is not None]
     losses = [tf.cast(loss, tf.float32) for loss in losses]
     # One sum over every gradient element: NaN or Inf anywhere makes it non-finite. Cheaper
     # than an elementwise is_finite per tensor; a false alarm needs sums near float32's max.
-    total = tf.add_n(losses + [tf.reduce_sum(tf.cast(tf.convert_to_tensor(g), tf.float32)) for g in checked])
+    total = tf.add_n(losses + [tf.reduce_sum(tf.cast(_values(g), tf.float32)) for g in checked])
     finite = tf.math.is_finite(total)
     return {FLAG_KEY: 1.0 - tf.cast(finite, tf.float32), LOSS_KEY: tf.add_n(losses)}
+
+
+def _values(gradient):
+    """The numbers of a gradient: an embedding's sparse gradient is checked without densifying."""
+    return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient
 
 
 def poison_gradients(gradient_lists, flag):
@@ -93,13 +107,44 @@ def poison_gradients(gradient_lists, flag):
             for gradients in gradient_lists]
 
 
-def stop_message(step, loss, log_dir, last_checkpoint, consecutive=None):
-    what = (f"{consecutive} non-finite steps in a row (nonfinite_policy=skip, max_consecutive_nonfinite="
-            f"{consecutive}) up to global step {step}" if consecutive else f"non-finite loss or gradient at "
-            f"global step {step}")
+def floating_variables(items):
+    """Every floating-point variable in ``items`` or reachable from them (a model's variables,
+    optimizers and their slots), each once: the state that must stay finite."""
+    found = {}
+    for item in items:
+        reachable = [item] if _is_variable(item) else tf.train.TrackableView(item).descendants()
+        for candidate in reachable:
+            if _is_variable(candidate) and tf.as_dtype(candidate.dtype).is_floating:
+                found.setdefault(id(candidate), candidate)
+    return list(found.values())
+
+
+def _is_variable(value):
+    return isinstance(value, (tf.Variable, keras.Variable))
+
+
+def variables_finite(variables):
+    """A bool scalar: every element of every variable is finite (one sum, as in ``step_flag``)."""
+    if not variables:
+        return tf.constant(True)
+    return tf.math.is_finite(tf.add_n([tf.reduce_sum(tf.cast(tf.convert_to_tensor(v), tf.float32))
+                                       for v in variables]))
+
+
+def stop_message(step, loss, log_dir, last_checkpoint, consecutive=None, in_weights=False, since=None):
+    if consecutive:
+        what = (f"{consecutive} non-finite steps in a row (nonfinite_policy=skip, max_consecutive_nonfinite="
+                f"{consecutive}) up to global step {step} (loss={loss})")
+    elif in_weights:
+        window = f"after global step {since} and by step {step}" if since is not None else \
+            f"at global step {step} or earlier"
+        what = (f"non-finite loss or gradient {window}: the loss stayed finite but the weights or optimizer "
+                f"variables are not (log_every_n_steps=1 checks them after every step)")
+    else:
+        what = f"non-finite loss or gradient at global step {step} (loss={loss})"
     kept = f"the last finite checkpoint is kept: {last_checkpoint}" if last_checkpoint else \
         f"nothing was saved to log_dir={log_dir!r}"
-    return (f"{what} (loss={loss}): training stopped, {kept}; lower the learning rate or set gradient_clip, "
+    return (f"{what}: training stopped, {kept}; lower the learning rate or set gradient_clip, "
             f"check input_fn's data for NaN/Inf, or skip such steps with --nonfinite_policy=skip "
             f"(moxlite.set_flag('nonfinite_policy', 'skip'), recipe run.nonfinite_policy: skip)")
 
@@ -149,8 +194,11 @@ def handle(policy, loop, step, loss, count, consecutive):
 
 
 class NonFiniteStep(Exception):
-    """Raised by a loop at a non-finite step; ``run`` reports it as ``NonFiniteError``."""
+    """Raised by a loop at a non-finite step, or by a check that found non-finite weights
+    (``in_weights``, with the last step checked before, ``since``, when known); ``run``
+    reports it as ``NonFiniteError``."""
 
-    def __init__(self, step, loss, consecutive=None):
+    def __init__(self, step, loss, consecutive=None, in_weights=False, since=None):
         super().__init__(f"non-finite step {step}")
         self.step, self.loss, self.consecutive = step, loss, consecutive
+        self.in_weights, self.since = in_weights, since

@@ -101,13 +101,14 @@ class TrainStep:
     optimizers: list
     variable_lists: list
     num_replicas: int
-    # nonfinite_policy=skip: a step whose loss is non-finite hands NaN gradients to the
-    # optimizer stack, whose SkipNonFinite then skips it (see moxlite.training.nonfinite).
+    # nonfinite_policy=skip: a step whose loss or gradients are non-finite hands NaN gradients
+    # to the optimizer stack, whose SkipNonFinite then skips it. Under ``stop`` only the loss
+    # is checked per step (see moxlite.training.nonfinite).
     skip_nonfinite: bool = False
 
     def __call__(self, inputs):
         spec, gradient_lists = self._gradients(inputs)
-        guard = nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers)
+        guard = nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers, self.skip_nonfinite)
         if self.skip_nonfinite:
             gradient_lists = nonfinite.poison_gradients(gradient_lists, guard[nonfinite.FLAG_KEY])
         for optimizer, gradients, variables in zip(self.optimizers, gradient_lists, self.variable_lists):
@@ -144,7 +145,9 @@ class TrainStep:
             recording = self._recording(tape) if record else contextlib.nullcontext([])
             with tf.compat.v1.name_scope(None), recording as records:
                 spec = self.template(as_model_inputs(inputs), ModeKeys.TRAIN)
-            losses = [tf.cast(loss, tf.float32) / self.num_replicas for loss in spec.losses]
+            losses = [tf.cast(loss, tf.float32) for loss in spec.losses]
+            if self.num_replicas > 1:
+                losses = [loss / self.num_replicas for loss in losses]
             # A LossScaleOptimizer multiplies here and divides the gradients in apply_gradients.
             scaled = [optimizer.scale_loss(loss) for loss, optimizer in zip(losses, self.optimizers)]
         probes = layer_statistics.probes_of(records)
@@ -260,7 +263,8 @@ class TrainStep:
                     continue
                 summarised[number] = True
                 new_totals.append(tf.cond(tf.equal(index, 0), lambda: summary, lambda: total + summary))
-            logs = {**log_values(spec), **nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers)}
+            logs = {**log_values(spec), **nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers,
+                                                                  self.skip_nonfinite)}
             new_sums = []
             for number, (sums, gradients) in enumerate(zip(gradient_sums, gradient_lists)):
                 added = []

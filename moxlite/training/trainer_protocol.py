@@ -20,11 +20,14 @@ class Trainer(abc.ABC):
     """Runs training steps for the controller."""
 
     @abc.abstractmethod
-    def run_steps(self, num_steps: int) -> Tuple[int, Dict]:
+    def run_steps(self, num_steps: int, check_state: bool = False) -> Tuple[int, Dict]:
         """Run up to ``num_steps`` global steps; return (steps done, log values of the last one).
 
         Fewer steps than asked means the input ended. Log values may be fetched lazily:
-        read them with ``numpy.asarray``.
+        read them with ``numpy.asarray``. ``check_state``: the controller will report after
+        this call, so verify that the weights and optimizer variables are still finite and
+        raise ``nonfinite.NonFiniteStep`` if not (a trainer may leave this to the checkpoint
+        saves, which always check).
         """
 
     @abc.abstractmethod

@@ -27,7 +27,8 @@ def nonfinite_reported(log_dir):
         yield
     except nonfinite.NonFiniteStep as stop:
         raise nonfinite.NonFiniteError(nonfinite.stop_message(
-            stop.step, stop.loss, log_dir, checkpoints.latest_checkpoint(log_dir), stop.consecutive)) from None
+            stop.step, stop.loss, log_dir, checkpoints.latest_checkpoint(log_dir), stop.consecutive,
+            stop.in_weights, stop.since)) from None
 
 
 class TrainingJob:
@@ -104,10 +105,12 @@ class TrainingJob:
             from moxlite.training.async_loop import AsyncTrainer
             return AsyncTrainer(self.setup.coordinator, self.strategy, dataset_fn, train_step, global_step, log_keys)
         from moxlite.training.loop import SyncTrainer
+        keyed, _ = self.pieces.template.checkpoint_keys()
         return SyncTrainer(self.strategy, dataset_fn, train_step, global_step, log_keys,
                            log_first_clone=self.config.log_first_clone, summaries=summaries,
                            save_summary_steps=self.config.save_summary_steps,
-                           nonfinite_policy=self.config.nonfinite_policy)
+                           nonfinite_policy=self.config.nonfinite_policy,
+                           state_variables=nonfinite.floating_variables(list(keyed.values()) + train_step.optimizers))
 
     def _make_checkpointer(self, global_step, optimizers, iterator):
         config = self.config
@@ -159,7 +162,7 @@ class TrainingJob:
                                    evaluate=evaluate, hooks=hooks,
                                    should_stop=self._stop_rule(trainer, interrupt))
                 step = trainer.finish(step)
-            checkpointer.save(step)
+                checkpointer.save(step)
             if interrupt.requested():
                 if self.pieces.is_chief:
                     self.logger.info("Interrupted by %s at global step %d: saved checkpoint %s; run again with "
