@@ -90,7 +90,7 @@ class _StepTimes(logging.Handler):
             self.times.append((int(message.split("(")[0].split()[1]), clock()))
 
 
-def time_moxlite(images, labels, batch_size, steps, steps_per_loop):
+def time_moxlite(images, labels, batch_size, steps, steps_per_loop, summaries=True):
     def input_fn(mode):
         return tf.data.Dataset.from_tensor_slices((images, labels)).repeat()
 
@@ -102,7 +102,7 @@ def time_moxlite(images, labels, batch_size, steps, steps_per_loop):
             mox.run(input_fn=input_fn, model_fn=mlp_model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.05),
                     run_mode=mox.ModeKeys.TRAIN, batch_size=batch_size, log_dir=log_dir,
                     max_number_of_steps=steps, log_every_n_steps=log_every(steps_per_loop),
-                    steps_per_loop=steps_per_loop)
+                    steps_per_loop=steps_per_loop, save_summary_steps=100 if summaries else 0)
     finally:
         logger.removeHandler(recorder)
     return recorder.times
@@ -183,9 +183,16 @@ def time_checked_hand_written_loop(images, labels, batch_size, steps, steps_per_
     return time_hand_written_loop(images, labels, batch_size, steps, steps_per_loop, check_finite=True)
 
 
+def time_moxlite_without_summaries(images, labels, batch_size, steps, steps_per_loop):
+    return time_moxlite(images, labels, batch_size, steps, steps_per_loop, summaries=False)
+
+
 CONTENDERS = {"moxlite.run": time_moxlite, "hand-written": time_hand_written_loop, "model.fit": time_fit,
               "hand+check": time_checked_hand_written_loop}
 OTHERS = ("hand-written", "model.fit", "hand+check")
+# Not in the table's columns: moxlite doing only the work the hand-written loop does.
+NO_SUMMARIES = "moxlite, no summaries"
+VARIANTS = {NO_SUMMARIES: time_moxlite_without_summaries}
 
 
 def spread(values):
@@ -208,7 +215,7 @@ def main():
     clock = CLOCKS[options.clock]
     values = [n.strip() for n in options.steps_per_loop.split(",")]
     loops = [int(n) for n in values if n != AUTO]
-    runs = [(n, name) for n in loops for name in CONTENDERS]
+    runs = [(n, name) for n in loops for name in [*CONTENDERS, *VARIANTS]]
     if AUTO in values:
         runs.append((AUTO, "moxlite.run"))
     for handler in logs.get_logger().handlers:   # keep the console quiet, the records flowing
@@ -219,7 +226,7 @@ def main():
     for round_index in range(options.rounds):
         for n, name in runs if round_index % 2 == 0 else reversed(runs):
             keras.backend.clear_session()
-            times = CONTENDERS[name](images, labels, options.batch_size, options.steps, n)
+            times = {**CONTENDERS, **VARIANTS}[name](images, labels, options.batch_size, options.steps, n)
             rates[(n, name)].append(steady_rate(times, options.warmup))
     print(f"cores: {os.cpu_count()}  batch: {options.batch_size}  steps: {options.warmup}->{options.steps}  "
           f"rounds: {options.rounds}  clock: {options.clock}  "
@@ -231,6 +238,10 @@ def main():
         ratios = [[m / o for m, o in zip(rates[(n, "moxlite.run")], rates[(n, other)])] for other in OTHERS]
         medians = " | ".join(f"{statistics.median(rates[(n, name)]):.0f}" for name in CONTENDERS)
         print(f"| {n} | {medians} | " + " | ".join(spread(r) for r in ratios) + " |")
+    for n in loops:
+        ratios = [[m / o for m, o in zip(rates[(n, NO_SUMMARIES)], rates[(n, other)])] for other in OTHERS]
+        print(f"| {n}, moxlite without summaries (save_summary_steps=0) | {statistics.median(rates[(n, NO_SUMMARIES)]):.0f} "
+              "| | | | " + " | ".join(spread(r) for r in ratios) + " |")
     if loops:
         top = max(loops)
         for mine, label in (((1, "moxlite.run"), "moxlite at N=1"), ((AUTO, "moxlite.run"), "moxlite default (auto)")):

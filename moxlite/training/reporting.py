@@ -79,6 +79,7 @@ class SummaryWriter:
     def __init__(self, log_dir, enabled):
         self._log_dir = log_dir if enabled else None
         self._writer = None
+        self._write_functions = {}
 
     @property
     def writer(self):
@@ -88,14 +89,27 @@ class SummaryWriter:
         return self._writer
 
     def scalars(self, step, values, prefix=""):
+        """Write the scalar ``values`` at ``step`` now, whatever condition user summaries are
+        recorded under, in one traced call per set of names (eager summary ops cost about
+        0.2 ms each, which showed in the training loop's speed)."""
         if self.writer is None:
             return
-        with self._writer.as_default(step=int(step)):
-            for name, value in values.items():
-                value = np.asarray(value)
-                if value.size == 1:
-                    tf.summary.scalar(prefix + name, float(value.reshape(())))
+        scalars = {prefix + name: float(np.asarray(value).reshape(()))
+                   for name, value in values.items() if np.asarray(value).size == 1}
+        if not scalars:
+            return
+        names = tuple(scalars)
+        if names not in self._write_functions:
+            self._write_functions[names] = tf.function(self._write_function(names))
+        self._write_functions[names](tf.constant(int(step), tf.int64), tf.constant(list(scalars.values()), tf.float32))
         self._writer.flush()
+
+    def _write_function(self, names):
+        def write(step, values):
+            with self._writer.as_default(step=step), tf.summary.record_if(True):
+                for index, name in enumerate(names):
+                    tf.summary.scalar(name, values[index])
+        return write
 
     def close(self):
         if self._writer is not None:
