@@ -5,6 +5,7 @@ moxlite's signatures say, for the pinned Keras 3.15; an upgrade that changes one
 by name, instead of letting a recipe through that the builder then rejects (or the reverse).
 """
 
+import dataclasses
 import inspect
 
 import keras
@@ -84,3 +85,16 @@ def test_the_parameter_checks_accept_and_refuse_what_they_say(wrapper, key, good
     parameter = catalog.WRAPPER_PARAMETERS[wrapper][key]
     assert all(parameter.check(value) for value in good), parameter.accepted
     assert not any(parameter.check(value) for value in bad), parameter.accepted
+
+
+@pytest.mark.parametrize("block, network", [("swin_tiny", "swin"), ("vit_tiny", "vit")])
+def test_the_transformer_blocks_defaults_are_the_network_functions(block, network):
+    # The schema states them for --help-recipe; the functions hold them for moxlite.run users.
+    from moxlite.models import vision_transformers
+
+    parameters = inspect.signature(getattr(vision_transformers, network)).parameters
+    options = dataclasses.asdict(getattr(schema.ModelSection(name="mlp"), block))
+    for key, value in options.items():
+        default = parameters[key].default
+        assert (list(default) if isinstance(default, tuple) else default) == value, (
+            f"model.{block}.{key}: schema default {value!r}, {network}() default {default!r}")
