@@ -13,7 +13,7 @@ from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.optimizers import tf1_adapter
 from moxlite.optimizers.schedules import current_learning_rate
 from moxlite.training import (checkpoints, export, interrupts, loss_scaling, nonfinite, precision, reporting,
-                              steps)
+                              steps, validation)
 from moxlite.training.controller import AUTO_STEPS_ACROSS_WORKERS, Cadence, train
 from moxlite.training.evaluation import Evaluator
 from moxlite.training.resume import restore_and_resume
@@ -83,7 +83,7 @@ class TrainingJob:
         """The index-th optimizer_fn's stack (one factory serves every loss), built on ``variables``."""
         factories = self.config.optimizer_fn
         optimizer = tf1_adapter.call_optimizer_fn(factories[index] if len(factories) > 1 else factories[0])
-        if not hasattr(optimizer, "apply_gradients"):   # user code returned something else
+        if not validation.looks_like_optimizer(optimizer):   # user code returned something else
             raise errors.OptimizerTypeError(
                 f"optimizer_fn returned {errors.describe(optimizer)}, not an optimizer; return a "
                 f"Keras optimizer, e.g. lambda: keras.optimizers.SGD(0.1)")
