@@ -3,8 +3,10 @@
 moxlite.optimizers.catalog and the schema's SCHEDULE_ARGUMENTS write out what Keras's and
 moxlite's signatures say, for the pinned Keras 3.15; an upgrade that changes one fails here
 by name, instead of letting a recipe through that the builder then rejects (or the reverse).
+The schema's defaults are checked the same way against the flags and the network functions.
 """
 
+import dataclasses
 import inspect
 
 import keras
@@ -84,3 +86,31 @@ def test_the_parameter_checks_accept_and_refuse_what_they_say(wrapper, key, good
     parameter = catalog.WRAPPER_PARAMETERS[wrapper][key]
     assert all(parameter.check(value) for value in good), parameter.accepted
     assert not any(parameter.check(value) for value in bad), parameter.accepted
+
+
+@pytest.mark.parametrize("block, network", [("swin_tiny", "swin"), ("vit_tiny", "vit")])
+def test_the_transformer_blocks_defaults_are_the_network_functions(block, network):
+    # The schema states them for --help-recipe; the functions hold them for moxlite.run users.
+    from moxlite.models import vision_transformers
+
+    parameters = inspect.signature(getattr(vision_transformers, network)).parameters
+    options = dataclasses.asdict(getattr(schema.ModelSection(name="mlp"), block))
+    for key, value in options.items():
+        default = parameters[key].default
+        assert (list(default) if isinstance(default, tuple) else default) == value, (
+            f"model.{block}.{key}: schema default {value!r}, {network}() default {default!r}")
+
+
+def test_a_recipe_that_leaves_a_setting_out_gets_the_moxing_flags_default():
+    # schema.py states these defaults again (it imports no flags): they must not drift apart.
+    from moxlite import flags
+    from moxlite.recipes import builders
+
+    recipe = schema.Recipe(run=schema.RunSection(log_dir="unused"), input=schema.InputSection(name="mnist"),
+                           model=schema.ModelSection(name="mlp"))
+    settings = builders.flags_of(recipe)
+    settings.update(steps_per_loop=recipe.run.steps_per_loop, keep_checkpoint_max=recipe.run.keep_checkpoint_max)
+    settings["loss_scale"] = flags.parse_loss_scale(settings["loss_scale"])
+    defaults = {name: flags.FLAG_TABLE[name][1] for name in settings}
+    defaults["loss_scale"] = flags.parse_loss_scale(defaults["loss_scale"])
+    assert settings == defaults

@@ -62,6 +62,8 @@ CASES = {
                        mox.errors.ArgumentError, r"max_number_of_steps=-1 is not valid; pass a non-negative integer"),
     "optimizer_fn returns no optimizer": (dict(optimizer_fn=lambda: "sgd"),
                                           mox.errors.OptimizerError, r"optimizer_fn returned 'sgd', not an optimizer"),
+    "optimizer_fn returns the class": (dict(optimizer_fn=lambda: keras.optimizers.SGD),
+                                       mox.errors.OptimizerError, r"optimizer_fn returned .*SGD.*, not an optimizer"),
 }
 
 

@@ -110,6 +110,26 @@ def with_options_blocks(**blocks):
     return add_blocks
 
 
+def with_defaults(**defaults):
+    """Class decorator: other defaults for fields a dataclass inherits, keeping their help and choices.
+
+    A family of built-ins declares the options they share once, in a base
+    class, and each member states only its own values:
+    ``@with_defaults(patch_size=16)`` (apply it below ``@dataclasses.dataclass``).
+    """
+    def set_defaults(cls):
+        # The class is not a dataclass yet, so its fields are still the base's.
+        inherited = {field.name: field for field in dataclasses.fields(cls)}
+        for name, default in defaults.items():
+            if name not in inherited:
+                raise TypeError(f"{cls.__name__}: with_defaults names {name!r}, which no base class declares")
+            field = inherited[name]
+            cls.__annotations__[name] = field.type
+            setattr(cls, name, setting(default, field.metadata["help"], field.metadata["choices"]))
+        return cls
+    return set_defaults
+
+
 def params_field(help_text):
     """A field that collects every key of its mapping not declared as a field.
 
@@ -265,28 +285,34 @@ class SmallResnetOptions:
 
 
 @dataclasses.dataclass(kw_only=True)
-class SwinTinyOptions:
+class VisionTransformerOptions:
+    """The options every built-in vision transformer takes; each model states its sizes with with_defaults."""
+
+    # No size defaults here: a model that does not state its own fails when this module is imported.
+    patch_size: int = setting(REQUIRED, "Side of the square patches.")
+    mlp_ratio: float = setting(4.0, "MLP width over the channels.")
+    drop_path: float = setting(REQUIRED, "Stochastic-depth rate of the last block (linear from 0).")
+
+
+@dataclasses.dataclass(kw_only=True)
+@with_defaults(patch_size=4, drop_path=0.2)
+class SwinTinyOptions(VisionTransformerOptions):
     """Swin Transformer, Swin-T sizes by default (moxlite.models.vision_transformers.swin)."""
 
-    patch_size: int = setting(4, "Side of the square patches.")
     embed_dim: int = setting(96, "Channels of the first stage (doubled at each patch merging).")
     depths: List[int] = setting([2, 2, 6, 2], "Blocks per stage.")
     num_heads: List[int] = setting([3, 6, 12, 24], "Attention heads per stage.")
     window_size: int = setting(7, "Side of the attention windows.")
-    mlp_ratio: float = setting(4.0, "MLP width over the channels.")
-    drop_path: float = setting(0.2, "Stochastic-depth rate of the last block (linear from 0).")
 
 
 @dataclasses.dataclass(kw_only=True)
-class VitTinyOptions:
+@with_defaults(patch_size=16, drop_path=0.1)
+class VitTinyOptions(VisionTransformerOptions):
     """Vision Transformer, ViT-Ti sizes by default (moxlite.models.vision_transformers.vit)."""
 
-    patch_size: int = setting(16, "Side of the square patches.")
     embed_dim: int = setting(192, "Token channels.")
     depth: int = setting(12, "Transformer blocks.")
     num_heads: int = setting(3, "Attention heads.")
-    mlp_ratio: float = setting(4.0, "MLP width over the channels.")
-    drop_path: float = setting(0.1, "Stochastic-depth rate of the last block (linear from 0).")
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -11,9 +11,9 @@ from moxlite.training.evaluation import Evaluator, predict
 class InferenceJob:
     """One run in EVAL, PREDICT or EXPORT mode, on this process's own devices."""
 
-    def __init__(self, pieces):
-        self.pieces = pieces
-        self.config = pieces.config
+    def __init__(self, workload):
+        self.workload = workload
+        self.config = workload.config
 
     def execute(self):
         mode = self.config.run_mode
@@ -24,10 +24,10 @@ class InferenceJob:
         return self._export()
 
     def _restore(self, mode):
-        spec, element_spec, _ = self.pieces.build(mode)
+        spec, element_spec, _ = self.workload.build(mode)
         steps.check_spec(spec, mode)
-        global_step = self.pieces.global_step()
-        keyed, ambiguous = self.pieces.template.checkpoint_keys()
+        global_step = self.workload.global_step()
+        keyed, ambiguous = self.workload.template.checkpoint_keys()
         checkpointer = checkpoints.Checkpointer(self.config.log_dir, global_step, keyed, ambiguous=ambiguous)
         checkpointer.restore(self.config.checkpoint_path, self.config.checkpoint_exclude_patterns,
                              warm_start_step=True)
@@ -37,11 +37,11 @@ class InferenceJob:
         config = self.config
         spec, _, step = self._restore(ModeKeys.EVAL)
         keys = list(steps.log_values(spec))
-        evaluator = Evaluator(self.pieces.strategy, self.pieces.dataset_fn(ModeKeys.EVAL), self.pieces.template,
+        evaluator = Evaluator(self.workload.strategy, self.workload.dataset_fn(ModeKeys.EVAL), self.workload.template,
                               batches_per_call=eval_batches_per_call(config.steps_per_loop))
         metrics, samples = evaluator.evaluate(keys, max_batches=config.max_number_of_steps)
-        self.pieces.logger.info(reporting.validation_line(step, metrics))
-        if self.pieces.is_chief and config.log_dir and os.path.isdir(config.log_dir):
+        self.workload.logger.info(reporting.validation_line(step, metrics))
+        if self.workload.is_chief and config.log_dir and os.path.isdir(config.log_dir):
             summaries = reporting.SummaryWriter(os.path.join(config.log_dir, "eval"), enabled=True)
             summaries.scalars(step, metrics)
             summaries.close()
@@ -49,7 +49,7 @@ class InferenceJob:
 
     def _predict(self):
         self._restore(ModeKeys.PREDICT)
-        outputs, _ = predict(self.pieces.strategy, self.pieces.dataset_fn(ModeKeys.PREDICT), self.pieces.template,
+        outputs, _ = predict(self.workload.strategy, self.workload.dataset_fn(ModeKeys.PREDICT), self.workload.template,
                              self.config.output_fn, self.config.output_every_n_steps,
                              max_batches=self.config.max_number_of_steps)
         return outputs
@@ -57,6 +57,6 @@ class InferenceJob:
     def _export(self):
         _, element_spec, _ = self._restore(ModeKeys.EXPORT)
         target_dir = self.config.log_dir or self.config.checkpoint_path
-        path = export.export_saved_model(self.pieces.template, element_spec, target_dir)
-        self.pieces.logger.info("Exported SavedModel to %s", path)
+        path = export.export_saved_model(self.workload.template, element_spec, target_dir)
+        self.workload.logger.info("Exported SavedModel to %s", path)
         return path

@@ -15,7 +15,7 @@ from moxlite.file import training_cache
 from moxlite.training import checkpoints, precision
 from moxlite.training import config as config_lib
 from moxlite.training.inference_job import InferenceJob
-from moxlite.training.run_pieces import RunPieces
+from moxlite.training.workload import Workload
 from moxlite.training.training_job import TrainingJob
 
 
@@ -61,14 +61,14 @@ def _run_checked(config):
     if setup.serves_only:
         setup.serve_forever()
         return None
-    pieces = RunPieces(config, setup)
-    job = TrainingJob(pieces) if mode == ModeKeys.TRAIN else InferenceJob(pieces)
+    workload = Workload(config, setup)
+    job = TrainingJob(workload) if mode == ModeKeys.TRAIN else InferenceJob(workload)
     try:
         with precision.compute_policy(config.precision):
             return job.execute()
     except errors.MoxliteError:
         raise
     except Exception as error:  # a moxlite error raised inside a traced function comes back wrapped
-        if pieces.template.last_error is not None:
-            raise pieces.template.last_error from None
+        if workload.template.last_error is not None:
+            raise workload.template.last_error from None
         raise error

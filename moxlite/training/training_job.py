@@ -13,7 +13,7 @@ from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.optimizers import tf1_adapter
 from moxlite.optimizers.schedules import current_learning_rate
 from moxlite.training import (checkpoints, export, interrupts, loss_scaling, nonfinite, precision, reporting,
-                              steps)
+                              steps, validation)
 from moxlite.training.controller import AUTO_STEPS_ACROSS_WORKERS, Cadence, train
 from moxlite.training.evaluation import Evaluator
 from moxlite.training.resume import restore_and_resume
@@ -34,19 +34,19 @@ def nonfinite_reported(log_dir):
 class TrainingJob:
     """One run in TRAIN mode (then EXPORT when ``export_model`` asks)."""
 
-    def __init__(self, pieces):
-        self.pieces = pieces
-        self.config = pieces.config
-        self.setup = pieces.setup
-        self.strategy = pieces.strategy
-        self.logger = pieces.logger
+    def __init__(self, workload):
+        self.workload = workload
+        self.config = workload.config
+        self.setup = workload.setup
+        self.strategy = workload.strategy
+        self.logger = workload.logger
         self.async_mode = self.setup.coordinator is not None
 
     def execute(self):
         result = self._train()
-        if self.config.export_model == ExportKeys.TF_SERVING and self.pieces.is_chief:
+        if self.config.export_model == ExportKeys.TF_SERVING and self.workload.is_chief:
             result["export_path"] = export.export_saved_model(
-                self.pieces.template, self._element_spec, self.config.log_dir)
+                self.workload.template, self._element_spec, self.config.log_dir)
             self.logger.info("Exported SavedModel to %s", result["export_path"])
         return result
 
@@ -61,14 +61,14 @@ class TrainingJob:
                 "the default nonfinite_policy=stop, which stops at the first non-finite step")
 
     def _train(self):
-        config, pieces = self.config, self.pieces
+        config, workload = self.config, self.workload
         self._check_async_limits()
-        spec, self._element_spec, num_samples = pieces.build(ModeKeys.TRAIN)
+        spec, self._element_spec, num_samples = workload.build(ModeKeys.TRAIN)
         steps.check_spec(spec, ModeKeys.TRAIN, num_optimizers=len(config.optimizer_fn))
-        lists, self._slots_by_name = variable_lists(pieces.template, spec, config.log_dir,
+        lists, self._slots_by_name = variable_lists(workload.template, spec, config.log_dir,
                                                     config.trainable_exclude_patterns, self.logger)
         run_context = context.RunContext(
-            global_step=pieces.global_step(), global_batch_size=pieces.global_batch_size,
+            global_step=workload.global_step(), global_batch_size=workload.global_batch_size,
             num_samples=config.num_samples or num_samples or None,
             num_samples_inferred=not config.num_samples and bool(num_samples),
             num_replicas=self.setup.num_replicas_in_sync, num_workers=self.setup.num_workers,
@@ -76,7 +76,7 @@ class TrainingJob:
         with context.activate(run_context), self.strategy.scope():
             optimizers = [self._optimizer(index, variables) for index, variables in enumerate(lists)]
             # Clipping is a link of each optimizer stack (precision.optimizer_stack), not of the step.
-            train_step = steps.TrainStep(pieces.template, optimizers, lists, self.setup.num_replicas_in_sync,
+            train_step = steps.TrainStep(workload.template, optimizers, lists, self.setup.num_replicas_in_sync,
                                          skip_nonfinite=config.nonfinite_policy.action == "skip")
             return self._train_with(run_context.global_step, spec, optimizers, train_step)
 
@@ -84,7 +84,7 @@ class TrainingJob:
         """The index-th optimizer_fn's stack (one factory serves every loss), built on ``variables``."""
         factories = self.config.optimizer_fn
         optimizer = tf1_adapter.call_optimizer_fn(factories[index] if len(factories) > 1 else factories[0])
-        if not hasattr(optimizer, "apply_gradients"):   # user code returned something else
+        if not validation.looks_like_optimizer(optimizer):   # user code returned something else
             raise errors.OptimizerTypeError(
                 f"optimizer_fn returned {errors.describe(optimizer)}, not an optimizer; return a "
                 f"Keras optimizer, e.g. lambda: keras.optimizers.SGD(0.1)")
@@ -100,7 +100,7 @@ class TrainingJob:
                 for optimizer in optimizers if loss_scaling.find(optimizer) is not None]
 
     def _make_trainer(self, global_step, train_step, log_keys, summaries, skip_steps):
-        dataset_fn = self.pieces.dataset_fn(ModeKeys.TRAIN, skip_steps=skip_steps)
+        dataset_fn = self.workload.dataset_fn(ModeKeys.TRAIN, skip_steps=skip_steps)
         if self.async_mode:
             from moxlite.training.async_loop import AsyncTrainer
             return AsyncTrainer(self.setup.coordinator, self.strategy, dataset_fn, train_step, global_step, log_keys)
@@ -115,11 +115,11 @@ class TrainingJob:
     def _make_checkpointer(self, global_step, optimizers, iterator):
         config = self.config
         save_secs, save_steps = config.save_every
-        keyed, ambiguous = self.pieces.template.checkpoint_keys()
+        keyed, ambiguous = self.workload.template.checkpoint_keys()
         return checkpoints.Checkpointer(
             config.log_dir, global_step, keyed, optimizers, ambiguous=ambiguous, iterator=iterator,
             save_model_secs=save_secs, save_model_steps=save_steps, keep_checkpoint_max=config.keep_checkpoint_max,
-            is_chief=self.pieces.is_chief, slots_by_name=self._slots_by_name)
+            is_chief=self.workload.is_chief, slots_by_name=self._slots_by_name)
 
     def _iterator_is_checkpointable(self):
         """TF saves iterator state only for single-device input (not distributed iterators)."""
@@ -129,7 +129,7 @@ class TrainingJob:
     def _train_with(self, global_step, spec, optimizers, train_step):
         config = self.config
         log_keys = list(steps.log_values(spec)) + list(nonfinite.PRIVATE_KEYS)
-        summaries = reporting.SummaryWriter(config.log_dir, enabled=self.pieces.is_chief)
+        summaries = reporting.SummaryWriter(config.log_dir, enabled=self.workload.is_chief)
         trainer, checkpointer = restore_and_resume(
             config, global_step,
             make_trainer=lambda skip_steps: self._make_trainer(global_step, train_step, log_keys, summaries,
@@ -144,7 +144,7 @@ class TrainingJob:
         evaluate = self._interleaved_evaluation() if config.inter_mode == ModeKeys.EVAL else None
         context.training_started()
         self.logger.info("Training: %d replica(s), batch %d per replica, global batch %d, from step %d",
-                         self.setup.num_replicas_in_sync, self.pieces.batch_size, self.pieces.global_batch_size,
+                         self.setup.num_replicas_in_sync, self.workload.batch_size, self.workload.global_batch_size,
                          start)
         cadence = Cadence(config.steps_per_loop, config.log_every_n_steps, config.save_summary_steps,
                           # synchronous workers agree after every call, so they must make the same calls
@@ -157,14 +157,14 @@ class TrainingJob:
         try:
             with trainer.user_summaries(), nonfinite_reported(config.log_dir):
                 step, logs = train(trainer, start, target, cadence, checkpointer, summaries,
-                                   self.pieces.global_batch_size,
+                                   self.workload.global_batch_size,
                                    learning_rate=lambda: current_learning_rate(optimizers[0]),
                                    evaluate=evaluate, hooks=hooks,
                                    should_stop=self._stop_rule(trainer, interrupt))
                 step = trainer.finish(step)
                 checkpointer.save(step)
             if interrupt.requested():
-                if self.pieces.is_chief:
+                if self.workload.is_chief:
                     self.logger.info("Interrupted by %s at global step %d: saved checkpoint %s; run again with "
                                      "the same log_dir to resume", interrupts.name_of(interrupt.signum), step,
                                      checkpoints.latest_checkpoint(config.log_dir))
@@ -189,12 +189,12 @@ class TrainingJob:
         return lambda: trainer.any_worker(interrupt.requested())
 
     def _interleaved_evaluation(self):
-        pieces = self.pieces
-        eval_spec, _, _ = pieces.build(ModeKeys.EVAL)
+        workload = self.workload
+        eval_spec, _, _ = workload.build(ModeKeys.EVAL)
         steps.check_spec(eval_spec, ModeKeys.EVAL)
         keys = list(steps.log_values(eval_spec))
-        evaluator = Evaluator(self.strategy, pieces.dataset_fn(ModeKeys.EVAL), pieces.template)
-        eval_summaries = reporting.SummaryWriter(os.path.join(self.config.log_dir, "eval"), enabled=pieces.is_chief)
+        evaluator = Evaluator(self.strategy, workload.dataset_fn(ModeKeys.EVAL), workload.template)
+        eval_summaries = reporting.SummaryWriter(os.path.join(self.config.log_dir, "eval"), enabled=workload.is_chief)
         evaluated = set()
 
         def evaluate(step):

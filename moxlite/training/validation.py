@@ -5,7 +5,11 @@ from moxlite.contract import ExportKeys, ModeKeys
 
 
 def looks_like_optimizer(value):
-    """An optimizer instance (Keras 3, a moxlite wrapper, or a TF1 optimizer)."""
+    """An optimizer instance (Keras 3, a moxlite wrapper, or a TF1 optimizer), not its class.
+
+    The one test of what optimizer_fn is (a factory, not an optimizer) and of what it
+    returns (an optimizer, not a class or anything else).
+    """
     return hasattr(value, "apply_gradients") and not isinstance(value, type)
 
 

@@ -1,6 +1,7 @@
-"""What every mode of a run builds first: the input, model_fn's variables, the global step.
+"""A run's workload: the user's input_fn and model_fn bound to its strategy and batch size.
 
-Shared by the training job and the inference job; nothing here depends on the mode's work.
+What every mode builds first (the input, model_fn's variables, the global step), shared by
+the training job and the inference job; nothing here depends on the mode's work.
 """
 
 import tensorflow as tf
@@ -11,8 +12,12 @@ from moxlite.training.inputs import as_model_inputs, call_input_fn, make_dataset
 from moxlite.training.template import ModelTemplate
 
 
-class RunPieces:
-    """One call of ``run``: its RunConfig, its distribution set-up and its model template."""
+class Workload:
+    """One call of ``run``'s input and model: its RunConfig, distribution set-up and model template.
+
+    The jobs ask it for the dataset of a mode, model_fn's variables (``build``), the
+    global step and whether this process is the chief.
+    """
 
     def __init__(self, config, setup):
         self.config = config
