@@ -105,7 +105,7 @@ class TrainingJob:
             from moxlite.training.async_loop import AsyncTrainer
             return AsyncTrainer(self.setup.coordinator, self.strategy, dataset_fn, train_step, global_step, log_keys)
         from moxlite.training.loop import SyncTrainer
-        keyed, _ = self.pieces.template.checkpoint_keys()
+        keyed, _ = self.workload.template.checkpoint_keys()
         return SyncTrainer(self.strategy, dataset_fn, train_step, global_step, log_keys,
                            log_first_clone=self.config.log_first_clone, summaries=summaries,
                            save_summary_steps=self.config.save_summary_steps,
