@@ -252,11 +252,3 @@ class PositionEmbedding(keras.layers.Layer):
 
     def call(self, x):
         return x + ops.cast(self.embedding, x.dtype)
-
-
-def swin_tiny(image_shape, num_classes, **overrides):
-    return swin(image_shape, num_classes, **overrides)
-
-
-def vit_tiny(image_shape, num_classes, **overrides):
-    return vit(image_shape, num_classes, **overrides)
