@@ -2,17 +2,20 @@
 
 Same model (an MLP 784-256-10 on the bundled MNIST sample), same data
 pipeline, same batch, same optimizer (SGD), one process, measured side by
-side. For each N in ``--steps_per_loop`` (default 1 and 50) three contenders
+side. For each N in ``--steps_per_loop`` (default 1 and 50) four contenders
 run N steps per call into TensorFlow:
 
 * ``moxlite.run`` with ``steps_per_loop=N``;
 * a hand-written loop: one ``tf.function`` that runs N train steps over a
   dataset iterator (``for _ in tf.range(n): x, y = next(iterator)``);
 * ``model.fit`` with ``steps_per_execution=N``;
-* the hand-written loop with moxlite's default non-finite check added (one
-  sum over the loss and every gradient, ``is_finite``, leave the traced loop
-  at a non-finite step): a feature the other two lack, so this row tells what
-  the runner costs apart from what the check costs.
+* the hand-written loop with a per-step check added (one sum over the loss and
+  every gradient, ``is_finite``, leave the traced loop at a non-finite step):
+  what moxlite's guard cost before it checked only the loss per step.
+
+A further variant, moxlite with ``save_summary_steps=0``, has rows of its own:
+moxlite doing only the work the hand-written loop does (by default it also
+writes TensorBoard scalars every 100 steps).
 
 ``auto`` in ``--steps_per_loop`` (in the default list) adds moxlite as a user
 runs it: the default ``steps_per_loop="auto"`` and the default log line every
