@@ -20,19 +20,10 @@ STEPS = 6
 LEARNING_RATE = 0.5
 
 
-@tf.custom_gradient
-def poison_gradient(logits, poison):
-    """Identity forward; backward, an infinite gradient for the samples with poison > 0."""
-    def gradient(upstream):
-        factor = tf.where(poison[:, None] > 0, tf.constant(np.inf, upstream.dtype), tf.ones_like(upstream))
-        return upstream * factor, tf.zeros_like(poison)
-    return tf.identity(logits), gradient
-
-
 def model_fn(inputs, mode):
     images, labels, poison = inputs
     logits = keras.layers.Dense(runlib.NUM_CLASSES, kernel_initializer="zeros", bias_initializer="zeros")(images)
-    return runlib.spec_for(images, labels, poison_gradient(logits, poison))
+    return runlib.spec_for(images, labels, runlib.poison_gradient(logits, poison))
 
 
 def data(poisoned_step=None, poisoned_sample=0, count=400):

@@ -129,19 +129,10 @@ def test_parameter_server_training_stops_at_a_non_finite_step_and_keeps_finite_c
 # A gradient that breaks while its loss stays finite: only the loss is checked per step under
 # the default policy; the next step's loss, or the check every save makes, stops the run.
 
-@tf.custom_gradient
-def _breaks_gradient(values, poison):
-    """Identity forward; backward, an infinite gradient for the samples with poison > 0."""
-    def gradient(upstream):
-        factor = tf.where(poison[:, None] > 0, tf.constant(np.inf, upstream.dtype), tf.ones_like(upstream))
-        return upstream * factor, tf.zeros_like(poison)
-    return tf.identity(values), gradient
-
-
 def _broken_logits_model_fn(inputs, mode):
     images, labels, poison = inputs
     logits = keras.layers.Dense(runlib.NUM_CLASSES, kernel_initializer="zeros", bias_initializer="zeros")(images)
-    return runlib.spec_for(images, labels, _breaks_gradient(logits, poison))
+    return runlib.spec_for(images, labels, runlib.poison_gradient(logits, poison))
 
 
 def _hidden_row_model_fn(inputs, mode):
@@ -150,7 +141,7 @@ def _hidden_row_model_fn(inputs, mode):
     images, labels, poison = inputs
     logits = keras.layers.Dense(runlib.NUM_CLASSES, kernel_initializer="zeros", bias_initializer="zeros")(images)
     rows = keras.layers.Embedding(2, 1, embeddings_initializer="ones")(tf.cast(poison > 0, tf.int32))
-    loss = runlib.cross_entropy(logits, labels) + 0.0 * tf.reduce_mean(_breaks_gradient(rows, poison))
+    loss = runlib.cross_entropy(logits, labels) + 0.0 * tf.reduce_mean(runlib.poison_gradient(rows, poison))
     return mox.ModelSpec(loss=loss, log_info={"loss": loss})
 
 
