@@ -212,3 +212,19 @@ def test_skip_policy_checks_every_gradient_sparse_ones_included(tmp_path, capsys
     assert all(np.isfinite(value).all() for value in saved.values())
     kernel, _ = [value for key, value in saved.items() if "dense" in key]
     np.testing.assert_allclose(kernel, _numpy(images, labels, 30, skipped=(BAD_BATCH,))[0], atol=2e-5)
+
+
+def test_skip_policy_stops_when_an_applied_update_breaks_the_weights(tmp_path, capsys):
+    """A learning rate beyond float32 turns finite gradients into infinite updates: step 1 is
+    applied (its loss and gradients are finite), step 2's loss is NaN and skipped. Skipping
+    cannot mend broken weights, so the state check that ends the same call stops the run."""
+    images, labels = runlib.mnist_rows(480)
+    mox.set_flag("nonfinite_policy", "skip")
+    with pytest.raises(nonfinite.NonFiniteError, match="at global step 2 or earlier: the loss stayed finite"):
+        mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.softmax_model_fn,
+                optimizer_fn=mox.get_optimizer_fn("sgd", 1e39), run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH,
+                log_dir=str(tmp_path), max_number_of_steps=12, log_every_n_steps=5, save_summary_steps=0,
+                steps_per_loop=5)
+    out = capsys.readouterr()
+    assert "Skipped 1 non-finite step(s) up to global step 2 " in out.out + out.err
+    assert tf.train.latest_checkpoint(str(tmp_path)) is None

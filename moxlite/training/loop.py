@@ -152,9 +152,11 @@ class SyncTrainer(Trainer):
                 self._consecutive_nonfinite = self._consecutive_nonfinite + 1 if done == 1 else 1
                 nonfinite.handle(self.nonfinite_policy, self, step, bad_loss,
                                  1, self._consecutive_nonfinite)
-                continue
             if broken:
+                # After a skipped step too: skipping keeps finite weights finite, not broken ones.
                 raise nonfinite.NonFiniteStep(step, None, in_weights=True, since=self._checked_step)
+            if bad:
+                continue
             if check_state:
                 self._checked_step = step
             if done:
