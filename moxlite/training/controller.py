@@ -120,22 +120,19 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
     bound = call_bound(cadence)
     while target_step is None or step < target_step:
         chunk = bound.steps if bound is not None else cadence.steps_per_loop
-        for limit in (target_step,
-                      _next_boundary(step, cadence.log_every_n_steps),
-                      _next_boundary(step, cadence.save_summary_steps),
-                      _next_boundary(step, checkpointer.save_model_steps if checkpointer else 0)):
-            if limit is not None:
-                chunk = min(chunk, limit - step)
-        chunk = max(chunk, 1)
+        # The steps at which the host reports: the end, a log line (and its hooks), a summary,
+        # a checkpoint by steps. A call never runs past the next one.
+        limits = [limit for limit in (target_step,
+                                      _next_boundary(step, cadence.log_every_n_steps),
+                                      _next_boundary(step, cadence.save_summary_steps),
+                                      _next_boundary(step, checkpointer.save_model_steps if checkpointer else 0))
+                  if limit is not None]
+        chunk = max(min([chunk] + [limit - step for limit in limits]), 1)
         if bound is not None:
             bound.start()
-        # Before anything is reported (a log line, hooks, summaries, a checkpoint by steps, the
-        # end), the trainer also checks that the weights are finite: per step only the loss is.
-        reports = step + chunk == target_step or any(
-            every and (step + chunk) % every == 0 for every in (
-                cadence.log_every_n_steps, cadence.save_summary_steps,
-                checkpointer.save_model_steps if checkpointer else 0))
-        done, step_logs = loop.run_steps(chunk, check_state=reports)
+        # A call that ends on a report also checks that the weights are finite: per step only
+        # the loss is.
+        done, step_logs = loop.run_steps(chunk, check_state=step + chunk in limits)
         if bound is not None:
             bound.record(done)
         if done == 0:

@@ -88,16 +88,17 @@ def step_flag(losses, gradient_lists, optimizers, check_gradients=True):
     checked = [g for gradients, optimizer in zip(gradient_lists, optimizers)
                if check_gradients and not has_loss_scaling(optimizer) for g in gradients if g is not None]
     losses = [tf.cast(loss, tf.float32) for loss in losses]
-    # One sum over every gradient element: NaN or Inf anywhere makes it non-finite. Cheaper
-    # than an elementwise is_finite per tensor; a false alarm needs sums near float32's max.
-    total = tf.add_n(losses + [tf.reduce_sum(tf.cast(_values(g), tf.float32)) for g in checked])
-    finite = tf.math.is_finite(total)
+    finite = _sum_is_finite(losses + checked)
     return {FLAG_KEY: 1.0 - tf.cast(finite, tf.float32), LOSS_KEY: tf.add_n(losses)}
 
 
-def _values(gradient):
-    """The numbers of a gradient: an embedding's sparse gradient is checked without densifying."""
-    return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient
+def _sum_is_finite(tensors):
+    """A bool scalar: one sum over every element of ``tensors`` is finite, so NaN or Inf is
+    nowhere. Cheaper than an elementwise is_finite per tensor; a false alarm needs sums near
+    float32's max. An embedding's sparse gradient is summed without densifying."""
+    return tf.math.is_finite(tf.add_n([
+        tf.reduce_sum(tf.cast(t.values if isinstance(t, tf.IndexedSlices) else tf.convert_to_tensor(t), tf.float32))
+        for t in tensors]))
 
 
 def poison_gradients(gradient_lists, flag):
@@ -124,11 +125,8 @@ def _is_variable(value):
 
 
 def variables_finite(variables):
-    """A bool scalar: every element of every variable is finite (one sum, as in ``step_flag``)."""
-    if not variables:
-        return tf.constant(True)
-    return tf.math.is_finite(tf.add_n([tf.reduce_sum(tf.cast(tf.convert_to_tensor(v), tf.float32))
-                                       for v in variables]))
+    """A bool scalar: every element of every variable is finite."""
+    return _sum_is_finite(variables) if variables else tf.constant(True)
 
 
 def stop_message(step, loss, log_dir, last_checkpoint, consecutive=None, in_weights=False, since=None):

@@ -91,11 +91,11 @@ class SummaryWriter:
     def scalars(self, step, values, prefix=""):
         """Write the scalar ``values`` at ``step`` now, whatever condition user summaries are
         recorded under, in one traced call per set of names (eager summary ops cost about
-        0.2 ms each, which showed in the training loop's speed)."""
+        0.7 ms each inside a run, which showed in the training loop's speed)."""
         if self.writer is None:
             return
-        scalars = {prefix + name: float(np.asarray(value).reshape(()))
-                   for name, value in values.items() if np.asarray(value).size == 1}
+        arrays = {prefix + name: np.asarray(value) for name, value in values.items()}
+        scalars = {name: float(array.reshape(())) for name, array in arrays.items() if array.size == 1}
         if not scalars:
             return
         names = tuple(scalars)
