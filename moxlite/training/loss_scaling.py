@@ -168,6 +168,7 @@ class OverflowMonitor:
         self.summaries = summaries
         self._scale = float(loss_scale.scale.numpy())
         self._skipped = int(loss_scale.skipped_steps.numpy())
+        self._written_step = None
 
     def __call__(self, step, values=None):
         scale = float(self.loss_scale.scale.numpy())
@@ -180,5 +181,7 @@ class OverflowMonitor:
         elif scale != self._scale:
             self.logger.info("loss scale %g -> %g at step %d", self._scale, scale, step)
         self._scale, self._skipped = scale, skipped
-        if self.summaries is not None:
+        # Hooks are also called once at the end, possibly at the step of the last log line.
+        if self.summaries is not None and step != self._written_step:
             self.summaries.scalars(step, {"loss_scale": scale, "skipped_steps": float(skipped)})
+            self._written_step = step
