@@ -4,6 +4,7 @@ uninterrupted run, and the numpy cross-entropy of the saved softmax weights."""
 
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -13,6 +14,7 @@ import tensorflow as tf
 
 from tests import distlib, runlib
 from tests.dist_scripts import train_mnist
+from tests.test_run_logs import read_scalars
 import pytest
 
 pytestmark = pytest.mark.slow  # real multi-process clusters on loopback
@@ -44,6 +46,7 @@ def test_sync_two_workers_equal_a_single_process_run_with_the_same_global_batch(
     assert run.wait() == 0, run.output()
     assert {task: result["global_step"] for task, result in run.results().items()} == {"worker:0": 20, "worker:1": 20}
     assert "global batch 32" in run.output()
+    _chief_summaries_match_its_log_lines(run, str(tmp_path / "cluster"), steps)
     cluster_weights = runlib.checkpoint_variables(str(tmp_path / "cluster"))
     reference = _single_process_weights(tmp_path / "single", steps, 2 * per_replica)
     assert len(cluster_weights) == len(reference) == 4
@@ -75,6 +78,21 @@ def test_sync_run_killed_and_restarted_ends_with_the_uninterrupted_weights(launc
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def _chief_summaries_match_its_log_lines(run, log_dir, last_step, every=10):
+    """The chief's summaries: every ``every`` steps, loss and accuracy as in its log line at
+    that step, the script's constant learning rate, and a throughput."""
+    scalars = read_scalars(log_dir)
+    steps = list(range(every, last_step + 1, every))
+    assert sorted(scalars) == ["accuracy", "learning_rate", "loss", "sample_per_sec"], sorted(scalars)
+    assert all(sorted(scalars[tag]) == steps for tag in scalars), scalars
+    assert all(rate == pytest.approx(train_mnist.LEARNING_RATE) for rate in scalars["learning_rate"].values())
+    line = re.compile(r"^\[worker:0\] INFO:moxlite:step: (\d+)\(.*\tloss: ([\d.]+)\taccuracy: ([\d.]+)$")
+    logged = {int(m.group(1)): m for m in map(line.match, run.output().splitlines()) if m}
+    for step in steps:
+        assert scalars["loss"][step] == pytest.approx(float(logged[step].group(2)), abs=6e-4)
+        assert scalars["accuracy"][step] == pytest.approx(float(logged[step].group(3)), abs=6e-4)
+
+
 def _async_checks(run, log_dir, steps_per_worker, workers=2, killed_workers=0):
     assert run.wait() == 0, run.output()
     results = run.results()
@@ -97,6 +115,7 @@ def test_async_two_workers_one_ps_count_every_step_and_lower_the_loss(launches, 
     run = launches(["--workers=2", "--ps=1", "--async"],
                    SCRIPT + [f"--log_dir={tmp_path}", "--steps=30", "--batch=16", "--model=softmax"], timeout=150)
     _async_checks(run, str(tmp_path), steps_per_worker=30)
+    _chief_summaries_match_its_log_lines(run, str(tmp_path), 60)
 
 
 def test_async_run_survives_a_worker_killed_mid_run(launches, tmp_path):

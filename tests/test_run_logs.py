@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pytest
+import keras
 import tensorflow as tf
 
 import moxlite as mox
@@ -18,11 +19,13 @@ LINE = re.compile(r"^INFO:moxlite:step: (\d+)\(global step: (\d+)\)\tsample/sec:
 
 
 def read_scalars(log_dir):
-    """{tag: {step: value}} from every event file directly in ``log_dir``."""
+    """{tag: {step: value}} from every event file directly in ``log_dir``; each tag is
+    written at most once per step."""
     scalars = {}
     for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
+                assert event.step not in scalars.get(value.tag, {}), f"{value.tag} written twice at step {event.step}"
                 scalars.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
     return scalars
 
@@ -63,13 +66,51 @@ def test_summaries_hold_log_info_learning_rate_throughput_and_user_summaries(tmp
     assert sorted(scalars["loss"]) == [3, 6, 9]
     assert sorted(scalars["accuracy"]) == [3, 6, 9]
     assert scalars["learning_rate"] == {3: 0.5, 6: 0.5, 9: 0.5}
+    assert sorted(scalars["sample_per_sec"]) == [3, 6, 9]
     assert all(v > 0 for v in scalars["sample_per_sec"].values())
+    # The loss and accuracy written at step k (inside the traced call) are batch k's under
+    # the weights after k - 1 steps, as in the log line.
+    for step in (3, 6, 9):
+        kernel, bias = runlib.numpy_softmax_regression(images, labels, BATCH, step - 1, 0.5)
+        logits = images[(step - 1) * BATCH:step * BATCH] @ kernel + bias
+        probabilities = runlib.softmax_probabilities(logits)
+        loss = -np.mean(np.log(probabilities[np.arange(BATCH), labels[(step - 1) * BATCH:step * BATCH]]))
+        assert scalars["loss"][step] == pytest.approx(loss, rel=1e-5)
+        assert scalars["accuracy"][step] == pytest.approx(runlib.accuracy_of(logits, labels[(step - 1) * BATCH:step * BATCH]))
     # User summaries are recorded on steps whose global step (before the update) is a multiple.
     assert sorted(scalars["user/loss_times_two"]) == [0, 3, 6]
     kernel, bias = runlib.numpy_softmax_regression(images, labels, BATCH, 3, 0.5)
     probabilities = runlib.softmax_probabilities(images[3 * BATCH:4 * BATCH] @ kernel + bias)
     loss = -np.mean(np.log(probabilities[np.arange(BATCH), labels[3 * BATCH:4 * BATCH]]))
     assert scalars["user/loss_times_two"][3] == pytest.approx(2 * loss, rel=1e-4)
+
+
+@pytest.mark.parametrize("num_gpus", [1, 2])
+@pytest.mark.parametrize("steps_per_loop", [1, "auto", 4])
+def test_summaries_hold_the_logged_values_and_the_scheduled_rate_at_every_summary_step(
+        tmp_path, capsys, num_gpus, steps_per_loop):
+    """Summaries are written inside the traced call that ends on a summary step: they must
+    hold that step's log line values (throughput included) and the rate the schedule gives at
+    that step, once each, whatever the steps per call and the number of replicas."""
+    mox.set_flag("num_gpus", num_gpus)
+    mox.set_flag("log_first_clone", False)   # the mean over replicas
+    images, labels = runlib.mnist_rows(400)
+    schedule = keras.optimizers.schedules.PiecewiseConstantDecay([4, 7], [0.5, 0.25, 0.125])
+    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.softmax_model_fn,
+            optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=schedule), run_mode=mox.ModeKeys.TRAIN,
+            batch_size=BATCH, log_dir=str(tmp_path), max_number_of_steps=10, save_summary_steps=3,
+            log_every_n_steps=3, steps_per_loop=steps_per_loop)
+    lines = {int(m.group(1)): m for m in map(LINE.match, capsys.readouterr().out.splitlines()) if m}
+    assert sorted(lines) == [3, 6, 9]
+    scalars = read_scalars(str(tmp_path))
+    assert sorted(scalars) == ["accuracy", "learning_rate", "loss", "sample_per_sec"]
+    assert scalars["learning_rate"] == {step: float(schedule(step)) for step in (3, 6, 9)}
+    for step, line in lines.items():
+        assert scalars["loss"][step] == pytest.approx(float(line.group(4)), abs=6e-4)
+        assert scalars["accuracy"][step] == pytest.approx(float(line.group(5)), abs=6e-4)
+        # Measured over the same steps as the line's, on the device's clock instead of the
+        # host's: equal but for the microseconds between the two readings.
+        assert scalars["sample_per_sec"][step] == pytest.approx(float(line.group(3)), rel=0.25)
 
 
 def test_flags_are_read_set_and_checked():

@@ -67,8 +67,8 @@ def _run(log_dir, steps_per_loop, monkeypatch, images, labels, num_gpus=1, repea
     calls, hooked = [], []
     original = loop_lib.SyncTrainer.run_steps
 
-    def counted(loop, num_steps, check_state=False):
-        done, values = original(loop, num_steps, check_state)
+    def counted(loop, num_steps, check_state=False, summary_since=None):
+        done, values = original(loop, num_steps, check_state, summary_since)
         calls.append(done)
         return done, values
 
@@ -192,7 +192,7 @@ class _TimedLoop:
         self.clock, self.seconds_per_step, self.trace_seconds = clock, seconds_per_step, trace_seconds
         self.calls = []
 
-    def run_steps(self, num_steps, check_state=False):
+    def run_steps(self, num_steps, check_state=False, summary_since=None):
         self.clock.now += num_steps * self.seconds_per_step + (self.trace_seconds if not self.calls else 0.0)
         self.calls.append(num_steps)
         return num_steps, {}

@@ -19,12 +19,17 @@ def test_every_trainer_implements_every_method_of_the_protocol():
 class _Recording(Trainer):
     """A trainer that records what the controller side asked of it."""
 
-    def __init__(self):
+    def __init__(self, writes_summaries=False):
         self.calls = []
+        self._writes_summaries = writes_summaries
 
-    def run_steps(self, num_steps, check_state=False):
-        self.calls.append(("run_steps", num_steps))
+    def run_steps(self, num_steps, check_state=False, summary_since=None):
+        self.calls.append(("run_steps", num_steps, check_state, summary_since))
         return num_steps, {}
+
+    @property
+    def writes_summaries(self):
+        return self._writes_summaries
 
     def finish(self, counted_step):
         self.calls.append(("finish", counted_step))
@@ -43,13 +48,14 @@ class _Recording(Trainer):
 
 
 def test_a_restarting_trainer_passes_every_call_to_the_trainer_it_guards():
-    inner = _Recording()
+    inner = _Recording(writes_summaries=True)
     step = tf.Variable(0, dtype=tf.int64)
     guarded = RestartingTrainer(inner, global_step=step, restart=None, prefix="ckpt-1", allow_restart=True)
-    assert guarded.run_steps(3) == (3, {})
+    assert guarded.writes_summaries is True
+    assert guarded.run_steps(3, check_state=True, summary_since=(1.5, 2)) == (3, {})
     assert guarded.finish(7) == 8
     assert guarded.any_worker(False) is True
     with guarded.user_summaries():
         pass
     guarded.close()
-    assert inner.calls == [("run_steps", 3), ("finish", 7), ("any_worker", False), ("user_summaries",), ("close",)]
+    assert inner.calls == [("run_steps", 3, True, (1.5, 2)), ("finish", 7), ("any_worker", False), ("user_summaries",), ("close",)]

@@ -121,11 +121,12 @@ class AsyncTrainer(Trainer):
         self.global_step.assign_add(self.num_batches)
         return self._reduced_logs(per_replica)
 
-    def run_steps(self, num_steps, check_state=False):
+    def run_steps(self, num_steps, check_state=False, summary_since=None):
         """Schedule ``num_steps`` global steps (rounded up to whole updates of ``num_batches``
         micro-batches); return (global steps scheduled, lazily fetched logs of the last one).
         ``check_state`` is left to the checkpoint saves: reading every variable back from the
-        parameter servers at each log line would cost more than the steps.
+        parameter servers at each log line would cost more than the steps. Summaries are the
+        controller's to write (``writes_summaries`` is False).
 
         When the input of a worker ends, its steps fail with OutOfRangeError; the loop then
         waits for the steps in flight and reports the steps actually done.

@@ -132,7 +132,9 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
             bound.start()
         # A call that ends on a report also checks that the weights are finite: per step only
         # the loss is.
-        done, step_logs = loop.run_steps(chunk, check_state=step + chunk in limits)
+        summary_step = bool(cadence.save_summary_steps) and (step + chunk) % cadence.save_summary_steps == 0
+        done, step_logs = loop.run_steps(chunk, check_state=step + chunk in limits,
+                                         summary_since=throughput.since() if summary_step else None)
         if bound is not None:
             bound.record(done)
         if done == 0:
@@ -149,7 +151,7 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
                 logger.info(reporting.train_line(step, step, rate, values))
                 for hook in hooks:
                     hook(step, values)
-            if at_summary:
+            if at_summary and not loop.writes_summaries:   # else the trainer wrote them in its call
                 extra = {"sample_per_sec": rate}
                 if learning_rate is not None:
                     extra["learning_rate"] = np.asarray(learning_rate())

@@ -102,12 +102,12 @@ class RestartingTrainer(Trainer):
         self._prefix = prefix
         self._restarted = False
 
-    def run_steps(self, num_steps, check_state=False):
+    def run_steps(self, num_steps, check_state=False, summary_since=None):
         if self._restarted:
-            return self._loop.run_steps(num_steps, check_state)
+            return self._loop.run_steps(num_steps, check_state, summary_since)
         before = int(self._global_step.numpy())
         try:
-            return self._loop.run_steps(num_steps, check_state)
+            return self._loop.run_steps(num_steps, check_state, summary_since)
         except MISMATCH_ERRORS as error:
             if "IteratorGetNext" not in str(error):   # not the input position: not ours to handle
                 raise
@@ -116,7 +116,7 @@ class RestartingTrainer(Trainer):
             self._loop.close()
             self._loop = self._restart()
             self._restarted = True
-            more, logs = self._loop.run_steps(num_steps - done, check_state) if num_steps > done else (0, {})
+            more, logs = self._loop.run_steps(num_steps - done, check_state, summary_since) if num_steps > done else (0, {})
             return done + more, logs
 
     def finish(self, counted_step):
@@ -127,6 +127,10 @@ class RestartingTrainer(Trainer):
 
     def user_summaries(self):
         return self._loop.user_summaries()
+
+    @property
+    def writes_summaries(self):
+        return self._loop.writes_summaries
 
     def close(self):
         self._loop.close()

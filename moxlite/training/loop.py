@@ -15,6 +15,10 @@ import tensorflow as tf
 from moxlite.training import nonfinite
 from moxlite.training.trainer_protocol import Trainer
 
+# What a traced call does after its steps (``SyncTrainer._steps``): nothing more, check that
+# the state is finite, or check it and write the summaries of its last step.
+NO_REPORT, CHECK, CHECK_AND_SUMMARIES = 0, 1, 2
+
 
 def first_or_mean(strategy, per_replica, first_only):
     """One value per log key: the first replica's (MoXing's log_first_clone) or the mean."""
@@ -41,9 +45,12 @@ class SyncTrainer(Trainer):
     """Synchronous steps: every replica steps together, one global step per step."""
 
     def __init__(self, strategy, dataset_fn, train_step, global_step, log_keys, log_first_clone=True,
-                 summaries=None, save_summary_steps=0, nonfinite_policy=nonfinite.Policy(), state_variables=()):
+                 summaries=None, save_summary_steps=0, nonfinite_policy=nonfinite.Policy(), state_variables=(),
+                 learning_rate=None, global_batch_size=0):
         """``state_variables``: the floating-point variables a checked call verifies are finite
-        (model and optimizer variables, see ``run_steps``)."""
+        (model and optimizer variables, see ``run_steps``). ``learning_rate``: a function that
+        reads the rate the optimizer applies now; it and ``global_batch_size`` (for the
+        throughput) serve the summaries."""
         self.strategy = strategy
         self.nonfinite_policy = nonfinite_policy
         self.skipped_nonfinite = 0
@@ -57,6 +64,8 @@ class SyncTrainer(Trainer):
         self._save_summary_steps = save_summary_steps
         self._state_variables = list(state_variables)
         self._checked_step = None   # the global step of the last call that verified the state
+        self._learning_rate = learning_rate
+        self._global_batch_size = global_batch_size
         dataset = strategy.distribute_datasets_from_function(dataset_fn)
         self._infinite = is_infinite(dataset)
         self.iterator = iter(dataset)
@@ -66,13 +75,17 @@ class SyncTrainer(Trainer):
         self._loop = tf.function(self._steps)
         self._traced = None
         self._step_counts = {}
-        self._checks = {flag: tf.constant(flag) for flag in (False, True)}
+        # What a call does after its steps, in one argument (each costs a few microseconds a
+        # call): [NO_REPORT, CHECK or CHECK_AND_SUMMARIES, then for the latter the host time
+        # (seconds since the epoch) and global step the summary's throughput is measured from].
+        self._reports = {kind: tf.constant([kind, 0.0, 0.0], tf.float64) for kind in (NO_REPORT, CHECK)}
         self._any_worker = None
 
-    def _steps(self, iterator, num_steps, check_state):
+    def _steps(self, iterator, num_steps, report):
         """Up to ``num_steps`` steps; ends early at the input's end or after a non-finite step
         (the host then stops, or logs the skipped step as it would after a one-step call).
-        With ``check_state``, then checks that every state variable is finite.
+        Then, by ``report`` (see ``__init__``): checks that every state variable is finite,
+        and (``CHECK_AND_SUMMARIES``) writes the summaries of the last step if all steps ran.
 
         Returns one float64 vector, the only tensor the host reads after a call (each output
         costs a few microseconds a call): steps done, 1 if the last one was non-finite, 1 if
@@ -97,10 +110,50 @@ class SyncTrainer(Trainer):
                     break
                 logs, bad, bad_loss = self._one_step(optional.get_value(), keys)
             done += 1
-        broken = tf.cond(check_state, lambda: tf.logical_not(nonfinite.variables_finite(self._state_variables)),
-                         lambda: tf.constant(False))
+        complete = tf.logical_and(tf.equal(done, num_steps), tf.logical_not(bad))
+        broken = tf.cond(report[0] >= CHECK, lambda: self._report(report, complete, logs), lambda: tf.constant(False))
         status = [done, bad, broken, self.global_step.read_value(), bad_loss] + [logs[key] for key in keys]
         return tf.stack([tf.cast(value, tf.float64) for value in status])
+
+    def _report(self, report, complete, logs):
+        """True when a state variable is not finite; otherwise, when asked and every step ran,
+        writes the log values, learning rate and throughput at the global step (here rather
+        than on the host, where each eager summary costs about 1 ms)."""
+        broken = tf.logical_not(nonfinite.variables_finite(self._state_variables))
+        writer = self._summaries.writer if self._summaries is not None and self._save_summary_steps else None
+        if writer is None:
+            return broken
+        write = tf.logical_and(tf.logical_and(tf.equal(report[0], CHECK_AND_SUMMARIES), complete),
+                               tf.logical_not(broken))
+
+        def write_summaries():
+            # At the top-level name scope: the tags are the keys, not "cond/cond/<key>".
+            with tf.compat.v1.name_scope(None), writer.as_default(step=self.global_step.read_value()), \
+                    tf.summary.record_if(True):
+                for key in self._shown_keys:
+                    tf.summary.scalar(key, logs[key])
+                if self._learning_rate is not None:
+                    tf.summary.scalar("learning_rate", self._learning_rate())
+                tf.summary.scalar("sample_per_sec", self._samples_per_second(report[1], report[2]))
+            return tf.constant(True)
+
+        with tf.control_dependencies([tf.cond(write, write_summaries, lambda: tf.constant(False))]):
+            return tf.identity(broken)
+
+    def _samples_per_second(self, since_time, since_step):
+        """Samples per second from (``since_time``, ``since_step``) to now, as the host's
+        ``reporting.Throughput`` measures them for the log line (0 for an empty interval)."""
+        steps = tf.cast(self.global_step.read_value(), tf.float64) - since_step
+        elapsed = tf.timestamp() - since_time
+        rate = tf.where(tf.logical_and(elapsed > 0, steps > 0),
+                        steps * self._global_batch_size / tf.maximum(elapsed, 1e-9), tf.constant(0.0, tf.float64))
+        return tf.cast(rate, tf.float32)
+
+    @property
+    def writes_summaries(self):
+        """True: a call that ends on a summary step writes the log values, learning rate and
+        throughput."""
+        return True
 
     def _one_step(self, batch, keys):
         """One step on ``batch``: its log values, whether it was non-finite, its summed loss."""
@@ -120,7 +173,7 @@ class SyncTrainer(Trainer):
         guard = (values.pop(nonfinite.FLAG_KEY), values.pop(nonfinite.LOSS_KEY))
         return values, tf.stack(guard) if self.strategy.num_replicas_in_sync > 1 else guard
 
-    def run_steps(self, num_steps, check_state=False):
+    def run_steps(self, num_steps, check_state=False, summary_since=None):
         """Run up to ``num_steps`` steps; return (steps done, log values of the last step).
 
         Fewer steps than asked means the input ended. A traced call ends after a non-finite
@@ -129,9 +182,17 @@ class SyncTrainer(Trainer):
         ``check_state``: then verify, in the same traced call, that the weights and optimizer
         variables are finite, and raise ``NonFiniteStep`` if not (the controller asks before
         it reports anything: a gradient can break the weights while the loss stays finite).
+        ``summary_since`` (given when the last step is a summary step; implies ``check_state``):
+        then write its log values, learning rate and the throughput since ``summary_since`` =
+        (host time in seconds since the epoch, global step), if every step ran and the state
+        is finite.
         """
         total, last_logs, logs = 0, None, {}
-        check = self._checks[bool(check_state)]
+        if summary_since is not None:
+            since_time, since_step = summary_since
+            report = tf.constant([CHECK_AND_SUMMARIES, since_time, since_step], tf.float64)
+        else:
+            report = self._reports[CHECK if check_state else NO_REPORT]
         while total < num_steps:
             asked = num_steps - total
             if asked not in self._step_counts:
@@ -139,8 +200,8 @@ class SyncTrainer(Trainer):
             if self._traced is None:
                 # Called directly, the traced graph skips the tf.function's per-call lookup,
                 # which hashes the iterator's type spec (about 60 us a call here).
-                self._traced = self._loop.get_concrete_function(self.iterator, self._step_counts[asked], check)
-            values = self._traced(self.iterator, self._step_counts[asked], check).numpy()
+                self._traced = self._loop.get_concrete_function(self.iterator, self._step_counts[asked], report)
+            values = self._traced(self.iterator, self._step_counts[asked], report).numpy()
             done, bad, broken, step = (int(value) for value in values[:4])
             bad_loss = float(values[4])
             logs = {key: np.float32(value) for key, value in zip(self._shown_keys, values[5:])}
@@ -157,7 +218,7 @@ class SyncTrainer(Trainer):
                 raise nonfinite.NonFiniteStep(step, None, in_weights=True, since=self._checked_step)
             if bad:
                 continue
-            if check_state:
+            if check_state or summary_since is not None:
                 self._checked_step = step
             if done:
                 self._consecutive_nonfinite = 0

@@ -9,26 +9,36 @@
   workers; ``RestartingTrainer`` (``input_resume``) restarts another trainer's
   input when a restored position no longer fits.
 
-The runner talks to every trainer through these five methods only.
+The runner talks to every trainer through these five methods and one property only.
 """
 
 import abc
-from typing import ContextManager, Dict, Tuple
+from typing import ContextManager, Dict, Optional, Tuple
 
 
 class Trainer(abc.ABC):
     """Runs training steps for the controller."""
 
     @abc.abstractmethod
-    def run_steps(self, num_steps: int, check_state: bool = False) -> Tuple[int, Dict]:
+    def run_steps(self, num_steps: int, check_state: bool = False,
+                  summary_since: Optional[Tuple[float, int]] = None) -> Tuple[int, Dict]:
         """Run up to ``num_steps`` global steps; return (steps done, log values of the last one).
 
         Fewer steps than asked means the input ended. Log values may be fetched lazily:
         read them with ``numpy.asarray``. ``check_state``: the controller will report after
         this call, so verify that the weights and optimizer variables are still finite and
         raise ``nonfinite.NonFiniteStep`` if not (a trainer may leave this to the checkpoint
-        saves, which always check).
+        saves, which always check). ``summary_since``, given when the last step is a summary
+        step: (host time in seconds since the epoch, global step) from which the summary's
+        throughput is measured; a trainer whose ``writes_summaries`` is True then writes the
+        log values, learning rate and throughput itself.
         """
+
+    @property
+    def writes_summaries(self) -> bool:
+        """True when ``run_steps(..., summary_since=...)`` writes the summaries of its last
+        step; otherwise the controller writes them from the returned values."""
+        return False
 
     @abc.abstractmethod
     def finish(self, counted_step: int) -> int:

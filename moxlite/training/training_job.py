@@ -110,7 +110,9 @@ class TrainingJob:
                            log_first_clone=self.config.log_first_clone, summaries=summaries,
                            save_summary_steps=self.config.save_summary_steps,
                            nonfinite_policy=self.config.nonfinite_policy,
-                           state_variables=nonfinite.floating_variables(list(keyed.values()) + train_step.optimizers))
+                           state_variables=nonfinite.floating_variables(list(keyed.values()) + train_step.optimizers),
+                           learning_rate=lambda: current_learning_rate(train_step.optimizers[0]),
+                           global_batch_size=self.workload.global_batch_size)
 
     def _make_checkpointer(self, global_step, optimizers, iterator):
         config = self.config
@@ -204,5 +206,6 @@ class TrainingJob:
             metrics, _ = evaluator.evaluate(keys)
             self.logger.info(reporting.validation_line(step, metrics))
             eval_summaries.scalars(step, metrics)
+            eval_summaries.flush()   # the writer stays open for the next evaluation
 
         return evaluate

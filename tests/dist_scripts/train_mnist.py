@@ -42,7 +42,7 @@ def optimizer_fn_for(optimizer="sgd", num_batches=1):
 
 
 def train(log_dir, steps, batch, model="mlp", save_steps=10, log_every=5, optimizer="sgd", num_batches=1,
-          nan_row=None):
+          nan_row=None, summary_steps=10):
     images, labels = runlib.mnist_rows(NUM_ROWS)
     if nan_row is not None:   # a NaN in one sample: the loss of the step that reads it is NaN
         images[nan_row, 0] = float("nan")
@@ -52,7 +52,7 @@ def train(log_dir, steps, batch, model="mlp", save_steps=10, log_every=5, optimi
                    optimizer_fn=optimizer_fn_for(optimizer, num_batches),
                    run_mode=mox.ModeKeys.TRAIN, batch_size=batch, log_dir=log_dir,
                    max_number_of_steps=steps, log_every_n_steps=log_every,
-                   save_model_steps=save_steps)
+                   save_model_steps=save_steps, save_summary_steps=summary_steps)
 
 
 def main():
