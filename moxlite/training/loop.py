@@ -68,6 +68,9 @@ class SyncTrainer(Trainer):
         self._global_batch_size = global_batch_size
         dataset = strategy.distribute_datasets_from_function(dataset_fn)
         self._infinite = is_infinite(dataset)
+        # Reading ahead would lose the batch read for the step after a non-finite one, which
+        # nonfinite_policy=skip goes on to train on.
+        self._read_ahead = nonfinite_policy.action == "stop"
         self.iterator = iter(dataset)
         # The iterator is passed, not captured: a traced function that captures an iterator
         # keeps it alive until interpreter shutdown, where destroying it deadlocked pytest
@@ -97,23 +100,44 @@ class SyncTrainer(Trainer):
         done = tf.constant(0, tf.int64)
         bad = tf.constant(False)
         bad_loss = tf.constant(0.0)
-        # One condition, no ``break`` on an infinite input: the loop carries nothing more
-        # than it returns (a ``for`` over ``tf.range`` with a ``break`` adds three counters
-        # and a conditional per step).
-        while tf.logical_and(done < num_steps, tf.logical_not(bad)):
-            if self._infinite:
-                # The end never comes: a plain read, without an optional and its check.
-                logs, bad, bad_loss = self._one_step(next(iterator), keys)
-            else:
-                optional = iterator.get_next_as_optional()
-                if not optional.has_value():
+        # On an infinite input the end never comes: a plain read, without an optional.
+        read = (lambda: next(iterator)) if self._infinite else iterator.get_next_as_optional
+        if self._read_ahead:
+            # The batch of the next step is read while this one computes (nothing orders the
+            # two), but never after the call's last step: a call reads exactly the batches
+            # it steps on, unless a non-finite step ends it (the run then stops).
+            batch = read()
+            while self._more(done, num_steps, bad, batch):
+                following = tf.cond(done + 1 < num_steps, read, lambda: batch)
+                logs, bad, bad_loss = self._one_step(self._value(batch), keys)
+                batch = following
+                done += 1
+        else:
+            # One condition, no ``break`` on an infinite input: the loop carries nothing
+            # more than it returns (a ``for`` over ``tf.range`` with a ``break`` adds three
+            # counters and a conditional per step).
+            while self._more(done, num_steps, bad):
+                batch = read()
+                if not self._infinite and not batch.has_value():
                     break
-                logs, bad, bad_loss = self._one_step(optional.get_value(), keys)
-            done += 1
+                logs, bad, bad_loss = self._one_step(self._value(batch), keys)
+                done += 1
         complete = tf.logical_and(tf.equal(done, num_steps), tf.logical_not(bad))
         broken = tf.cond(report[0] >= CHECK, lambda: self._report(report, complete, logs), lambda: tf.constant(False))
         status = [done, bad, broken, self.global_step.read_value(), bad_loss] + [logs[key] for key in keys]
         return tf.stack([tf.cast(value, tf.float64) for value in status])
+
+    def _more(self, done, num_steps, bad, batch=None):
+        """Whether the loop takes another step: steps are left, the last was finite, and
+        (for a finite input read ahead) ``batch`` holds one."""
+        more = tf.logical_and(done < num_steps, tf.logical_not(bad))
+        if batch is not None and not self._infinite:
+            more = tf.logical_and(more, batch.has_value())
+        return more
+
+    def _value(self, batch):
+        """The batch a read returned (an optional's value for a finite input)."""
+        return batch if self._infinite else batch.get_value()
 
     def _report(self, report, complete, logs):
         """True when a state variable is not finite; otherwise, when asked and every step ran,
