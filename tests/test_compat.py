@@ -239,3 +239,27 @@ def test_saved_strings_are_written_by_a_checkpoint_and_read_back_by_its_reader(t
     reader = tf.train.load_checkpoint(path)
     assert list(reader.get_tensor("order/.ATTRIBUTES/VARIABLE_VALUE")) == [b"dense/kernel", b"dense/bias"]
     tf.train.Checkpoint(order=compat.SavedStrings(["other"]), step=tf.Variable(0)).restore(path).assert_consumed()
+
+
+@pytest.mark.parametrize("distributed", [False, True])
+def test_a_flat_call_runs_the_traced_function_on_the_same_iterator(distributed, two_device_strategy):
+    dataset = tf.data.Dataset.range(100).map(lambda i: tf.cast(i, tf.float32)).batch(4)
+    strategy = two_device_strategy if distributed else tf.distribute.get_strategy()
+    iterator = iter(strategy.experimental_distribute_dataset(dataset) if distributed else dataset)
+
+    @tf.function
+    def sums(iterator, count):
+        total = tf.zeros([])
+        for _ in tf.range(count):
+            batch = next(iterator)
+            total += tf.reduce_sum(strategy.experimental_local_results(batch)) if distributed else tf.reduce_sum(batch)
+        return total
+
+    count = tf.constant(2)
+    traced = sums.get_concrete_function(iterator, count)
+    call = compat.FlatCall(traced)
+    flat = compat.FlatCall.flatten(iterator, count)
+    # Batches 0-1, then 2-3 through the flat call, then 4-5: one iterator, advanced by both.
+    assert float(traced(iterator, count)) == sum(range(8))
+    assert float(call(flat)) == sum(range(8, 16))
+    assert float(traced(iterator, count)) == sum(range(16, 24))

@@ -2,8 +2,9 @@
 
 The same MLP, data and N as ``bench_runner.py``, but neither side's host work is timed:
 moxlite's traced loop (captured from a short ``moxlite.run``) and the hand-written
-``tf.function`` are each called directly through their concrete functions, with one host
-read per call, alternating over ``--rounds``. What is left between the two is the work
+``tf.function`` are each called directly through their concrete functions, both the way
+moxlite calls its loop (``compat.FlatCall``), with one host read per call, alternating
+over ``--rounds``. What is left between the two is the work
 inside the graphs; ``bench_runner.py``'s gap beyond it is host work between calls (log
 lines, summaries).
 
@@ -23,6 +24,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import moxlite as mox  # noqa: E402
+from moxlite import compat  # noqa: E402
 from moxlite.data import mnist  # noqa: E402
 from moxlite.training import loop  # noqa: E402
 import bench_runner  # noqa: E402
@@ -44,8 +46,8 @@ def moxlite_call(images, labels, steps_per_loop):
     finally:
         loop.SyncTrainer.close = original_close
     trainer = trainers[0]
-    count, check = tf.constant(steps_per_loop, tf.int64), tf.constant(False)
-    return lambda: trainer._traced(trainer.iterator, count, check).numpy()
+    flat = trainer._flat_iterator + [tf.constant(steps_per_loop, tf.int64), trainer._reports[loop.NO_REPORT]]
+    return lambda: trainer._traced(flat).numpy()
 
 
 def hand_written_call(images, labels, steps_per_loop):
@@ -64,8 +66,10 @@ def hand_written_call(images, labels, steps_per_loop):
 
     iterator = iter(bench_runner.dataset(images, labels, 64))
     count = tf.constant(steps_per_loop)
-    traced = train_steps.get_concrete_function(iterator, count)
-    return lambda: float(traced(iterator, count))
+    # Called the way moxlite calls its loop, so that only the graphs differ.
+    traced = compat.FlatCall(train_steps.get_concrete_function(iterator, count))
+    flat = compat.FlatCall.flatten(iterator, count)
+    return lambda: float(traced(flat))
 
 
 def main():
