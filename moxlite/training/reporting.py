@@ -37,28 +37,27 @@ def validation_line(step, values):
 
 
 class Throughput:
-    """Samples per second between two calls of ``tick``."""
+    """Samples per second between two calls of ``tick``, on the wall clock (seconds since the
+    epoch), the clock a trainer's ``tf.timestamp`` reads: a trainer given ``since()``
+    measures the same rate in its traced call."""
 
     def __init__(self, global_batch_size):
         self.global_batch_size = global_batch_size
-        self._time = time.perf_counter()
-        self._epoch_time = time.time()
+        self._time = time.time()
         self._step = None
 
     def reset(self, step):
-        self._time, self._epoch_time = time.perf_counter(), time.time()
-        self._step = step
+        self._time, self._step = time.time(), step
 
     def since(self):
-        """(seconds since the epoch, global step) the next ``tick`` measures from: what a
-        trainer needs to compute the same rate on its own (``tf.timestamp`` reads that clock)."""
-        return self._epoch_time, self._step
+        """(seconds since the epoch, global step) the next ``tick`` measures from."""
+        return self._time, self._step
 
     def tick(self, step):
-        now = time.perf_counter()
+        now = time.time()
         steps = step - (self._step if self._step is not None else step)
         elapsed = now - self._time
-        self._time, self._epoch_time, self._step = now, time.time(), step
+        self._time, self._step = now, step
         return steps * self.global_batch_size / elapsed if elapsed > 0 and steps > 0 else 0.0
 
 
