@@ -3,6 +3,7 @@
 import glob
 import os
 import re
+import time
 
 import numpy as np
 import pytest
@@ -96,7 +97,14 @@ def test_summaries_hold_the_logged_values_and_the_scheduled_rate_at_every_summar
     mox.set_flag("log_first_clone", False)   # the mean over replicas
     images, labels = runlib.mnist_rows(400)
     schedule = keras.optimizers.schedules.PiecewiseConstantDecay([4, 7], [0.5, 0.25, 0.125])
-    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.softmax_model_fn,
+
+    def slow_model_fn(inputs, mode):
+        # Steps of at least 5 ms: the host's reading of the clock comes a fraction of a
+        # millisecond after the call's, which is no small part of three 0.3 ms steps.
+        tf.py_function(lambda: time.sleep(0.005), [], [])
+        return runlib.softmax_model_fn(inputs, mode)
+
+    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=slow_model_fn,
             optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=schedule), run_mode=mox.ModeKeys.TRAIN,
             batch_size=BATCH, log_dir=str(tmp_path), max_number_of_steps=10, save_summary_steps=3,
             log_every_n_steps=3, steps_per_loop=steps_per_loop)
