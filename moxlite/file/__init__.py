@@ -7,23 +7,30 @@
 
 The endpoint and credentials come from ``S3_ENDPOINT`` and ``AWS_ACCESS_KEY_ID`` /
 ``AWS_SECRET_ACCESS_KEY`` (or ``set_auth``); see ``moxlite.file.storage``. Failures raise
-``moxlite.file.errors.ObjectStorageError`` subclasses with a one-line message.
+``moxlite.file.errors.ObjectStorageError`` subclasses with a one-line message, which are
+also MoXing's documented exception classes and Python's built-in ``OSError`` subclasses.
+``moxlite.conformance`` lists, row by row, how this module matches MoXing's file API.
 """
 
-from moxlite.file.errors import (MissingPathError, ObjectStorageError, PathExistsError, StorageAccessError,
-                                 StorageUnreachableError)
+from moxlite.file.errors import (IsAFolderError, MissingPathError, MoxFileNameDuplicateException,
+                                 MoxFileNotExistsException, MoxFileReadException, MoxFileRespException,
+                                 NameClashError, NotAFolderError, ObjectStorageError, PathExistsError,
+                                 StorageAccessError, StorageReadError, StorageUnreachableError)
 from moxlite.file.file_object import File
-from moxlite.file.operations import (DirEntry, FileStat, append, exists, get_size, glob, is_directory,
-                                     list_directory, make_dirs, mk_dir, read, remove, scan_dir, stat,
-                                     walk, write)
+from moxlite.file.operations import (DirEntry, FileStat, append, append_remote, exists, get_size, glob,
+                                     is_directory, list_directory, make_dirs, mk_dir, read, remove, scan_dir,
+                                     stat, walk, write)
+from moxlite.file.shift import shift
 from moxlite.file.storage import endpoint_url, is_remote, reset_auth, set_auth
 from moxlite.file.sync import BackgroundSync, background_sync_copy
 from moxlite.file.transfer import copy, copy_parallel, rename
 
 __all__ = [
-    "BackgroundSync", "DirEntry", "File", "FileStat", "MissingPathError", "ObjectStorageError",
-    "PathExistsError", "StorageAccessError", "StorageUnreachableError", "append", "background_sync_copy",
-    "copy", "copy_parallel", "endpoint_url", "exists", "get_size", "glob", "is_directory", "is_remote",
-    "list_directory", "make_dirs", "mk_dir", "read", "remove", "rename", "reset_auth", "scan_dir",
-    "set_auth", "stat", "walk", "write",
+    "BackgroundSync", "DirEntry", "File", "FileStat", "IsAFolderError", "MissingPathError",
+    "MoxFileNameDuplicateException", "MoxFileNotExistsException", "MoxFileReadException",
+    "MoxFileRespException", "NameClashError", "NotAFolderError", "ObjectStorageError", "PathExistsError",
+    "StorageAccessError", "StorageReadError", "StorageUnreachableError", "append", "append_remote",
+    "background_sync_copy", "copy", "copy_parallel", "endpoint_url", "exists", "get_size", "glob",
+    "is_directory", "is_remote", "list_directory", "make_dirs", "mk_dir", "read", "remove", "rename",
+    "reset_auth", "scan_dir", "set_auth", "shift", "stat", "walk", "write",
 ]

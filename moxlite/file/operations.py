@@ -3,7 +3,8 @@
 Each behaves like the Python call MoXing's documentation names as its equivalent
 (``os.listdir``, ``os.makedirs``, ``shutil.rmtree``, ``glob.glob``...) on local paths, and the
 same on ``s3://`` / ``obs://`` paths, where folders are key prefixes (an empty ``key/``
-object marks a folder made by ``make_dirs`` / ``mk_dir``).
+object marks a folder made by ``make_dirs`` / ``mk_dir``). Argument names are the
+documentation's (``url``, ``src_url``, ``data``...), so keyword calls from MoXing scripts work.
 """
 
 import collections
@@ -13,7 +14,8 @@ import shutil
 
 from fsspec.asyn import sync
 
-from moxlite.file.errors import ObjectStorageError, PathExistsError
+from moxlite import logs
+from moxlite.file.errors import IsAFolderError, NotAFolderError, ObjectStorageError, PathExistsError
 from moxlite.file.storage import locate, translate_errors
 
 FileStat = collections.namedtuple("FileStat", "length mtime_nsec is_directory")
@@ -48,33 +50,49 @@ def _put_object(location, key_suffix, body):
     sync(filesystem.loop, filesystem._call_s3, "put_object", Bucket=bucket, Key=key + key_suffix, Body=body)
 
 
-def read(path, binary=False):
-    """The content of the file at ``path``: str (UTF-8), or bytes with ``binary=True``."""
-    location = locate(path)
+def _as_bytes(data):
+    return bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else str(data).encode("utf-8")
+
+
+def read(url, client_id=None, binary=False):
+    """The content of the file at ``url``: str (UTF-8), or bytes with ``binary=True``.
+
+    ``client_id`` (MoXing's choice of OBS client) is accepted; there is one S3 client here.
+    """
+    location = locate(url)
     with translate_errors("read", location):
-        with location.filesystem.open(location.path, "rb") as stream:
-            data = stream.read()
+        try:
+            data = location.filesystem.cat_file(location.path)
+        except (FileNotFoundError, IsADirectoryError):
+            if location.filesystem.isdir(location.path):
+                raise IsAFolderError(f"mox.file.read({location.url!r}): is a folder, not a file") from None
+            raise
     return data if binary else data.decode("utf-8")
 
 
-def write(path, content, binary=False):
-    """Replace the file at ``path`` with ``content`` (str or bytes); parent folders are made."""
-    location = locate(path)
-    data = content if isinstance(content, (bytes, bytearray)) else str(content).encode("utf-8")
+def write(url, data, binary=False):
+    """Replace the file at ``url`` with ``data`` (str or bytes), as ``open(url, 'w').write(data)``.
+
+    Parent folders are made. str is written as UTF-8 in either mode.
+    """
+    location = locate(url)
     with translate_errors("write", location):
         if not location.remote:
             os.makedirs(os.path.dirname(location.path), exist_ok=True)
-        location.filesystem.pipe_file(location.path, bytes(data))
+        location.filesystem.pipe_file(location.path, _as_bytes(data))
 
 
-def append(path, content, binary=False):
-    """Add ``content`` at the end of the file at ``path`` (made if missing).
+def append(url, data, binary=False):
+    """Add ``data`` at the end of the file at ``url`` (made if missing), as ``open(url, 'a')``.
 
     Objects in S3 cannot grow: on object storage the whole object is rewritten.
     """
-    location = locate(path)
-    data = content if isinstance(content, (bytes, bytearray)) else str(content).encode("utf-8")
-    with translate_errors("append", location):
+    location = locate(url)
+    _append_bytes(location, "append", _as_bytes(data))
+
+
+def _append_bytes(location, operation, data, *more_locations):
+    with translate_errors(operation, location, *more_locations):
         if not location.remote:
             os.makedirs(os.path.dirname(location.path), exist_ok=True)
             with open(location.path, "ab") as stream:
@@ -82,12 +100,23 @@ def append(path, content, binary=False):
             return
         filesystem = location.filesystem
         existing = filesystem.cat_file(location.path) if filesystem.isfile(location.path) else b""
-        filesystem.pipe_file(location.path, existing + bytes(data))
+        filesystem.pipe_file(location.path, existing + data)
 
 
-def exists(path):
-    """True if ``path`` is a file or a folder (or a bucket)."""
-    location = locate(path)
+def append_remote(src_url, dst_url):
+    """Add the content of the file ``src_url`` at the end of the file ``dst_url`` (made if missing).
+
+    MoXing documents it for two object-storage paths; any two paths work here.
+    """
+    source, target = locate(src_url), locate(dst_url)
+    with translate_errors("append_remote", source, target):
+        data = source.filesystem.cat_file(source.path)
+    _append_bytes(target, "append_remote", data, source)
+
+
+def exists(url):
+    """True if ``url`` is a file or a folder (or a bucket)."""
+    location = locate(url)
     with translate_errors("exists", location):
         if location.remote:
             _raise_if_bucket_unusable(location)
@@ -104,9 +133,9 @@ def _raise_if_bucket_unusable(location):
         pass  # a missing bucket: exists() says False, as os.path.exists would
 
 
-def is_directory(path):
-    """True if ``path`` is a folder (a prefix with objects under it, on object storage)."""
-    location = locate(path)
+def is_directory(url):
+    """True if ``url`` is a folder (a prefix with objects under it, on object storage)."""
+    location = locate(url)
     with translate_errors("is_directory", location):
         return location.filesystem.isdir(location.path)
 
@@ -118,24 +147,28 @@ def _mtime_nsec(location, info):
     return int(modified.timestamp() * 1e9) if modified is not None else 0
 
 
-def stat(path):
-    """``FileStat(length, mtime_nsec, is_directory)`` of ``path``."""
-    location = locate(path)
+def stat(src_url):
+    """``FileStat(length, mtime_nsec, is_directory)`` of ``src_url`` (the documentation's name)."""
+    location = locate(src_url)
     with translate_errors("stat", location):
         info = location.filesystem.info(location.path)
         is_dir = info["type"] == "directory"
         return FileStat(0 if is_dir else int(info["size"]), _mtime_nsec(location, info), is_dir)
 
 
-def get_size(path, recursive=False):
-    """Bytes in the file at ``path``; for a folder, of the files in it (the whole tree if recursive)."""
-    location = locate(path)
+def get_size(url, recursive=False):
+    """Bytes in the file at ``url``; for a folder, of the files in it.
+
+    As documented, a local folder always counts its whole tree; an object-storage folder
+    counts the objects directly under it, or the whole tree with ``recursive=True``.
+    """
+    location = locate(url)
     with translate_errors("get_size", location):
         filesystem = location.filesystem
         info = filesystem.info(location.path)
         if info["type"] != "directory":
             return int(info["size"])
-        if recursive:
+        if recursive or not location.remote:
             return int(sum(size for size in filesystem.du(location.path, total=False).values()))
         return int(sum(entry["size"] for entry in filesystem.ls(location.path, detail=True)
                        if entry["type"] != "directory"))
@@ -145,7 +178,7 @@ def _require_directory(location, operation):
     filesystem = location.filesystem
     if not filesystem.isdir(location.path):
         if filesystem.exists(location.path):
-            raise ObjectStorageError(f"mox.file.{operation}({location.url!r}): is a file, not a folder")
+            raise NotAFolderError(f"mox.file.{operation}({location.url!r}): is a file, not a folder")
         raise FileNotFoundError(location.path)
 
 
@@ -154,35 +187,50 @@ def _relative(location, filesystem_path):
     return filesystem_path[len(base):].strip("/")
 
 
-def list_directory(path, recursive=False):
-    """Names in the folder ``path`` (``os.listdir``); with ``recursive``, every relative path under it."""
-    location = locate(path)
+def list_directory(url, recursive=False, remove_sep=True, skip_file=False, skip_dir=False):
+    """Names in the folder ``url`` (``os.listdir``); with ``recursive``, every relative path under it.
+
+    ``skip_file`` leaves files out, ``skip_dir`` leaves folders out. ``remove_sep=False``
+    keeps the separator that ends a folder's name on object storage (``'sub/'``), on local
+    paths too; the default, True, gives ``os.listdir``'s bare names.
+    """
+    location = locate(url)
     with translate_errors("list_directory", location):
         _require_directory(location, "list_directory")
         filesystem = location.filesystem
         if recursive:
-            found = filesystem.find(location.path, withdirs=True)
+            found = filesystem.find(location.path, withdirs=True, detail=True)
         else:
-            found = filesystem.ls(location.path, detail=False)
-        names = {_relative(location, item) for item in found}
-        names.discard("")
+            found = {info["name"]: info for info in filesystem.ls(location.path, detail=True)}
+        names = set()
+        for item, info in found.items():
+            name = _relative(location, item)
+            is_dir = info["type"] == "directory" or item.endswith("/")
+            if not name or (is_dir and skip_dir) or (not is_dir and skip_file):
+                continue
+            names.add(name + "/" if is_dir and not remove_sep else name)
         return sorted(names)
 
 
-def glob(pattern):
-    """Paths matching ``pattern`` (``glob.glob``; ``s3://`` in, ``s3://`` out)."""
-    location = locate(pattern)
+def glob(url):
+    """Paths matching the pattern ``url`` (``glob.glob``; ``s3://`` in, ``s3://`` out)."""
+    location = locate(url)
     if not location.remote:
-        return _glob.glob(pattern)
+        return _glob.glob(url)
     with translate_errors("glob", location):
         return [location.url_of(item) for item in location.filesystem.glob(location.path)]
 
 
-def walk(top, topdown=True, onerror=None):
-    """``os.walk`` over a local or object-storage tree: ``(folder, subfolders, files)`` triples."""
-    location = locate(top)
+def walk(url, topdown=True, onerror=None, followlinks=False):
+    """``os.walk`` over a local or object-storage tree: ``(folder, subfolders, files)`` triples.
+
+    As documented, ``topdown``, ``onerror`` and ``followlinks`` are ``os.walk``'s on local
+    paths; on object storage only ``topdown`` orders the triples (there are no links, and a
+    failure raises).
+    """
+    location = locate(url)
     if not location.remote:
-        yield from os.walk(top, topdown=topdown, onerror=onerror)
+        yield from os.walk(url, topdown=topdown, onerror=onerror, followlinks=followlinks)
         return
     with translate_errors("walk", location):
         if not location.filesystem.isdir(location.path):
@@ -190,13 +238,13 @@ def walk(top, topdown=True, onerror=None):
         triples = list(location.filesystem.walk(location.path, topdown=topdown))
     for folder, folders, files in triples:
         relative = _relative(location, folder)
-        url = location.url.rstrip("/") + ("/" + relative if relative else "")
-        yield url, sorted(folders), sorted(name for name in files if name)
+        folder_url = location.url.rstrip("/") + ("/" + relative if relative else "")
+        yield folder_url, sorted(folders), sorted(name for name in files if name)
 
 
-def scan_dir(path):
-    """``os.scandir``: the entries of folder ``path`` with their type and size."""
-    location = locate(path)
+def scan_dir(url):
+    """``os.scandir``: the entries of folder ``url`` with their type and size."""
+    location = locate(url)
     with translate_errors("scan_dir", location):
         _require_directory(location, "scan_dir")
         entries = location.filesystem.ls(location.path, detail=True)
@@ -212,9 +260,9 @@ def scan_dir(path):
     return iter(sorted(found, key=lambda entry: entry.name))
 
 
-def make_dirs(path):
-    """``os.makedirs(path, exist_ok=True)``; on object storage, a folder marker object."""
-    location = locate(path)
+def make_dirs(url):
+    """``os.makedirs(url, exist_ok=True)``; on object storage, a folder marker object."""
+    location = locate(url)
     with translate_errors("make_dirs", location):
         if not location.remote:
             os.makedirs(location.path, exist_ok=True)
@@ -223,37 +271,86 @@ def make_dirs(path):
             if not location.filesystem.exists(location.path):
                 raise FileNotFoundError(location.path)
             return
+        if location.filesystem.isfile(location.path):
+            raise PathExistsError(f"mox.file.make_dirs({location.url!r}): is a file, not a folder")
         if not location.filesystem.isdir(location.path):
             _put_object(location, "/", b"")
 
 
-def mk_dir(path):
-    """``os.mkdir``: make one folder; an existing one is an error."""
-    location = locate(path)
+def mk_dir(url):
+    """``os.mkdir``: make one folder. An existing path is ``FileExistsError``; a missing parent
+    folder is ``FileNotFoundError`` (the ``OSError`` the documentation names), on both stores."""
+    location = locate(url)
     with translate_errors("mk_dir", location):
         if not location.remote:
             os.mkdir(location.path)
             return
-        if location.filesystem.exists(location.path):
+        filesystem = location.filesystem
+        if filesystem.exists(location.path):
             raise PathExistsError(f"mox.file.mk_dir({location.url!r}): already exists")
-        make_dirs(path)
+        parent = location.path.rsplit("/", 1)[0] if "/" in location.path else location.path
+        if not filesystem.isdir(parent):
+            raise FileNotFoundError(parent)
+        _put_object(location, "/", b"")
 
 
-def remove(path, recursive=False):
-    """Remove the file ``path``; a folder needs ``recursive=True`` (``shutil.rmtree``)."""
-    location = locate(path)
+def _delete_prefix(location):
+    """Delete every object under ``location``'s key + '/' (folder markers included), nothing else."""
+    filesystem = location.filesystem
+    bucket, _, key = location.path.partition("/")
+    prefix = key.rstrip("/") + "/"
+    token = None
+    while True:
+        page = sync(filesystem.loop, filesystem._call_s3, "list_objects_v2", Bucket=bucket, Prefix=prefix,
+                    **({"ContinuationToken": token} if token else {}))
+        keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+        if keys:
+            sync(filesystem.loop, filesystem._call_s3, "delete_objects", Bucket=bucket,
+                 Delete={"Objects": keys, "Quiet": True})
+        token = page.get("NextContinuationToken")
+        if not token:
+            return
+
+
+def remove(url, recursive=False):
+    """Remove a file, or with ``recursive=True`` a folder tree, following MoXing's table of cases.
+
+    ===========================  ===========================  ==================
+    ``url``                      ``recursive=False``          ``recursive=True``
+    ===========================  ===========================  ==================
+    ``.../file``                 removes the file             removes the file
+    ``.../file/``                does nothing                 does nothing
+    ``.../folder``               does nothing                 removes the tree
+    ``.../folder/``              does nothing                 removes the tree
+    ===========================  ===========================  ==================
+
+    The table holds on local paths too. A "does nothing" case logs one warning saying why
+    (nothing is deleted). A missing path is ``FileNotFoundError``, as ``os.remove``. A bucket
+    is never removed.
+    """
+    location = locate(url)
     with translate_errors("remove", location):
         filesystem = location.filesystem
-        is_dir = filesystem.isdir(location.path)
-        if is_dir and not recursive:
+        if location.remote and "/" not in location.path:
             raise ObjectStorageError(
-                f"mox.file.remove({location.url!r}): is a folder; pass recursive=True to remove the tree")
-        if not is_dir and not filesystem.exists(location.path):
+                f"mox.file.remove({location.url!r}): is a bucket; mox.file does not delete buckets, "
+                f"remove the folders in it instead")
+        is_file = filesystem.isfile(location.path)
+        is_dir = filesystem.isdir(location.path)
+        if not is_file and not is_dir:
             raise FileNotFoundError(location.path)
-        if not location.remote:
-            if is_dir:
-                shutil.rmtree(location.path)
+        if is_file and not location.folder_form:
+            if location.remote:
+                filesystem.rm_file(location.path)
             else:
                 os.remove(location.path)
             return
-        filesystem.rm(location.path, recursive=is_dir)
+        if is_dir and recursive:
+            if location.remote:
+                _delete_prefix(location)
+            else:
+                shutil.rmtree(location.path)
+            return
+        why = ("names a file with a trailing '/'; drop the '/' to remove the file" if not is_dir
+               else "is a folder; pass recursive=True to remove the tree")
+        logs.get_logger().warning("mox.file.remove(%r): did nothing: the path %s", location.url, why)

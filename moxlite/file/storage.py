@@ -22,7 +22,8 @@ import threading
 
 import fsspec
 
-from moxlite.file.errors import (MissingPathError, ObjectStorageError, StorageAccessError,
+from moxlite.file.errors import (IsAFolderError, MissingPathError, NotAFolderError, ObjectStorageError,
+                                 PathExistsError, Response, StorageAccessError, StorageReadError,
                                  StorageUnreachableError)
 
 REMOTE_SCHEMES = ("s3", "obs")
@@ -37,20 +38,70 @@ _filesystems = {}
 _lock = threading.Lock()
 
 
-def set_auth(ak=None, sk=None, server=None, port=None, is_secure=None, ssl_verify=None,
-             security_token=None, region=None, connect_timeout=None, read_timeout=None,
-             retries=None):
-    """Set the object-storage endpoint, credentials and timeouts for this process.
+# set_auth's arguments: MoXing's documented ones, then the ones moxlite added before them.
+_BOOLEAN_ARGUMENTS = ("is_secure", "ssl_verify", "long_conn_mode", "path_style")
+_POSITIVE_ARGUMENTS = ("port", "retry", "retries", "retry_wait", "client_timeout", "list_max_keys",
+                       "connect_timeout", "read_timeout")
+_TEXT_ARGUMENTS = ("ak", "sk", "server", "security_token", "region")
 
-    ``server`` is a host (``obs.cn-north-4.myhuaweicloud.com``) or a full URL; ``port`` and
-    ``is_secure`` complete a bare host. ``retries`` is the number of attempts per request.
-    Arguments left ``None`` keep their current value (the environment's, by default).
+
+def set_auth(ak=None, sk=None, server=None, port=None, is_secure=None, ssl_verify=None,
+             long_conn_mode=None, path_style=None, retry=None, retry_wait=None, client_timeout=None,
+             list_max_keys=None, security_token=None, region=None, connect_timeout=None,
+             read_timeout=None, retries=None):
+    """Set the object-storage endpoint, credentials and client options for this process.
+
+    MoXing's arguments, and what each becomes in the S3 client (botocore, through s3fs):
+
+    - ``ak`` / ``sk``: the access key id and secret; ``server``: a host
+      (``obs.cn-north-4.myhuaweicloud.com``) or a full URL, completed by ``port`` and
+      ``is_secure`` (https when True); ``ssl_verify=False`` skips the certificate check.
+    - ``path_style``: True sends ``https://server/bucket/key`` (botocore's ``addressing_style
+      ='path'``, what HEC and most private endpoints need), False ``https://bucket.server/key``
+      (``'virtual'``, OBS's public cloud). Unset: botocore chooses.
+    - ``retry``: attempts per request (botocore's ``total_max_attempts`` and s3fs's retry loop).
+    - ``client_timeout``: seconds to wait for a connection and for each answer (botocore's
+      ``connect_timeout`` and ``read_timeout``, unless those are given themselves).
+    - ``long_conn_mode``: TCP keep-alive on the client's pooled connections (botocore's
+      ``tcp_keepalive``).
+    - ``retry_wait`` and ``list_max_keys`` are accepted and kept, but no S3 client setting
+      matches them: botocore waits between attempts by its own exponential back-off, and
+      listings come in the server's pages (1,000 keys).
+
+    ``security_token`` (a temporary credential's token), ``region``, ``connect_timeout``,
+    ``read_timeout`` and ``retries`` (an older spelling of ``retry``) are moxlite's own.
+    Arguments left ``None`` keep their current value (the environment's, by default). A
+    wrong type is refused before anything changes.
     """
     given = dict(ak=ak, sk=sk, server=server, port=port, is_secure=is_secure, ssl_verify=ssl_verify,
-                 security_token=security_token, region=region, connect_timeout=connect_timeout,
-                 read_timeout=read_timeout, retries=retries)
+                 long_conn_mode=long_conn_mode, path_style=path_style, retry=retry, retry_wait=retry_wait,
+                 client_timeout=client_timeout, list_max_keys=list_max_keys, security_token=security_token,
+                 region=region, connect_timeout=connect_timeout, read_timeout=read_timeout, retries=retries)
+    given = {key: value for key, value in given.items() if value is not None}
+    for key, value in given.items():
+        _check_auth_argument(key, value)
+    if "retries" in given:
+        given.setdefault("retry", given.pop("retries"))
     with _lock:
-        _settings.update({key: value for key, value in given.items() if value is not None})
+        _settings.update(given)
+
+
+def _check_auth_argument(key, value):
+    if key in _BOOLEAN_ARGUMENTS and not isinstance(value, bool):
+        raise ObjectStorageError(f"mox.file.set_auth({key}={value!r}): give True or False")
+    if key in _POSITIVE_ARGUMENTS and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                       or value < 0 or (value == 0 and key != "retry_wait")):
+        raise ObjectStorageError(f"mox.file.set_auth({key}={value!r}): give a positive number")
+    if key in ("retry", "retries", "port", "list_max_keys") and not float(value).is_integer():
+        raise ObjectStorageError(f"mox.file.set_auth({key}={value!r}): give a whole number")
+    if key in _TEXT_ARGUMENTS and not isinstance(value, str):
+        raise ObjectStorageError(f"mox.file.set_auth({key}={value!r}): give a string")
+
+
+def auth_settings():
+    """A copy of what ``set_auth`` set (for reading; the keys are set_auth's argument names)."""
+    with _lock:
+        return dict(_settings)
 
 
 def reset_auth():
@@ -87,9 +138,12 @@ def _filesystem_options():
         key=_settings.get("ak"), secret=_settings.get("sk"), token=_settings.get("security_token"),
         ssl_verify=_settings.get("ssl_verify", _env_flag("S3_VERIFY_SSL", True)),
         region=_settings.get("region") or os.environ.get("S3_REGION"),
-        connect_timeout=float(_settings.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)),
-        read_timeout=float(_settings.get("read_timeout", DEFAULT_READ_TIMEOUT)),
-        attempts=int(_settings.get("retries", DEFAULT_ATTEMPTS)),
+        connect_timeout=float(_settings.get("connect_timeout", _settings.get(
+            "client_timeout", DEFAULT_CONNECT_TIMEOUT))),
+        read_timeout=float(_settings.get("read_timeout", _settings.get("client_timeout", DEFAULT_READ_TIMEOUT))),
+        attempts=int(_settings.get("retry", DEFAULT_ATTEMPTS)),
+        path_style=_settings.get("path_style"),
+        keepalive=_settings.get("long_conn_mode"),
         # Credentials read from the environment are part of the key, so changing them takes effect.
         env_key=os.environ.get("AWS_ACCESS_KEY_ID"), env_secret=os.environ.get("AWS_SECRET_ACCESS_KEY"))
     return options
@@ -110,13 +164,17 @@ def remote_filesystem():
         client_kwargs["region_name"] = options["region"]
     if not options["ssl_verify"]:
         client_kwargs["verify"] = False
+    config_kwargs = dict(connect_timeout=options["connect_timeout"], read_timeout=options["read_timeout"],
+                         retries={"total_max_attempts": options["attempts"], "mode": "standard"})
+    if options["path_style"] is not None:
+        config_kwargs["s3"] = {"addressing_style": "path" if options["path_style"] else "virtual"}
+    if options["keepalive"] is not None:
+        config_kwargs["tcp_keepalive"] = options["keepalive"]
     filesystem = s3fs.S3FileSystem(
         key=options["key"], secret=options["secret"], token=options["token"],
         endpoint_url=options["endpoint_url"], client_kwargs=client_kwargs,
         use_ssl=not (options["endpoint_url"] or "").startswith("http://"),
-        config_kwargs=dict(connect_timeout=options["connect_timeout"],
-                           read_timeout=options["read_timeout"],
-                           retries={"max_attempts": options["attempts"], "mode": "standard"}),
+        config_kwargs=config_kwargs,
         # Other processes (a training job, its sync thread) write the same prefixes: never
         # answer a listing from a cache.
         use_listings_cache=False, skip_instance_cache=True)
@@ -137,6 +195,11 @@ class Location:
     @property
     def remote(self):
         return bool(self.scheme)
+
+    @property
+    def folder_form(self):
+        """True when the user wrote the path with a trailing separator (``s3://b/dir/``)."""
+        return self.url.endswith("/") or (not self.remote and self.url.endswith(os.sep))
 
     @property
     def filesystem(self):
@@ -206,6 +269,17 @@ def _causes(error):
     return seen
 
 
+def _response(error):
+    """The server's answer behind ``error`` (a botocore ClientError among its causes), or None."""
+    for cause in _causes(error):
+        answer = getattr(cause, "response", None)
+        if isinstance(answer, dict) and "ResponseMetadata" in answer:
+            metadata = answer.get("ResponseMetadata", {})
+            details = answer.get("Error", {})
+            return Response(metadata.get("HTTPStatusCode"), details.get("Message", ""), details.get("Code", ""))
+    return None
+
+
 def _first_line(error):
     text = str(error).strip().splitlines()
     return text[0] if text else type(error).__name__
@@ -226,9 +300,19 @@ def _credential_hint():
     return "boto3's default credentials"
 
 
+def _is_broken_read(error):
+    names = {type(cause).__name__ for cause in _causes(error)}
+    return bool(names & {"ResponseStreamingError", "ClientPayloadError", "IncompleteReadError",
+                         "ContentLengthError", "IncompleteRead"})
+
+
 @contextlib.contextmanager
-def translate_errors(operation, *locations):
-    """Turn any failure of ``operation`` on ``locations`` into a one-line ``mox.file`` error."""
+def translate_errors(operation, *locations, reading=False):
+    """Turn any failure of ``operation`` on ``locations`` into a one-line ``mox.file`` error.
+
+    ``reading``: the failure happened while reading an object already opened (the server
+    had answered 200 OK), so a lost connection is MoXing's ``MoxFileReadException``.
+    """
     try:
         yield
     except ObjectStorageError:
@@ -242,21 +326,33 @@ def translate_errors(operation, *locations):
                 raise MissingPathError(f"{prefix}: no such file or directory") from error
             if isinstance(error, PermissionError):
                 raise StorageAccessError(f"{prefix}: permission denied ({_first_line(error)})") from error
+            if isinstance(error, IsADirectoryError):
+                raise IsAFolderError(f"{prefix}: is a folder, not a file") from error
+            if isinstance(error, NotADirectoryError):
+                raise NotAFolderError(f"{prefix}: a part of the path is a file, not a folder") from error
+            if isinstance(error, FileExistsError):
+                raise PathExistsError(f"{prefix}: already exists") from error
             raise
         endpoint = endpoint_url() or "AWS S3"
+        if _is_broken_read(error) or (reading and _is_unreachable(error)):
+            raise StorageReadError(
+                f"{prefix}: the connection to {endpoint} broke while reading ({type(error).__name__}); "
+                f"read the file again", resp=_response(error) or Response(200, "OK")) from None
         if _is_unreachable(error):
             raise StorageUnreachableError(
                 f"{prefix}: the object-storage endpoint {endpoint} did not answer "
                 f"({type(error).__name__}); check S3_ENDPOINT (or mox.file.set_auth(server=...)) "
                 f"and the network") from None
+        resp = _response(error)
         if isinstance(error, PermissionError):
             raise StorageAccessError(
                 f"{prefix}: {endpoint} refused the request ({_first_line(error)}); check the credentials "
-                f"in {_credential_hint()} and the bucket's permissions") from None
+                f"in {_credential_hint()} and the bucket's permissions", resp=resp) from None
         if isinstance(error, FileNotFoundError):
+            resp = resp or Response(404, "Not Found", "NoSuchKey")
             if not _bucket_exists(remote):
                 raise MissingPathError(
                     f"{prefix}: bucket {remote.bucket!r} does not exist at {endpoint}; create it or fix "
-                    f"the bucket name") from None
-            raise MissingPathError(f"{prefix}: no such object or folder") from None
-        raise ObjectStorageError(f"{prefix}: {type(error).__name__}: {_first_line(error)}") from None
+                    f"the bucket name", resp=resp) from None
+            raise MissingPathError(f"{prefix}: no such object or folder", resp=resp) from None
+        raise ObjectStorageError(f"{prefix}: {type(error).__name__}: {_first_line(error)}", resp=resp) from None

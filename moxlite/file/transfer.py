@@ -1,14 +1,16 @@
 """Moving bytes between local disk and object storage: ``copy``, ``copy_parallel``, ``rename``.
 
 Any direction works: local -> local, local <-> s3, s3 -> s3 (server-side copy). Folder
-markers (``key/`` objects) are never copied as files.
+markers (``key/`` objects) are never copied as files. A download whose object names a local
+disk cannot hold (an object ``a`` beside objects under ``a/``) is refused before any byte is
+written, with MoXing's ``MoxFileNameDuplicateException`` (``NameClashError``).
 """
 
 import concurrent.futures
 import os
 import shutil
 
-from moxlite.file.errors import ObjectStorageError
+from moxlite.file.errors import IsAFolderError, NameClashError
 from moxlite.file.storage import join, locate, translate_errors
 
 DEFAULT_THREADS = 8
@@ -30,17 +32,27 @@ def _copy_file(source, target):
         target.filesystem.pipe_file(target.path, source.filesystem.cat_file(source.path))
 
 
-def copy(src_url, dst_url):
-    """Copy the file ``src_url`` to ``dst_url`` (a file path, not a folder), in any direction."""
+def copy(src_url, dst_url, client_id=None):
+    """Copy the file ``src_url`` to the file path ``dst_url``, in any direction (``shutil.copyfile``).
+
+    As with ``shutil.copyfile``, the target is the new file's own path: an existing folder
+    (or a path ending in '/') is ``IsADirectoryError``, and nothing is written.
+    ``client_id`` (MoXing's choice of OBS client) is accepted; there is one S3 client here.
+    """
     source, target = locate(src_url), locate(dst_url)
     with translate_errors("copy", source, target):
         filesystem = source.filesystem
-        if filesystem.isdir(source.path):
-            raise ObjectStorageError(
+        if filesystem.isdir(source.path) and not filesystem.isfile(source.path):
+            raise IsAFolderError(
                 f"mox.file.copy({src_url!r}, {dst_url!r}): the source is a folder; use "
                 f"mox.file.copy_parallel for a tree")
         if not filesystem.exists(source.path):
             raise FileNotFoundError(source.path)
+        if target.folder_form or target.filesystem.isdir(target.path):
+            name = source.path.rstrip("/").rsplit("/", 1)[-1]
+            raise IsAFolderError(
+                f"mox.file.copy({src_url!r}, {dst_url!r}): the target is a folder; copy takes the new "
+                f"file's path, e.g. {join(dst_url, name)!r}")
         _copy_file(source, target)
 
 
@@ -59,11 +71,34 @@ def tree_files(location):
     return sorted(relative)
 
 
-def copy_parallel(src_url, dst_url, file_list=None, threads=DEFAULT_THREADS):
+def name_clashes(relative_paths, target):
+    """The first pair of names that cannot both exist under the local folder ``target``, or None.
+
+    Object storage holds an object ``a`` beside objects ``a/b``; a disk cannot. An existing
+    local file or folder in the way counts too.
+    """
+    names = set(relative_paths)
+    for name in sorted(names):
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            ancestor = "/".join(parts[:depth])
+            if ancestor in names:
+                return ancestor, name
+            if target is not None and os.path.isfile(os.path.join(target.path, ancestor)):
+                return os.path.join(target.path, ancestor) + " (a local file)", name
+        if target is not None and os.path.isdir(os.path.join(target.path, name)):
+            return os.path.join(target.path, name) + " (a local folder)", name
+    return None
+
+
+def copy_parallel(src_url, dst_url, file_list=None, threads=DEFAULT_THREADS, is_processing=False,
+                  use_queue=False):
     """Copy the folder tree ``src_url`` into ``dst_url`` on ``threads`` concurrent workers.
 
     ``file_list`` (paths relative to ``src_url``) limits the copy to those files. A file as
-    source is copied as with ``copy``. Returns the number of files copied.
+    source is copied as with ``copy``. Returns the number of files copied. The copies are
+    I/O-bound, so they always run on threads: ``is_processing`` and ``use_queue`` are
+    accepted and change nothing.
     """
     source, target = locate(src_url), locate(dst_url)
     with translate_errors("copy_parallel", source, target):
@@ -74,6 +109,11 @@ def copy_parallel(src_url, dst_url, file_list=None, threads=DEFAULT_THREADS):
             _copy_file(source, target)
             return 1
         relative = list(file_list) if file_list is not None else tree_files(source)
+        clash = None if target.remote else name_clashes(relative, target)
+        if clash is not None:
+            raise NameClashError(
+                f"mox.file.copy_parallel({src_url!r}, {dst_url!r}): {clash[0]!s} and {clash[1]!r} cannot both "
+                f"exist on a local disk; rename one of them on object storage (nothing was copied)")
         if not target.remote:
             os.makedirs(target.path, exist_ok=True)
             for folder, _, _ in os.walk(source.path) if not source.remote else ():
