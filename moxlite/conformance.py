@@ -181,7 +181,7 @@ _FILE_OBJECT = [
     ("File.readable", "method", "same", ""),
     ("File.readline", "method", "same", ""),
     ("File.readlines", "method", "same", ""),
-    ("File.seek", "method", "same", "in 'r' on object storage a seek starts a new ranged request"),
+    ("File.seek", "method", "same", "in 'r' on object storage a seek outside the 8 MiB block read last fetches another block"),
     ("File.seekable", "method", "same", ""),
     ("File.size", "method", "same", "bytes in the file now, unflushed writes included"),
     ("File.tell", "method", "same", ""),
