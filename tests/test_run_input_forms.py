@@ -1,0 +1,153 @@
+"""Input the way MoXing scripts give it: an iterator's get_next(), ready batches, a generator.
+
+MoXing's Getting Started passes no batch_size and returns
+``make_one_shot_iterator(ds).get_next()`` over ready batches. TRAIN then runs until the
+data ends and EVAL covers every sample. Each form below is checked against numpy: the
+weights after every batch the data holds, the accuracy over every sample. What moxlite
+cannot read the batch structure of stops with one line. It never trains on one batch.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import moxlite as mox
+from moxlite import errors
+from tests import runlib
+
+BATCH, NUM = 20, 100   # five batches
+
+
+@pytest.fixture(scope="module")
+def data():
+    return runlib.mnist_rows(NUM)
+
+
+def _train(input_fn, log_dir, **kwargs):
+    kwargs.setdefault("max_number_of_steps", 10 ** 9)
+    return mox.run(input_fn=input_fn, model_fn=runlib.softmax_model_fn,
+                   optimizer_fn=mox.get_optimizer_fn("sgd", 0.5), run_mode=mox.ModeKeys.TRAIN,
+                   log_dir=str(log_dir), **kwargs)
+
+
+def _evaluate(input_fn, log_dir, **kwargs):
+    return mox.run(input_fn=input_fn, model_fn=runlib.softmax_model_fn, run_mode=mox.ModeKeys.EVAL,
+                   log_dir=str(log_dir), **kwargs)
+
+
+def _check_trained_on_every_batch(log_dir, images, labels, result):
+    kernel, bias = runlib.numpy_softmax_regression(images, labels, BATCH, NUM // BATCH, 0.5)
+    assert result["global_step"] == NUM // BATCH
+    saved = list(runlib.checkpoint_by_name(str(log_dir)).values())
+    np.testing.assert_allclose(saved[0], kernel, atol=2e-5)
+    np.testing.assert_allclose(saved[1], bias, atol=2e-5)
+    return kernel, bias
+
+
+def _batches(images, labels):
+    return tf.data.Dataset.from_tensor_slices((images, labels)).batch(BATCH)
+
+
+def test_get_next_of_ready_batches_without_batch_size_trains_to_the_end_and_evaluates_all(tmp_path, data):
+    images, labels = data
+
+    def input_fn(mode):
+        return tf.compat.v1.data.make_one_shot_iterator(_batches(images, labels)).get_next()
+
+    kernel, bias = _check_trained_on_every_batch(tmp_path, images, labels, _train(input_fn, tmp_path))
+    metrics = _evaluate(input_fn, tmp_path)
+    assert metrics["num_samples"] == NUM
+    expected = np.mean((images @ kernel + bias).argmax(axis=1) == labels)
+    assert metrics["accuracy"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_generator_is_read_once_in_its_own_order_through_get_next(tmp_path, data):
+    images, labels = data
+    served = []   # a stateful source, like mnist.train.next_batch: each read moves it on
+
+    def input_fn(mode):
+        def gen():
+            for _ in range(NUM // BATCH):
+                start = len(served) * BATCH % NUM
+                served.append(start)
+                yield images[start:start + BATCH], labels[start:start + BATCH]
+
+        ds = tf.data.Dataset.from_generator(gen, output_signature=(
+            tf.TensorSpec([None, 784], tf.float32), tf.TensorSpec([None], tf.int32)))
+        x, y = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
+        return x, y
+
+    _check_trained_on_every_batch(tmp_path, images, labels, _train(input_fn, tmp_path))
+    assert served == [0, 20, 40, 60, 80]   # input_fn ran once; its first batch was not lost
+
+
+def test_ready_batches_and_a_generator_dataset_without_batch_size(tmp_path, data):
+    images, labels = data
+    result = _train(lambda mode: _batches(images, labels), tmp_path / "batched")
+    _check_trained_on_every_batch(tmp_path / "batched", images, labels, result)
+
+    def gen():
+        for start in range(0, NUM, BATCH):
+            yield images[start:start + BATCH], labels[start:start + BATCH]
+
+    def generated(mode):
+        return tf.data.Dataset.from_generator(gen, output_signature=(
+            tf.TensorSpec([None, 784], tf.float32), tf.TensorSpec([None], tf.int32)))
+
+    result = _train(generated, tmp_path / "generated")
+    _check_trained_on_every_batch(tmp_path / "generated", images, labels, result)
+    assert _evaluate(generated, tmp_path / "generated")["num_samples"] == NUM
+
+
+def test_get_next_of_samples_is_batched_by_batch_size(tmp_path, data):
+    images, labels = data
+
+    def input_fn(mode):
+        samples = tf.data.Dataset.from_tensor_slices((images, labels))
+        return tf.compat.v1.data.make_one_shot_iterator(samples).get_next()
+
+    result = _train(input_fn, tmp_path, batch_size=BATCH)
+    _check_trained_on_every_batch(tmp_path, images, labels, result)
+
+
+def test_chosen_features_of_a_dict_element(tmp_path, data):
+    images, labels = data
+
+    def input_fn(mode):
+        features = tf.data.Dataset.from_tensor_slices({"id": np.arange(NUM), "image": images, "label": labels})
+        element = tf.compat.v1.data.make_one_shot_iterator(features.batch(BATCH)).get_next()
+        return element["image"], element["label"]
+
+    _check_trained_on_every_batch(tmp_path, images, labels, _train(input_fn, tmp_path))
+
+
+def test_tensors_computed_from_get_next_are_refused_in_one_line(tmp_path, data):
+    images, labels = data
+
+    def input_fn(mode):
+        x, y = tf.compat.v1.data.make_one_shot_iterator(_batches(images, labels)).get_next()
+        return x * 2.0, y
+
+    with pytest.raises(errors.ArgumentError) as caught:
+        _train(input_fn, tmp_path / "run")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "only 1 of the 2 returned tensors are" in message and "dataset.map" in message
+    assert not (tmp_path / "run").exists()
+
+    def computed(mode):
+        x, _ = tf.compat.v1.data.make_one_shot_iterator(_batches(images, labels)).get_next()
+        return x, tf.zeros([BATCH], tf.int32)
+
+    with pytest.raises(errors.ArgumentError, match="computed from the element get_next"):
+        _train(lambda mode: tuple(t + 0 for t in computed(mode)), tmp_path / "run")
+
+
+def test_without_batch_size_samples_are_refused_in_one_line(tmp_path, data):
+    images, labels = data
+    with pytest.raises(errors.ArgumentError, match=r"has no batch_size to batch them by; pass batch_size"):
+        _train(lambda mode: (images, labels), tmp_path / "arrays")
+    scalars = lambda mode: tf.data.Dataset.from_tensor_slices((images, labels))  # noqa: E731
+    with pytest.raises(errors.ArgumentError, match=r"component of shape \(\), which has no batch dimension"):
+        _train(scalars, tmp_path / "samples")
+    assert not (tmp_path / "arrays").exists() and not (tmp_path / "samples").exists()
