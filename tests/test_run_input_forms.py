@@ -151,3 +151,25 @@ def test_without_batch_size_samples_are_refused_in_one_line(tmp_path, data):
     with pytest.raises(errors.ArgumentError, match=r"component of shape \(\), which has no batch dimension"):
         _train(scalars, tmp_path / "samples")
     assert not (tmp_path / "arrays").exists() and not (tmp_path / "samples").exists()
+
+
+def test_interleaved_evaluation_of_get_next_input_covers_every_sample_each_time(tmp_path, data):
+    """inter_mode=EVAL reads input_fn anew for each evaluation: a one-shot iterator is read once."""
+    images, labels = data
+
+    def input_fn(mode):
+        if mode == mox.ModeKeys.TRAIN:
+            return _batches(images, labels).repeat()
+        return tf.compat.v1.data.make_one_shot_iterator(_batches(images[:60], labels[:60])).get_next()
+
+    mox.run(input_fn=input_fn, model_fn=runlib.softmax_model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.5),
+            run_mode=mox.ModeKeys.TRAIN, inter_mode=mox.ModeKeys.EVAL, log_dir=str(tmp_path),
+            max_number_of_steps=4, save_model_steps=2)
+    from tests.test_run_logs import read_scalars
+
+    evaluated = read_scalars(str(tmp_path / "eval"))["accuracy"]
+    assert sorted(evaluated) == [2, 4]
+    for step in (2, 4):
+        kernel, bias = runlib.numpy_softmax_regression(images, labels, BATCH, step, 0.5)
+        expected = np.mean((images[:60] @ kernel + bias).argmax(axis=1) == labels[:60])
+        assert evaluated[step] == pytest.approx(expected, abs=1e-6)
