@@ -173,3 +173,30 @@ def test_interleaved_evaluation_of_get_next_input_covers_every_sample_each_time(
         kernel, bias = runlib.numpy_softmax_regression(images, labels, BATCH, step, 0.5)
         expected = np.mean((images[:60] @ kernel + bias).argmax(axis=1) == labels[:60])
         assert evaluated[step] == pytest.approx(expected, abs=1e-6)
+
+
+def test_fetch_strategy_fn_of_moxings_signature_is_refused_in_one_line(tmp_path, data):
+    images, labels = data
+    with pytest.raises(errors.ArgumentError, match=r"^fetch_strategy_fn=.* is not supported .*; drop it$"):
+        _train(lambda mode: _batches(images, labels), tmp_path / "run", fetch_strategy_fn=lambda: None)
+    assert not (tmp_path / "run").exists()
+    # MoXing's positional order: export_model, then fetch_strategy_fn, then save_model_steps.
+    import inspect
+
+    parameters = list(inspect.signature(mox.run).parameters)
+    assert parameters[parameters.index("export_model"):parameters.index("export_model") + 3] == [
+        "export_model", "fetch_strategy_fn", "save_model_steps"]
+
+
+def test_get_next_inside_a_traced_input_fn_is_refused_not_taken_as_the_data():
+    """A parameter-server worker traces input_fn: there get_next() is one symbolic batch."""
+    from moxlite.training.inputs import call_input_fn
+
+    def input_fn(mode):
+        return tf.compat.v1.data.make_one_shot_iterator(tf.data.Dataset.range(8).batch(2)).get_next()
+
+    traced = tf.function(lambda: call_input_fn(input_fn, mox.ModeKeys.TRAIN, batch_size=2).cardinality(),
+                         autograph=False)
+    with pytest.raises(errors.ArgumentError, match=r"read a tf.data iterator in mode TRAIN while traced .*"
+                                                   r"return the tf.data.Dataset itself$"):
+        traced()

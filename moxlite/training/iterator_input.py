@@ -56,6 +56,10 @@ def read_on(produced, reads, mode):
     """
     structure = _structure(produced)
     leaves = tf.nest.flatten(structure)
+    if not tf.executing_eagerly() and _reads_an_iterator(tf.compat.v1.get_default_graph()):
+        raise errors.ArgumentError(
+            f"input_fn read a tf.data iterator in mode {mode} while traced (each parameter-server worker "
+            f"traces input_fn), where moxlite cannot read the iterator on; return the tf.data.Dataset itself")
     for iterator, element in reads:
         positions = {id(component): index for index, component in enumerate(tf.nest.flatten(element))}
         if leaves and all(id(leaf) in positions for leaf in leaves):
@@ -73,6 +77,10 @@ def read_on(produced, reads, mode):
         f"iterator's element ({how}), so moxlite cannot tell what the next batches are; return "
         f"get_next()'s tensors unchanged, or the tf.data.Dataset itself with the computation in "
         f"dataset.map(...)")
+
+
+def _reads_an_iterator(graph):
+    return any(op.type.startswith("IteratorGetNext") for op in graph.get_operations())
 
 
 def _selected(iterator, element, structure, positions):
