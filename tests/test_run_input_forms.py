@@ -200,3 +200,15 @@ def test_get_next_inside_a_traced_input_fn_is_refused_not_taken_as_the_data():
     with pytest.raises(errors.ArgumentError, match=r"read a tf.data iterator in mode TRAIN while traced .*"
                                                    r"return the tf.data.Dataset itself$"):
         traced()
+
+
+def test_ready_batches_without_batch_size_on_two_replicas_make_a_global_batch_of_two(tmp_path, data):
+    """Each replica takes one element: 10 batches of 10 are 5 steps of a global batch of 20."""
+    mox.set_flag("num_gpus", 2)
+    images, labels = data
+
+    def input_fn(mode):
+        batches = tf.data.Dataset.from_tensor_slices((images, labels)).batch(BATCH // 2)
+        return tf.compat.v1.data.make_one_shot_iterator(batches).get_next()
+
+    _check_trained_on_every_batch(tmp_path, images, labels, _train(input_fn, tmp_path))
