@@ -212,3 +212,26 @@ def test_ready_batches_without_batch_size_on_two_replicas_make_a_global_batch_of
         return tf.compat.v1.data.make_one_shot_iterator(batches).get_next()
 
     _check_trained_on_every_batch(tmp_path, images, labels, _train(input_fn, tmp_path))
+
+
+def test_get_next_of_samples_of_unknown_shape_loses_no_sample_to_building_the_model(tmp_path, data):
+    """Shapes unknown until read: the model is built on the sample get_next() already read."""
+    images, labels = data
+
+    def input_fn(mode):
+        def gen():
+            yield from zip(images, labels)
+
+        samples = tf.data.Dataset.from_generator(gen, output_signature=(
+            tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.int32)))
+        return tf.compat.v1.data.make_one_shot_iterator(samples).get_next()
+
+    def model_fn(inputs, mode):
+        images, labels = inputs
+        images = tf.ensure_shape(images, [None, runlib.NUM_FEATURES])
+        return runlib.softmax_model_fn([images, labels], mode)
+
+    result = mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.5),
+                     run_mode=mox.ModeKeys.TRAIN, log_dir=str(tmp_path), batch_size=BATCH,
+                     max_number_of_steps=10 ** 9)
+    _check_trained_on_every_batch(tmp_path, images, labels, result)

@@ -77,7 +77,7 @@ class Workload:
         batched, first, num_samples = self._probe(mode)
         inputs = placeholder_batch(batched.element_spec, self.batch_size)
         if inputs is None:
-            inputs = first if first is not None else next(iter(batched))
+            inputs = first if first is not None else _first_of(batched, self._unused_inputs[mode])
         with self.strategy.scope():
             spec = self.template.build(as_model_inputs(inputs), mode)
         self._check_external_variables()
@@ -97,6 +97,17 @@ class Workload:
         with self.strategy.scope():
             return tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
                                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+
+def _first_of(batched, raw):
+    """A batch to build model_fn's variables on. An element input_fn already read from an
+    iterator (which can be read only once) serves, as a batch of one when moxlite batches."""
+    known = iterator_input.first_element(raw)
+    if known is None:
+        return next(iter(batched))
+    if batched is raw:
+        return known
+    return tf.nest.map_structure(lambda component: component[tf.newaxis], known)
 
 
 def _first_batch(dataset, mode):
