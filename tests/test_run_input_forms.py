@@ -150,7 +150,10 @@ def test_without_batch_size_samples_are_refused_in_one_line(tmp_path, data):
     scalars = lambda mode: tf.data.Dataset.from_tensor_slices((images, labels))  # noqa: E731
     with pytest.raises(errors.ArgumentError, match=r"component of shape \(\), which has no batch dimension"):
         _train(scalars, tmp_path / "samples")
-    assert not (tmp_path / "arrays").exists() and not (tmp_path / "samples").exists()
+    uneven = lambda mode: tf.data.Dataset.from_tensors((images[:BATCH], labels[:BATCH // 2]))  # noqa: E731
+    with pytest.raises(errors.ArgumentError, match=r"have different first dimensions \[10, 20\]"):
+        _train(uneven, tmp_path / "uneven")
+    assert not any((tmp_path / name).exists() for name in ("arrays", "samples", "uneven"))
 
 
 def test_interleaved_evaluation_of_get_next_input_covers_every_sample_each_time(tmp_path, data):
