@@ -238,3 +238,13 @@ def test_get_next_of_samples_of_unknown_shape_loses_no_sample_to_building_the_mo
                      run_mode=mox.ModeKeys.TRAIN, log_dir=str(tmp_path), batch_size=BATCH,
                      max_number_of_steps=10 ** 9)
     _check_trained_on_every_batch(tmp_path, images, labels, result)
+
+
+def test_arrays_returned_after_reading_an_iterator_are_still_the_whole_data(tmp_path, data):
+    images, labels = data
+
+    def input_fn(mode):
+        assert sum(1 for _ in _batches(images, labels)) == NUM // BATCH   # the script looks at its data first
+        return images, labels
+
+    _check_trained_on_every_batch(tmp_path, images, labels, _train(input_fn, tmp_path, batch_size=BATCH))

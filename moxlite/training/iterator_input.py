@@ -50,9 +50,10 @@ def read_on(produced, reads, mode):
     """A ``tf.data.Dataset`` of what ``produced`` stands for, given input_fn's iterator ``reads``.
 
     ``reads``: the (iterator, element) pairs recorded while input_fn ran
-    (``compat.iterator_reads``). Returns None when no returned tensor is one an iterator
-    handed out and nothing was read; raises ArgumentError when the returned tensors come
-    partly or indirectly from an iterator.
+    (``compat.iterator_reads``). Returns None when nothing was read, or when only numpy
+    arrays came back; raises ArgumentError when the returned tensors come partly or
+    indirectly from an iterator (or from anywhere else after one was read: eagerly,
+    moxlite cannot tell).
     """
     structure = _structure(produced)
     leaves = tf.nest.flatten(structure)
@@ -66,8 +67,8 @@ def read_on(produced, reads, mode):
             dataset = _selected(iterator, element, structure, [positions[id(leaf)] for leaf in leaves])
             _FIRST_ELEMENTS[dataset] = structure
             return dataset
-    if not reads:
-        return None
+    if not reads or not any(tf.is_tensor(leaf) for leaf in leaves):
+        return None   # numpy arrays are the whole data set, even if input_fn read an iterator on the way
     from_reads = {id(component) for _, element in reads for component in tf.nest.flatten(element)}
     found = sum(id(leaf) in from_reads for leaf in leaves)
     how = (f"only {found} of the {len(leaves)} returned tensors are; the others were computed from it or read "
