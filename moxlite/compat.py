@@ -355,3 +355,39 @@ class SavedStrings(tf.__internal__.tracking.Trackable):
 
     def _restore_from_tensors(self, restored_tensors):
         return tf.no_op()
+
+
+@contextlib.contextmanager
+def iterator_reads():
+    """Within the context, records ``(iterator, element)`` for every element an eager
+    ``tf.data`` iterator hands out (``get_next()``, ``next(it)``), in order.
+
+    MoXing's TF1 ``input_fn`` returns ``make_one_shot_iterator(ds).get_next()``; eagerly that
+    is the first batch's tensors, and only the iterator that produced them says where the
+    next batches come from. TensorFlow has no public hook on an iterator's reads: this wraps
+    ``OwnedIterator._next_internal`` (the method behind both ``get_next`` and ``__next__``)
+    for the duration of the context, on this thread only.
+    """
+    import threading
+
+    from tensorflow.python.data.ops import iterator_ops
+
+    owner = getattr(iterator_ops, "OwnedIterator", None)
+    original = getattr(owner, "_next_internal", None)
+    if original is None:
+        raise _missing("tensorflow.python.data.ops.iterator_ops.OwnedIterator", "_next_internal",
+                       "find the iterator behind the tensors input_fn returns")
+    reads = []
+    thread = threading.get_ident()
+
+    def recorded(self):
+        element = original(self)
+        if threading.get_ident() == thread:
+            reads.append((self, element))
+        return element
+
+    owner._next_internal = recorded
+    try:
+        yield reads
+    finally:
+        owner._next_internal = original

@@ -263,3 +263,15 @@ def test_a_flat_call_runs_the_traced_function_on_the_same_iterator(distributed, 
     assert float(traced(iterator, count)) == sum(range(8))
     assert float(call(flat)) == sum(range(8, 16))
     assert float(traced(iterator, count)) == sum(range(16, 24))
+
+
+def test_iterator_reads_records_each_element_an_eager_iterator_hands_out():
+    dataset = tf.data.Dataset.range(5)
+    outside = iter(dataset)
+    with compat.iterator_reads() as reads:
+        iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
+        first = iterator.get_next()
+        second = next(iterator)
+    next(outside)   # after the context: not recorded
+    assert [(it is iterator, int(element)) for it, element in reads] == [(True, 0), (True, 1)]
+    assert reads[0][1] is first and reads[1][1] is second

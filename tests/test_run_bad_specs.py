@@ -59,7 +59,7 @@ def test_a_scope_that_matches_nothing_names_it_and_the_variables(tmp_path):
         return spec
 
     with pytest.raises(errors.ModelFnError, match=r"scope 'hed' matches no trainable variable; variable names "
-                                                  r"are \['body/kernel:0', 'body/bias:0', 'head/kernel:0'"):
+                                                  r"are \['body/kernel', 'body/bias', 'head/kernel'"):
         _train(tmp_path / "run", model_fn)
     assert not (tmp_path / "run").exists()
 
@@ -103,3 +103,44 @@ def test_log_dir_that_is_a_file_is_one_line_in_the_api_and_exit_2_in_the_cli(tmp
     assert err.strip().splitlines() == [f"moxlite-run: error: log_dir='{path}' is a file, not a directory; "
                                         f"pass a directory (new or of an earlier run) for checkpoints and summaries"]
     assert path.read_text() == "not a directory"
+
+
+def _closed_over_head_model_fn():
+    """A model closed over, so that every path starts with its name: sequential/body, sequential/head."""
+    net = keras.Sequential([
+        keras.layers.Dense(8, name="body", kernel_initializer=keras.initializers.GlorotUniform(seed=1)),
+        keras.layers.Dense(runlib.NUM_CLASSES, name="head", kernel_initializer="zeros"),
+        keras.layers.Dense(runlib.NUM_CLASSES, name="header", kernel_initializer="identity")])
+
+    def model_fn(inputs, mode):
+        images, labels = inputs
+        loss = runlib.cross_entropy(net(images), labels)
+        return mox.ModelSpec(loss=loss, var_scopes=[["head"]], log_info={"loss": loss})
+
+    return model_fn
+
+
+def test_var_scopes_match_whole_components_wherever_they_stand_and_say_so(tmp_path, capsys):
+    """var_scopes=[['head']] trains sequential/head (not sequential/header) and says what it matched."""
+    _train(tmp_path, _closed_over_head_model_fn())
+    saved = runlib.checkpoint_by_name(tmp_path)
+    assert sorted(saved) == ["sequential/body/bias", "sequential/body/kernel", "sequential/head/bias",
+                             "sequential/head/kernel", "sequential/header/bias", "sequential/header/kernel"]
+    initial = keras.initializers.GlorotUniform(seed=1)((runlib.NUM_FEATURES, 8)).numpy()
+    np.testing.assert_array_equal(saved["sequential/body/kernel"], initial)          # not trained
+    np.testing.assert_array_equal(saved["sequential/header/kernel"], np.eye(runlib.NUM_CLASSES))
+    np.testing.assert_array_equal(saved["sequential/header/bias"], np.zeros(runlib.NUM_CLASSES))
+    # The head trains on the frozen body's features, under the identity "header" (numpy).
+    images, labels = runlib.mnist_rows(96)
+    features = images.astype(np.float64) @ initial
+    kernel, bias = np.zeros((8, 10)), np.zeros(10)
+    for step in range(3):
+        x, y = features[step * BATCH:(step + 1) * BATCH], labels[step * BATCH:(step + 1) * BATCH]
+        p = runlib.softmax_probabilities(x @ kernel + bias)
+        p[np.arange(BATCH), y] -= 1.0
+        kernel, bias = kernel - 0.5 * x.T @ p / BATCH, bias - 0.5 * p.mean(axis=0)
+    np.testing.assert_allclose(saved["sequential/head/kernel"], kernel, atol=1e-4)
+    np.testing.assert_allclose(saved["sequential/head/bias"], bias, atol=1e-5)
+    out = capsys.readouterr()
+    assert ("var_scopes[0] (trained by loss 0): 'head' -> [sequential/head/kernel, sequential/head/bias] (2)"
+            in out.out + out.err)

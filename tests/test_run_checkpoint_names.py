@@ -224,3 +224,82 @@ def test_checkpoint_with_slots_in_creation_order_resumes_only_in_that_order(tmp_
     whole, old = runlib.checkpoint_by_name(tmp_path / "whole"), runlib.checkpoint_by_name(tmp_path / "old")
     for name in whole:
         np.testing.assert_allclose(old[name], whole[name], atol=1e-5, err_msg=name)
+
+
+def closed_over_model_fn():
+    """A model_fn closing over a keras.Sequential built before run(), unnamed layers and all,
+    as a script that pre-trains and then fine-tunes in one process builds it twice."""
+    net = keras.Sequential([keras.layers.Dense(32, activation="relu",
+                                               kernel_initializer=keras.initializers.GlorotUniform(seed=1)),
+                            keras.layers.Dense(runlib.NUM_CLASSES,
+                                               kernel_initializer=keras.initializers.GlorotUniform(seed=2))])
+
+    def model_fn(inputs, mode):
+        images, labels = inputs
+        return runlib.spec_for(images, labels, net(images))
+
+    model_fn.net = net
+    return model_fn
+
+
+def test_a_closed_over_model_built_again_in_one_process_fits_its_checkpoint(tmp_path):
+    """sequential_1/dense_2 (the second build) fits sequential/dense: the names a fresh process gives."""
+    keras.Sequential()   # earlier work in the process moved Keras's counters
+    keras.layers.Dense(3)
+    _run(tmp_path / "pretrain", closed_over_model_fn(), 3)
+    saved = runlib.checkpoint_by_name(tmp_path / "pretrain")
+    assert list(saved) == ["sequential/dense/kernel", "sequential/dense/bias",
+                           "sequential/dense_1/kernel", "sequential/dense_1/bias"]
+    images, labels = runlib.mnist_rows(128)
+    metrics = mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=closed_over_model_fn(),
+                      run_mode=mox.ModeKeys.EVAL, batch_size=BATCH, log_dir=str(tmp_path / "pretrain"))
+    hidden = np.maximum(images @ saved["sequential/dense/kernel"] + saved["sequential/dense/bias"], 0)
+    logits = hidden @ saved["sequential/dense_1/kernel"] + saved["sequential/dense_1/bias"]
+    np.testing.assert_allclose(metrics["accuracy"], np.mean(logits.argmax(1) == labels), atol=1e-6)
+    # A warm start of a third build, then one step too small to move the weights.
+    _run(tmp_path / "tuned", closed_over_model_fn(), 1, checkpoint_path=str(tmp_path / "pretrain"),
+         lr=TINY_LR)
+    tuned = runlib.checkpoint_by_name(tmp_path / "tuned")
+    assert list(tuned) == list(saved)
+    for name in saved:
+        np.testing.assert_allclose(tuned[name], saved[name], atol=1e-6, err_msg=name)
+
+
+def test_a_checkpoint_keyed_by_the_made_up_names_themselves_still_restores(tmp_path):
+    """Before made-up names ahead of model_fn took their fresh-process form, a closed-over
+    model's checkpoint held them as Keras gave them (sequential_7/dense_12/...): still read."""
+    from moxlite import compat
+    from moxlite.training import checkpoints
+
+    keras.Sequential([keras.layers.Dense(3)])   # earlier work in the process moved Keras's counters
+    model_fn = closed_over_model_fn()
+    model_fn.net.build((None, runlib.NUM_FEATURES))
+    variables = [compat.backing_variable(v) for v in model_fn.net.variables]
+    assert not variables[0].name.startswith("sequential/dense/")   # the counters moved in this process
+    rng = np.random.RandomState(0)
+    values = [rng.normal(size=v.shape).astype(np.float32) for v in variables]
+    for variable, value in zip(variables, values):
+        variable.assign(value)
+    checkpoints.Checkpointer(str(tmp_path / "old"), tf.Variable(5, dtype=tf.int64), variables).save(5)
+    for variable in variables:
+        variable.assign(tf.zeros_like(variable))
+    images, labels = runlib.mnist_rows(128)
+    metrics = mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
+                      run_mode=mox.ModeKeys.EVAL, batch_size=BATCH, checkpoint_path=str(tmp_path / "old"))
+    logits = np.maximum(images @ values[0] + values[1], 0) @ values[2] + values[3]
+    assert metrics["global_step"] == 5
+    np.testing.assert_allclose(metrics["accuracy"], np.mean(logits.argmax(1) == labels), atol=1e-6)
+
+
+def test_names_made_up_before_the_call_come_first_and_those_of_the_call_after_them():
+    from moxlite.training import naming
+
+    counters = {"sequential": 4, "dense": 7}        # Keras's, after model_fn's first call
+    during_call = {"dense_6": "dense"}               # made_up_names: the call's first dense
+    names = ["sequential_3/dense_4/kernel", "sequential_3/dense_5/kernel", "dense_6/kernel", "head/kernel",
+             "dense_9/kernel", "W"]
+    renamed = naming.made_up_before(names, counters, during_call)
+    assert [naming.stable_key(name, renamed) for name in names] == [
+        "sequential/dense/kernel", "sequential/dense_1/kernel", "dense_2/kernel", "head/kernel",
+        "dense_9/kernel",   # a name Keras never handed out is the user's own
+        "W"]

@@ -92,3 +92,34 @@ def test_warm_start_from_checkpoint_path_skips_excluded_variables(tmp_path):
     assert result["global_step"] == 1   # a warm start begins at step 0
     np.testing.assert_allclose(target[0], source[0], atol=1e-6)   # hidden kernel: restored
     assert not np.allclose(target[2], source[2], atol=1e-3)       # logits kernel: its initial value
+
+
+def test_exclude_patterns_match_whole_components_anywhere_and_say_what_they_left_out(tmp_path, capsys):
+    """'logits' leaves out mlp/logits/* (not mlp/logits_extra/*), inside the path of a closed-over model."""
+    def closed_over():
+        net = keras.Sequential([
+            keras.layers.Dense(32, name="hidden", kernel_initializer=keras.initializers.GlorotUniform(seed=1),
+                               activation="relu"),
+            keras.layers.Dense(32, name="logits_extra", kernel_initializer=keras.initializers.GlorotUniform(seed=3)),
+            keras.layers.Dense(runlib.NUM_CLASSES, name="logits",
+                               kernel_initializer=keras.initializers.GlorotUniform(seed=2))], name="mlp")
+
+        def model_fn(inputs, mode):
+            images, labels = inputs
+            return runlib.spec_for(images, labels, net(images))
+
+        return model_fn
+
+    train(tmp_path / "source", 10, model_fn=closed_over())
+    source = runlib.checkpoint_by_name(tmp_path / "source")
+    mox.set_flag("checkpoint_exclude_patterns", "logits")
+    capsys.readouterr()
+    train(tmp_path / "target", 1, model_fn=closed_over(), checkpoint_path=str(tmp_path / "source"),
+          optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=1e-12))
+    target = runlib.checkpoint_by_name(tmp_path / "target")
+    for name in ("mlp/hidden/kernel", "mlp/logits_extra/kernel", "mlp/logits_extra/bias"):
+        np.testing.assert_allclose(target[name], source[name], atol=1e-6, err_msg=name)   # restored
+    assert not np.allclose(target["mlp/logits/kernel"], source["mlp/logits/kernel"], atol=1e-3)   # initial
+    out = capsys.readouterr()
+    assert ("checkpoint_exclude_patterns (not restored): 'logits' -> [mlp/logits/kernel, mlp/logits/bias] (2)"
+            in out.out + out.err)

@@ -66,8 +66,8 @@ def test_run_config_is_frozen():
 
 
 @pytest.mark.parametrize("field, value, expected", [
-    ("batch_size", "8", "RunConfig.batch_size='8' is not valid; pass an integer"),
-    ("batch_size", True, "RunConfig.batch_size=True is not valid; pass an integer"),
+    ("batch_size", "8", "RunConfig.batch_size='8' is not valid; pass an integer or None"),
+    ("batch_size", True, "RunConfig.batch_size=True is not valid; pass an integer or None"),
     ("auto_batch", 1, "RunConfig.auto_batch=1 is not valid; pass True or False"),
     ("log_dir", 5, "RunConfig.log_dir=5 is not valid; pass a string or None"),
     ("optimizer_fn", [print], "RunConfig.optimizer_fn=[<built-in function print>] is not valid; pass a tuple of a callable"),

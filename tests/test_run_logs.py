@@ -78,12 +78,34 @@ def test_summaries_hold_log_info_learning_rate_throughput_and_user_summaries(tmp
         loss = -np.mean(np.log(probabilities[np.arange(BATCH), labels[(step - 1) * BATCH:step * BATCH]]))
         assert scalars["loss"][step] == pytest.approx(loss, rel=1e-5)
         assert scalars["accuracy"][step] == pytest.approx(runlib.accuracy_of(logits, labels[(step - 1) * BATCH:step * BATCH]))
-    # User summaries are recorded on steps whose global step (before the update) is a multiple.
-    assert sorted(scalars["user/loss_times_two"]) == [0, 3, 6]
-    kernel, bias = runlib.numpy_softmax_regression(images, labels, BATCH, 3, 0.5)
-    probabilities = runlib.softmax_probabilities(images[3 * BATCH:4 * BATCH] @ kernel + bias)
-    loss = -np.mean(np.log(probabilities[np.arange(BATCH), labels[3 * BATCH:4 * BATCH]]))
-    assert scalars["user/loss_times_two"][3] == pytest.approx(2 * loss, rel=1e-4)
+    # model_fn's summaries record at the step the loop gives the same batch (issue 22): the
+    # global step after its update, so that each lies beside the loop's loss of that batch.
+    assert sorted(scalars["user/loss_times_two"]) == [3, 6, 9]
+    for step in (3, 6, 9):
+        assert scalars["user/loss_times_two"][step] == pytest.approx(2 * scalars["loss"][step], rel=1e-5)
+
+
+@pytest.mark.parametrize("num_gpus", [1, 2])
+def test_model_fn_summaries_record_at_the_step_the_loop_gives_their_batch(tmp_path, num_gpus):
+    """A tf.summary inside model_fn lands at the loop's step of the same batch (the global step
+    after its update), on every replica count and every steps_per_loop: beside the loop's loss."""
+    mox.set_flag("num_gpus", num_gpus)
+    mox.set_flag("log_first_clone", True)
+    images, labels = runlib.mnist_rows(400)
+
+    def model_fn(inputs, mode):
+        spec = runlib.softmax_model_fn(inputs, mode)
+        tf.summary.scalar("user/loss", spec.loss)
+        return spec
+
+    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
+            optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=0.5), run_mode=mox.ModeKeys.TRAIN,
+            batch_size=BATCH // num_gpus, log_dir=str(tmp_path), max_number_of_steps=8, save_summary_steps=4,
+            steps_per_loop=3)
+    scalars = read_scalars(str(tmp_path))
+    assert sorted(scalars["user/loss"]) == sorted(scalars["loss"]) == [4, 8]
+    for step in (4, 8):
+        assert scalars["user/loss"][step] == pytest.approx(scalars["loss"][step], rel=1e-6)
 
 
 @pytest.mark.parametrize("num_gpus", [1, 2])

@@ -84,20 +84,45 @@ def latest_checkpoint(path):
 
 
 def matches_any(name, patterns):
-    """True when variable ``name`` matches one of the comma-separated or listed patterns.
+    """True when variable ``name`` matches one of the listed patterns (see ``matches``)."""
+    return any(matches(name, pattern) for pattern in patterns)
 
-    A pattern matches as a shell glob or, failing that, as a regular expression searched in
-    the name (MoXing scripts use plain prefixes such as ``logits``).
+
+def matches(name, pattern):
+    """True when ``pattern`` matches whole path components of variable ``name``, wherever
+    they stand: ``head`` matches ``sequential/head/kernel`` (not ``header/kernel``),
+    ``block/dense`` two consecutive components. A component run matches as a shell glob
+    (``dense*``) or, failing that, as a regular expression matched whole (``logits|aux``).
+    A leading or trailing ``/`` (``a/``) only marks a scope; a pattern with a ``:`` output
+    suffix matches the name with it.
     """
-    for pattern in patterns:
-        if fnmatch.fnmatch(name, pattern):
-            return True
-        try:
-            if re.search(pattern, name):
+    pattern = pattern.strip().strip("/")
+    if not pattern:
+        return False
+    if ":" not in pattern:
+        name = naming.variable_name_text(name)
+    parts = name.split("/")
+    try:
+        regex = re.compile(pattern)
+    except re.error:
+        regex = None
+    for start in range(len(parts)):
+        for end in range(start + 1, len(parts) + 1):
+            run = "/".join(parts[start:end])
+            if fnmatch.fnmatchcase(run, pattern) or (regex is not None and regex.fullmatch(run)):
                 return True
-        except re.error:
-            continue
     return False
+
+
+def matched_names(names, patterns):
+    """{pattern: the names it matches} for each pattern, in ``names``' order (start-up lines)."""
+    return {pattern: [name for name in names if matches(name, pattern)] for pattern in patterns}
+
+
+def describe_matches(setting, matched):
+    """One start-up line: what each pattern of ``setting`` matched."""
+    parts = [f"{pattern!r} -> {_listed(names, limit=6) if names else 'nothing'}" for pattern, names in matched.items()]
+    return f"{setting}: {'; '.join(parts)}"
 
 
 def split_patterns(patterns):
@@ -106,6 +131,20 @@ def split_patterns(patterns):
     if isinstance(patterns, str):
         patterns = patterns.split(",")
     return [p.strip() for p in patterns if p and p.strip()]
+
+
+def _raw_names_where_saved(wanted, saved):
+    """``wanted`` keyed by the variables' own names where only those are in the checkpoint:
+    one written before Keras names made up ahead of model_fn (a model closed over) were
+    given their fresh-process form (see ``naming.made_up_before``); it is read as it is."""
+    renamed = {}
+    for key, variable in wanted.items():
+        raw = naming.variable_name(variable)
+        if key not in saved and raw != key and raw in saved and raw not in wanted:
+            renamed[raw] = variable
+        else:
+            renamed[key] = variable
+    return renamed
 
 
 class Checkpointer:
@@ -185,7 +224,10 @@ class Checkpointer:
                 f"checkpoint_path={checkpoint_path!r} holds no checkpoint; pass a directory written by a "
                 f"moxlite TRAIN run (or a checkpoint prefix)")
         excluded = split_patterns(exclude_patterns)
-        kept = {key: v for key, v in self._variables.items() if not matches_any(self._names[key], excluded)}
+        if excluded:
+            get_logger().info(describe_matches("checkpoint_exclude_patterns (not restored)",
+                                               matched_names(list(self._variables), excluded)))
+        kept = {key: v for key, v in self._variables.items() if not matches_any(key, excluded)}
         trackables = dict(model=self._matched_model(source, kept, own_run=False))
         if warm_start_step:
             trackables["global_step"] = self.global_step
@@ -210,6 +252,7 @@ class Checkpointer:
                 f"checkpoint {prefix!r}: several variables of this model_fn are named {_listed(ambiguous)}, "
                 f"so a warm start cannot tell which is which; name them apart (Keras name=..., "
                 f"get_variable scopes) or exclude them with checkpoint_exclude_patterns")
+        wanted = _raw_names_where_saved(wanted, saved)
         missing = [k for k in wanted if k not in saved]
         reshaped = [f"{k} {tuple(wanted[k].shape)} vs {saved[k]}" for k in wanted
                     if k in saved and tuple(wanted[k].shape) != saved[k]]

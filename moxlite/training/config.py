@@ -104,7 +104,7 @@ class RunConfig:
     input_fn: Callable
     model_fn: Callable
     run_mode: str
-    batch_size: int
+    batch_size: Optional[int]                 # None: input_fn's elements are the batches
     log_dir: Optional[str] = None
     optimizer_fn: Tuple[Callable, ...] = ()   # one factory per loss (one for all when a single one)
     output_fn: Optional[Callable] = None

@@ -15,12 +15,16 @@ from moxlite.training.steps import EvalStep, PredictStep
 
 
 class Evaluator:
-    """Evaluates ``template`` in EVAL mode over a fresh pass of the input each call."""
+    """Evaluates ``template`` in EVAL mode over a fresh pass of the input each call.
+
+    Each call makes the input anew from ``dataset_fn`` (input_fn), not only a new iterator:
+    an input read through an iterator's ``get_next()`` can be read once (``iterator_input``).
+    """
 
     def __init__(self, strategy, dataset_fn, template, batches_per_call=1, mode="EVAL"):
         self.strategy = strategy
         self._mode = mode
-        self._dataset = strategy.distribute_datasets_from_function(dataset_fn)
+        self._dataset_fn = dataset_fn
         self._step = EvalStep(template)
         self._batches_per_call = batches_per_call
         self._chunk = tf.function(self._batches)
@@ -42,7 +46,7 @@ class Evaluator:
 
     def evaluate(self, keys, max_batches=0, label="EVAL"):
         """Means of log_info ``keys`` over the input (or its first ``max_batches`` batches)."""
-        iterator = iter(self._dataset)
+        iterator = iter(self.strategy.distribute_datasets_from_function(self._dataset_fn))
         totals = {key: 0.0 for key in keys}
         samples = 0.0
         batches = 0

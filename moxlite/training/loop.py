@@ -42,6 +42,18 @@ def is_infinite(dataset):
         return False
 
 
+@contextlib.contextmanager
+def user_summary_step(step):
+    """Summaries written inside (model_fn's) record at ``step``: the global step after the
+    batch's update, the step the loop's own summaries and log line give that batch."""
+    previous = tf.summary.experimental.get_step()
+    tf.summary.experimental.set_step(step)
+    try:
+        yield
+    finally:
+        tf.summary.experimental.set_step(previous)
+
+
 class SyncTrainer(Trainer):
     """Synchronous steps: every replica steps together, one global step per step."""
 
@@ -183,7 +195,8 @@ class SyncTrainer(Trainer):
 
     def _one_step(self, batch, keys):
         """One step on ``batch``: its log values, whether it was non-finite, its summed loss."""
-        per_replica, guard = self.strategy.run(self._replica_step, args=(batch,))
+        with user_summary_step(self.global_step.read_value() + 1):
+            per_replica, guard = self.strategy.run(self._replica_step, args=(batch,))
         if self.strategy.num_replicas_in_sync > 1:
             # Any replica's non-finite step is the step's: a SUM, whatever log_first_clone says.
             guard = self.strategy.reduce(tf.distribute.ReduceOp.SUM, guard, axis=None)
@@ -290,5 +303,7 @@ class SyncTrainer(Trainer):
         if writer is not None and self._save_summary_steps:
             every = self._save_summary_steps
             stack.enter_context(writer.as_default(step=self.global_step))
-            stack.enter_context(tf.summary.record_if(lambda: tf.equal(self.global_step % every, 0)))
+            # The step summaries of model_fn land at (user_summary_step) decides: the batch's.
+            stack.enter_context(tf.summary.record_if(
+                lambda: tf.equal(tf.summary.experimental.get_step() % every, 0)))
         return stack

@@ -8,7 +8,12 @@ are kept as they are. Names Keras made up for unnamed layers (``dense``,
 differ between a TRAIN and an EVAL run in one process; each such name is
 replaced by the one a fresh process would give (the first ``dense`` made by
 model_fn is ``dense``, the next ``dense_1``...), which the same model_fn
-reproduces in every run. A layer inserted before others shifts those made-up
+reproduces in every run. Names Keras made up before model_fn's first call (a
+model built before ``run`` and closed over: ``sequential_1``, ``dense_2`` in a
+process that trained before) follow the same rule (``made_up_before``): per
+prefix, the first such name is ``sequential``, the next ``sequential_1``, and
+those made during the call come after them, as in a fresh process that built the
+closed-over model first. A layer inserted before others shifts those made-up
 names: name the layers a warm start must find.
 
 Optimizers get their variables sorted by these keys (``in_key_order``): Keras
@@ -42,9 +47,52 @@ def made_up_names(before, after):
     return renamed
 
 
+def made_up_before(names, counters, renamed):
+    """``renamed`` (see ``made_up_names``) plus the fresh-process form of path components of
+    ``names`` that Keras made up before the snapshot ``renamed`` starts from.
+
+    A component counts as made up when it is a name Keras's ``counters`` (after the call)
+    have handed out (``prefix`` or ``prefix_<index>`` below the prefix's count) and is not in
+    ``renamed``. Per prefix these get ``prefix``, ``prefix_1``, ... in index order, and the
+    names in ``renamed`` of that prefix move up past them.
+    """
+    earlier = collections.defaultdict(set)
+    for name in names:
+        for part in name.split("/"):
+            match = _AUTO_NAME.match(part)
+            prefix, index = match.group("prefix"), int(match.group("index") or 0)
+            if part not in renamed and prefix in counters and index < counters[prefix] and \
+                    (index > 0 or part == prefix):
+                earlier[prefix].add(index)
+    if not earlier:
+        return dict(renamed)
+    result = {}
+    for name, fresh in renamed.items():
+        prefix, index = _split(fresh)
+        shift = len(earlier.get(prefix, ()))
+        result[name] = _joined(prefix, index + shift)
+    for prefix, indices in earlier.items():
+        for fresh, index in enumerate(sorted(indices)):
+            result[_joined(prefix, index)] = _joined(prefix, fresh)
+    return result
+
+
+def _split(name):
+    match = _AUTO_NAME.match(name)
+    return match.group("prefix"), int(match.group("index") or 0)
+
+
+def _joined(prefix, index):
+    return prefix if index == 0 else f"{prefix}_{index}"
+
+
 def variable_name(variable):
     """A variable's name without the ``:0`` output suffix."""
-    name = getattr(variable, "name", None) or "<unnamed>"
+    return variable_name_text(getattr(variable, "name", None) or "<unnamed>")
+
+
+def variable_name_text(name):
+    """``name`` without a ``:0`` output suffix."""
     return name[:-2] if name.endswith(":0") else name
 
 

@@ -22,18 +22,23 @@ from moxlite.training.training_job import TrainingJob
 def run(input_fn=None, output_fn=None, model_fn=None, optimizer_fn=None, run_mode="invalid",
         inter_mode=None, batch_size=None, auto_batch=True, log_dir=None, max_number_of_steps=0,
         checkpoint_path=None, log_every_n_steps=10, output_every_n_steps=0, save_summary_steps=100,
-        save_model_secs=None, export_model=False, save_model_steps=None, steps_per_loop=None,
-        keep_checkpoint_max=None):
+        save_model_secs=None, export_model=False, fetch_strategy_fn=None, save_model_steps=None,
+        steps_per_loop=None, keep_checkpoint_max=None):
     """Train, evaluate, predict or export ``model_fn`` on ``input_fn``'s data.
 
     MoXing's arguments and defaults (see README); moxlite adds ``steps_per_loop`` (steps per
-    traced call, default the ``steps_per_loop`` flag) and ``keep_checkpoint_max``.
+    traced call, default the ``steps_per_loop`` flag) and ``keep_checkpoint_max``. MoXing's
+    ``fetch_strategy_fn`` is refused unless None.
     ``batch_size`` is per replica; the global batch is batch_size x replicas.
 
     Returns: TRAIN, a dict of the last step's log values plus ``global_step``; EVAL, the
     averaged log_info dict (plus ``global_step``); PREDICT, outputs not handed to ``output_fn``;
     EXPORT, the SavedModel path.
     """
+    if fetch_strategy_fn is not None:   # in MoXing's signature, undocumented, and TF1-session specific
+        raise errors.ArgumentError(
+            f"fetch_strategy_fn={errors.describe(fetch_strategy_fn)} is not supported (MoXing's documentation "
+            f"gives it no meaning, and moxlite has no session fetches); drop it")
     if training_cache.needs_local_cache(locals()):  # s3:// / obs:// log_dir: run in a local cache
         return training_cache.run_through_local_cache(run, locals())
     return _run_checked(config_lib.from_run_arguments(locals()))

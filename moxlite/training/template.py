@@ -99,6 +99,8 @@ class ModelTemplate:
                 known.update(_identities(variable))
                 external.append(variable)
         self._external_variables = external
+        names = [naming.variable_name(v) for v in self.variables]
+        self._made_up_names = naming.made_up_before(names, naming.keras_name_counters(), self._made_up_names)
         return spec
 
     @property

@@ -85,11 +85,8 @@ def validate_run_arguments(args, setting=flags.get_flag):
             f"inter_mode={args['inter_mode']!r} needs run_mode=TRAIN (got {mode!r}); drop inter_mode")
     if args["batch_size"] is None:
         args["batch_size"] = setting("batch_size")
-    if args["batch_size"] is None:
-        raise errors.ArgumentError(
-            "batch_size is required (per replica, also with auto_batch=False: throughput is computed "
-            "from it); pass batch_size=... or --batch_size")
-    _positive_int("batch_size", args["batch_size"], allow_none=False)
+    # None, as in MoXing's Getting Started: input_fn's elements are the batches (see inputs).
+    _positive_int("batch_size", args["batch_size"])
     if args["log_dir"] is None:
         args["log_dir"] = setting("log_dir")
     if mode == ModeKeys.TRAIN and not args["log_dir"]:
