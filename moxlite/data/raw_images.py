@@ -24,7 +24,7 @@ class ImageClassificationRawMetadata:
     file_paths, label_ids: every image and its label, in folder then file-name order.
     """
 
-    def __init__(self, base_dir, redirect_dir=None, **unused):
+    def __init__(self, base_dir, redirect_dir=None, labels_filename="labels.txt", **unused):
         if isinstance(base_dir, str):
             base_dir = data_cache.local_copy(base_dir)  # s3:// / obs://: TF reads a local copy
         if not base_dir or not isinstance(base_dir, str) or not tf.io.gfile.isdir(base_dir):
@@ -33,8 +33,12 @@ class ImageClassificationRawMetadata:
                 "a folder with one sub-folder of images per class")
         self.base_dir = base_dir
         self.redirect_dir = redirect_dir
-        self.labels = sorted(name.rstrip("/") for name in tf.io.gfile.listdir(base_dir)
-                             if tf.io.gfile.isdir(tf.io.gfile.join(base_dir, name)))
+        folders = sorted(name.rstrip("/") for name in tf.io.gfile.listdir(base_dir)
+                         if tf.io.gfile.isdir(tf.io.gfile.join(base_dir, name)))
+        self.labels = _label_order(base_dir, labels_filename, folders)
+        self.labels_list = list(self.labels)
+        self.labels_to_names = dict(enumerate(self.labels))
+        self.names_to_labels = {name: index for index, name in self.labels_to_names.items()}
         self.file_paths, self.label_ids = [], []
         for label_id, label in enumerate(self.labels):
             folder = tf.io.gfile.join(base_dir, label)
@@ -48,6 +52,21 @@ class ImageClassificationRawMetadata:
                 "class sub-folders; lay it out as base_dir/<class name>/<image>")
         self.num_classes = len(self.labels)
         self.total_num_samples = len(self.file_paths)
+
+
+def _label_order(base_dir, labels_filename, folders):
+    """The class names by label id: ``labels_filename`` (``0: name`` lines) when base_dir has it, else
+    the sub-folders sorted by name. The file must name exactly the sub-folders (MoXing's rule)."""
+    from moxlite.data.tfrecord_dataset import read_labels_file
+    labels = read_labels_file(tf.io.gfile.join(base_dir, labels_filename)) if labels_filename else None
+    if labels is None:
+        return folders
+    names = [labels[index] for index in sorted(labels)]
+    if sorted(labels) != list(range(len(labels))) or sorted(names) != folders:
+        raise errors.ArgumentError(
+            f"ImageClassificationRawMetadata: {labels_filename} in {base_dir!r} names {names} with ids "
+            f"{sorted(labels)}; it must give ids 0..{len(folders) - 1} to exactly the sub-folders {folders}")
+    return names
 
 
 class AsyncRawGenerator:
@@ -100,3 +119,4 @@ class ImageClassificationRawDataset(FeatureDataset):
         self._add_feature("image", image)
         self._add_feature("label", label)
         self._add_feature("image_name", path)
+        self._add_feature("label_desc", tf.gather(tf.constant(self.metadata.labels), label))

@@ -23,7 +23,12 @@ def call_input_fn(input_fn, mode, batch_size=None, auto_batch=True):
     size, which it needs with ``auto_batch=False``. Features returned from a MoXing data set's
     ``dataset.get(keys)`` become that data set's Dataset, batched here when ``auto_batch=False``.
     """
-    produced = call_with_accepted_kwargs(input_fn, mode, batch_size=batch_size)
+    try:
+        produced = call_with_accepted_kwargs(input_fn, mode, batch_size=batch_size)
+    except feature_dataset.NeedsTracing as misuse:   # tensor work on dataset.get's features: per sample
+        return feature_dataset.traced_dataset(
+            lambda: call_with_accepted_kwargs(input_fn, mode, batch_size=batch_size), misuse.column.dataset,
+            batch_size, batch=not auto_batch, drop_remainder=(mode == ModeKeys.TRAIN))
     if isinstance(produced, tf.data.Dataset):
         return produced
     if feature_dataset.is_columns(produced):
