@@ -1,0 +1,91 @@
+"""Public MoXing scripts (issue 22, item 6), each run as its own process and checked against numpy.
+
+Each script in tests/moxing_ports/ names, in its docstring, the repository and path
+it was ported from and every change made to it. Remote data is generated here and
+served from the local S3 server (``obs://`` on loopback); results are read back from
+it and compared with what numpy (or MoXing's documented behaviour) says.
+"""
+
+import io
+import os
+import string
+
+import numpy as np
+import pandas as pd
+import pytest
+import tensorflow as tf
+
+from moxlite import file as mox_file
+from tests import runlib
+from tests.portlib import run_port
+from tests.s3lib import s3  # noqa: F401  (the server fixture)
+
+
+def _put_tfrecord(s3, bucket, key, examples):
+    buffer = io.BytesIO()
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"{bucket}-{key.replace('/', '_')}")
+    with tf.io.TFRecordWriter(path) as writer:
+        for example in examples:
+            writer.write(example.SerializeToString())
+    with open(path, "rb") as stream:
+        buffer.write(stream.read())
+    os.remove(path)
+    s3.client().put_object(Bucket=bucket, Key=key, Body=buffer.getvalue())
+
+
+def _floats(values):
+    return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+
+
+def _iceberg_rows(count, seed, with_ids=False):
+    """Radar bands, angles and labels (or 8-letter ids) like the Kaggle files."""
+    rng = np.random.RandomState(seed)
+    labels = rng.randint(0, 2, size=count)
+    band_1 = rng.normal(-20, 5, size=(count, 75 * 75)).astype(np.float32) + labels[:, None] * 3.0
+    band_2 = rng.normal(-25, 4, size=(count, 75 * 75)).astype(np.float32)
+    angles = rng.uniform(30, 45, size=count).astype(np.float32)
+    ids = ["".join(rng.choice(list(string.ascii_lowercase), 8)) for _ in range(count)]
+    examples = []
+    for i in range(count):
+        feature = {"band_1": _floats(band_1[i]), "band_2": _floats(band_2[i]), "angle": _floats([angles[i]])}
+        if with_ids:
+            feature["id"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[ids[i].encode()]))
+        else:
+            feature["label"] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(labels[i])]))
+        examples.append(tf.train.Example(features=tf.train.Features(feature=feature)))
+    return examples, band_1, band_2, angles, labels, ids
+
+
+def _iceberg_images(band_1, band_2):
+    """The script's input_fn in numpy: each band and their sum rescaled to [0, 1], stacked."""
+    def rescale(band):
+        band = band.reshape(-1, 75, 75).astype(np.float64)
+        low, high = band.min(axis=(1, 2), keepdims=True), band.max(axis=(1, 2), keepdims=True)
+        return (band - low) / (high - low)
+    return np.stack([rescale(band_1), rescale(band_2), rescale(band_1 + band_2)], axis=3).astype(np.float32)
+
+
+def test_modelarts_train_iceberg_tfrecords_train_export_eval_predict(s3, tmp_path):
+    bucket = s3.new_bucket()
+    train, *_ = _iceberg_rows(32, seed=0)
+    evaluation, *_ = _iceberg_rows(10, seed=1)
+    test, band_1, band_2, angles, _, ids = _iceberg_rows(24, seed=2, with_ids=True)
+    _put_tfrecord(s3, bucket, "data/iceberg-train-32.tfrecord", train)
+    _put_tfrecord(s3, bucket, "data/iceberg-eval-10.tfrecord", evaluation)
+    _put_tfrecord(s3, bucket, "data/iceberg-test-24.tfrecord", test)
+    common = [f"--data_url=obs://{bucket}/data", f"--train_url=obs://{bucket}/train", "--num_samples_train=32",
+              "--num_samples_eval=10", "--num_samples_test=24"]
+    env = {"MOXLITE_CACHE_DIR": str(tmp_path / "cache")}
+    run_port("modelarts_train_iceberg.py", *common, "--epochs=2", env=env)
+    finished = run_port("modelarts_train_iceberg.py", *common, "--is_training=false", env=env)
+    assert "[VALIDATION METRICS]" in finished.stdout + finished.stderr
+
+    local = tmp_path / "train"
+    mox_file.copy_parallel(f"s3://{bucket}/train", str(local))
+    assert runlib.checkpoint_step(str(local)) == 2 * 2   # ceil(32 / 16) steps per epoch, 2 epochs
+    served = tf.saved_model.load(str(local / "model" / "model")).signatures["serving_default"]
+    images = _iceberg_images(band_1, band_2)
+    predictions = served(images=tf.constant(images), angles=tf.constant(angles))["predictions"].numpy()
+    submission = pd.read_csv(io.BytesIO(s3.client().get_object(Bucket=bucket, Key="train/submission.csv")["Body"].read()))
+    assert list(submission["id"]) == ids                     # every test record once, in file order
+    np.testing.assert_allclose(submission["is_iceberg"], np.clip(predictions[:, 1], 0.05, 0.95), atol=1e-5)
