@@ -89,3 +89,52 @@ def test_modelarts_train_iceberg_tfrecords_train_export_eval_predict(s3, tmp_pat
     submission = pd.read_csv(io.BytesIO(s3.client().get_object(Bucket=bucket, Key="train/submission.csv")["Body"].read()))
     assert list(submission["id"]) == ids                     # every test record once, in file order
     np.testing.assert_allclose(submission["is_iceberg"], np.clip(predictions[:, 1], 0.05, 0.95), atol=1e-5)
+
+
+def _idx_gz(images, labels):
+    """MNIST's idx files (gzip), as the tutorial's read_data_sets reads them."""
+    import gzip
+    import struct
+    count = len(labels)
+    image_bytes = struct.pack(">IIII", 2051, count, 28, 28) + images.astype(np.uint8).tobytes()
+    label_bytes = struct.pack(">II", 2049, count) + labels.astype(np.uint8).tobytes()
+    return gzip.compress(image_bytes, mtime=0), gzip.compress(label_bytes, mtime=0)
+
+
+def _mnist_uint8(count, offset):
+    images, labels = runlib.mnist_rows(count, offset=offset)
+    return np.round(images * 255).astype(np.uint8), labels
+
+
+def test_modelarts_train_mnist_tf_stages_data_and_results_with_copy_parallel(s3, tmp_path):
+    bucket = s3.new_bucket()
+    uploaded = {}
+    for prefix, (images, labels) in (("train", _mnist_uint8(300, 0)), ("t10k", _mnist_uint8(100, 1000))):
+        image_file, label_file = _idx_gz(images, labels)
+        uploaded[f"{prefix}-images-idx3-ubyte.gz"], uploaded[f"{prefix}-labels-idx1-ubyte.gz"] = image_file, label_file
+    for name, body in uploaded.items():
+        s3.client().put_object(Bucket=bucket, Key=f"mnist/{name}", Body=body)
+    cache_data, cache_train = tmp_path / "cache_data", tmp_path / "cache_train"
+    finished = run_port("modelarts_train_mnist_tf.py", f"--data_url=obs://{bucket}/mnist",
+                        f"--train_url=obs://{bucket}/output", f"--cache_data_dir={cache_data}",
+                        f"--cache_train_url={cache_train}", "--max_steps=21", "--batch_size=20")
+    # obs -> local: the job read byte-identical copies
+    assert {name: (cache_data / name).read_bytes() for name in os.listdir(cache_data)} == uploaded
+    # local -> obs: every file the job wrote is on the server, byte-identical
+    written = {os.path.relpath(os.path.join(root, name), cache_train): os.path.join(root, name)
+               for root, _, names in os.walk(cache_train) for name in names}
+    listed = s3.client().list_objects_v2(Bucket=bucket, Prefix="output/")["Contents"]
+    assert sorted(item["Key"][len("output/"):] for item in listed) == sorted(written)
+    for relative, path in written.items():
+        body = s3.client().get_object(Bucket=bucket, Key=f"output/{relative}")["Body"].read()
+        assert body == open(path, "rb").read(), relative
+    assert any(name.startswith("events.out.tfevents") for name in written)
+    # the model served from the copy on obs gives the accuracy the job printed last (step 20 of 0..20)
+    downloaded = tmp_path / "served"
+    mox_file.copy_parallel(f"s3://{bucket}/output/model", str(downloaded))
+    scores = tf.saved_model.load(str(downloaded)).signatures["predict_images"]
+    test_images, test_labels = _mnist_uint8(100, 1000)
+    logits = scores(images=tf.constant(test_images.reshape(-1, 784).astype(np.float32) / 255.0))["scores"].numpy()
+    printed = float(finished.stdout.strip().splitlines()[-3].split(":")[-1])
+    assert "Done exporting!" in finished.stdout
+    assert np.mean(logits.argmax(axis=1) == test_labels) == pytest.approx(printed, abs=1e-6)
