@@ -138,3 +138,17 @@ def test_modelarts_train_mnist_tf_stages_data_and_results_with_copy_parallel(s3,
     printed = float(finished.stdout.strip().splitlines()[-3].split(":")[-1])
     assert "Done exporting!" in finished.stdout
     assert np.mean(logits.argmax(axis=1) == test_labels) == pytest.approx(printed, abs=1e-6)
+
+
+@pytest.mark.slow   # a ResNet-50 trained 40 steps in a subprocess
+def test_modelarts_mox_flowers_zoo_on_a_raw_folder_for_twenty_epochs(tmp_path):
+    from tests.test_moxing_raw_images import write_digit_folders
+    data_dir, out = tmp_path / "flower_photos", tmp_path / "train"
+    write_digit_folders(str(data_dir), per_class=3, classes=(0, 1), size=(40, 40))
+    finished = run_port("modelarts_mox_flowers.py", f"--data_url={data_dir}", f"--train_url={out}",
+                        "--batch_size=4", "--image_size=32")
+    # 20 epochs of 6 images in full batches of 4 (TRAIN drops a short last batch): 30 steps, then the data ends
+    assert runlib.checkpoint_step(str(out)) == 20 * 6 // 4
+    assert "Input ended at global step 30" in finished.stdout + finished.stderr
+    weights = runlib.checkpoint_by_name(str(out))
+    assert weights["logits/kernel"].shape == (2048, 2)   # num_classes from the folder tree
