@@ -152,3 +152,67 @@ def test_modelarts_mox_flowers_zoo_on_a_raw_folder_for_twenty_epochs(tmp_path):
     assert "Input ended at global step 30" in finished.stdout + finished.stderr
     weights = runlib.checkpoint_by_name(str(out))
     assert weights["logits/kernel"].shape == (2048, 2)   # num_classes from the folder tree
+
+
+@pytest.mark.slow   # a ResNet-50 trained and evaluated in a subprocess until the hook stops it
+def test_moxing_doc_early_stopping_stops_by_the_documented_rule(tmp_path):
+    import re
+    from tests.test_moxing_raw_images import write_digit_folders
+    write_digit_folders(str(tmp_path / "data" / "train"), per_class=4, classes=(0, 1), size=(40, 40))
+    write_digit_folders(str(tmp_path / "data" / "eval"), per_class=2, classes=(0, 1), size=(40, 40))
+    finished = run_port("moxing_doc_early_stopping.py", f"--data_url={tmp_path / 'data'}",
+                        f"--train_url={tmp_path / 'log'}", "--image_size=32", "--batch=4", "--samples_in_train=8",
+                        "--samples_in_eval=4")
+    logged = [(int(step), float(value)) for step, value in
+              re.findall(r"\[EarlyStopping\] step: (\d+) accuracy: ([0-9.]+)", finished.stdout + finished.stderr)]
+    # one evaluation per epoch: ceil(8 / 4) = 2 steps
+    assert [step for step, _ in logged] == [2 * (i + 1) for i in range(len(logged))]
+    # MoXing's rule on the logged values: the first sets the best; stop after 3 in a row without +0.01
+    best, wait, stop = None, 0, None
+    for step, value in logged:
+        if best is None or value > best + 0.01:
+            best, wait = value, 0
+        else:
+            wait += 1
+            if wait >= 3:
+                stop = step
+                break
+    assert stop == logged[-1][0] and len(logged) >= 4    # at least four evaluations, as documented
+    assert runlib.checkpoint_step(str(tmp_path / "log")) == stop
+
+
+@pytest.mark.slow   # ResNet-50 predictions at 224x224, in a subprocess and here
+def test_moxing_doc_predict_output_fn_writes_a_dataframe_to_obs(s3, tmp_path):
+    import re
+    import moxlite as mox
+    from tests.test_moxing_raw_images import write_digit_folders
+    write_digit_folders(str(tmp_path / "eval"), per_class=2, classes=(0, 1, 2), size=(40, 40))
+    meta = mox.ImageClassificationRawMetadata(base_dir=str(tmp_path / "eval"))
+
+    def model_fn(inputs, mode):   # the script's, with a loss for the one TRAIN step that writes a checkpoint
+        logits, _ = mox.get_model_fn(name="resnet_v1_50", run_mode=mode, num_classes=1000, weight_decay=0.0001)(inputs[0])
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=inputs[1], logits=logits))
+        return mox.ModelSpec(loss=loss, log_info={"loss": loss}, output_info={"prediction": tf.argmax(logits, axis=1)})
+
+    small = lambda mode: mox.ImageClassificationRawDataset(meta).as_dataset(["image", "label"]).map(  # noqa: E731
+        lambda image, label: (tf.image.resize(tf.cast(image, tf.float32), [32, 32]), label))
+    mox.run(input_fn=small, model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 1e-3),
+            run_mode=mox.ModeKeys.TRAIN, batch_size=2, log_dir=str(tmp_path / "checkpoint"), max_number_of_steps=1)
+
+    bucket = s3.new_bucket()
+    run_port("moxing_doc_predict_output_fn.py", f"--data_url={tmp_path / 'eval'}",
+             f"--output_url=obs://{bucket}/outputs.txt", f"--checkpoint_url={tmp_path / 'checkpoint'}",
+             "--batch_size=2")
+
+    # Reference: the same checkpoint and images through a plain tf.data input (no per-sample tracing).
+    def plain(mode):
+        return mox.ImageClassificationRawDataset(meta).as_dataset(["image"]).map(
+            lambda image: tf.squeeze(tf.image.resize(tf.expand_dims(image, 0), [224, 224]), 0))
+    expected = []
+    mox.run(input_fn=plain, model_fn=model_fn, output_fn=expected.extend, output_every_n_steps=10, batch_size=2,
+            run_mode=mox.ModeKeys.PREDICT, max_number_of_steps=10, checkpoint_path=str(tmp_path / "checkpoint"))
+    table = pd.read_csv(io.BytesIO(s3.client().get_object(Bucket=bucket, Key="outputs.txt")["Body"].read()))
+    # MoXing's documented outputs: one dict per step, {'prediction': ndarray of the batch}
+    got = [[int(v) for v in re.findall(r"\d+", cell.split("array(")[1])] for cell in table.iloc[:, 1]]
+    assert len(got) == 10
+    assert got == [list(step["prediction"]) for step in expected]

@@ -220,14 +220,14 @@ class ImageClassificationTFRecordDataset(BaseTFRecordDataset):
                  private_num_threads=0, custom_feature_keys=None, custom_feature_values=None, drop_remainder=False,
                  augmentation_fn=None, label_one_hot=False, meta=None, seed=0, image_key="image/encoded",
                  label_key="image/class/label", channels=3):
-        metadata = metadata if metadata is not None else meta
-        if metadata is None:
-            raise errors.ArgumentError("ImageClassificationTFRecordDataset: give metadata="
-                                       "ImageClassificationTFRecordMetadata(base_dir, file_pattern)")
         if preprocess_fn is not None:
             raise errors.ArgumentError(
                 "ImageClassificationTFRecordDataset: preprocess_fn (a batched queue-reader function) is not "
                 "supported; give augmentation_fn=image -> image, applied to each decoded image")
+        metadata = metadata if metadata is not None else meta
+        if metadata is None:
+            raise errors.ArgumentError("ImageClassificationTFRecordDataset: give metadata="
+                                       "ImageClassificationTFRecordMetadata(base_dir, file_pattern)")
         if augmentation_fn is not None and not callable(augmentation_fn):
             raise errors.ArgumentError(
                 f"ImageClassificationTFRecordDataset: augmentation_fn={errors.describe(augmentation_fn)} is not "

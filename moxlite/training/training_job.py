@@ -144,7 +144,10 @@ class TrainingJob:
         if target is not None and start >= target:
             self.logger.info("Restored global step %d >= max_number_of_steps %d: nothing to train", start, target)
             return {"global_step": start}
-        evaluate = self._interleaved_evaluation() if config.inter_mode == ModeKeys.EVAL else None
+        # With an EarlyStoppingHook the EVAL input may repeat forever (MoXing's documented example):
+        # every evaluation then reads the hook's samples_in_eval, not "the whole input".
+        eval_batches = max([hook.eval_batches for hook in epoch_hooks(spec.hooks)], default=0)
+        evaluate = self._interleaved_evaluation(eval_batches) if config.inter_mode == ModeKeys.EVAL else None
         self._bind_epoch_hooks(spec)
         context.training_started()
         self.logger.info("Training: %d replica(s), batch %d per replica, global batch %d, from step %d",
@@ -210,7 +213,7 @@ class TrainingJob:
         for hook in boundary:
             hook.bind(evaluate)
 
-    def _interleaved_evaluation(self):
+    def _interleaved_evaluation(self, max_batches=0):
         workload = self.workload
         eval_spec, _, _ = workload.build(ModeKeys.EVAL)
         steps.check_spec(eval_spec, ModeKeys.EVAL)
@@ -223,7 +226,7 @@ class TrainingJob:
             if step in evaluated:
                 return
             evaluated.add(step)
-            metrics, _ = evaluator.evaluate(keys)
+            metrics, _ = evaluator.evaluate(keys, max_batches)
             self.logger.info(reporting.validation_line(step, metrics))
             eval_summaries.scalars(step, metrics)
             eval_summaries.flush()   # the writer stays open for the next evaluation
