@@ -21,14 +21,15 @@ from tests import runlib
 BATCH, TRAIN, EVAL, LEARNING_RATE = 16, 48, 32, 0.05
 
 
-def _run(tmp_path, patience, min_delta, inter_mode=mox.ModeKeys.EVAL, max_steps=300):
+def _run(tmp_path, patience, min_delta, inter_mode=mox.ModeKeys.EVAL, max_steps=300, endless_eval=False):
     train_images, train_labels = runlib.mnist_rows(TRAIN)
     eval_images, eval_labels = runlib.mnist_rows(200, offset=1000)
 
     def input_fn(mode):
         if mode == mox.ModeKeys.TRAIN:
             return runlib.input_fn_for(train_images, train_labels)(mode)
-        return runlib.input_fn_for(eval_images, eval_labels)(mode)
+        dataset = runlib.input_fn_for(eval_images, eval_labels)(mode)
+        return dataset.repeat() if endless_eval else dataset   # MoXing's example: num_epochs=None in EVAL too
 
     def model_fn(inputs, mode):
         spec = runlib.softmax_model_fn(inputs, mode)
@@ -60,9 +61,9 @@ def _expected_stop(train_images, train_labels, eval_images, eval_labels, patienc
     return max_steps, history
 
 
-@pytest.mark.parametrize("patience, min_delta", [(2, 0.0), (1, 0.05)])
-def test_training_stops_where_the_documented_rule_says(tmp_path, capfd, patience, min_delta):
-    data = _run(tmp_path, patience, min_delta)
+@pytest.mark.parametrize("patience, min_delta, endless_eval", [(2, 0.0, False), (1, 0.05, True)])
+def test_training_stops_where_the_documented_rule_says(tmp_path, capfd, patience, min_delta, endless_eval):
+    data = _run(tmp_path, patience, min_delta, endless_eval=endless_eval)
     expected_step, history = _expected_stop(*data, patience, min_delta, 300)
     assert expected_step < 300, "the reference never stops: the test would not test stopping"
     assert runlib.checkpoint_step(str(tmp_path / "log")) == expected_step

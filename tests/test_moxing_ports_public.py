@@ -191,8 +191,10 @@ def test_moxing_doc_predict_output_fn_writes_a_dataframe_to_obs(s3, tmp_path):
 
     def model_fn(inputs, mode):   # the script's, with a loss for the one TRAIN step that writes a checkpoint
         logits, _ = mox.get_model_fn(name="resnet_v1_50", run_mode=mode, num_classes=1000, weight_decay=0.0001)(inputs[0])
+        if mode != mox.ModeKeys.TRAIN:
+            return mox.ModelSpec(output_info={"prediction": tf.argmax(logits, axis=1)})
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=inputs[1], logits=logits))
-        return mox.ModelSpec(loss=loss, log_info={"loss": loss}, output_info={"prediction": tf.argmax(logits, axis=1)})
+        return mox.ModelSpec(loss=loss, log_info={"loss": loss})
 
     small = lambda mode: mox.ImageClassificationRawDataset(meta).as_dataset(["image", "label"]).map(  # noqa: E731
         lambda image, label: (tf.image.resize(tf.cast(image, tf.float32), [32, 32]), label))
@@ -216,3 +218,48 @@ def test_moxing_doc_predict_output_fn_writes_a_dataframe_to_obs(s3, tmp_path):
     got = [[int(v) for v in re.findall(r"\d+", cell.split("array(")[1])] for cell in table.iloc[:, 1]]
     assert len(got) == 10
     assert got == [list(step["prediction"]) for step in expected]
+
+
+@pytest.mark.slow   # an fp16 ResNet-50 fine-tuned for 20 epochs and exported in a subprocess
+def test_modelarts_mox_flowers_advanced_fine_tunes_without_logits_and_global_step(tmp_path):
+    from tests.test_moxing_ports_zoo import _pretrained_checkpoint, PRETRAINED_STEP, SIZE
+    from tests.test_moxing_raw_images import write_digit_folders
+    data_dir, pretrained_dir, out = tmp_path / "flower_photos", tmp_path / "pretrained", tmp_path / "train"
+    write_digit_folders(str(data_dir), per_class=3, classes=(0, 1), size=(40, 40))
+    _pretrained_checkpoint(str(pretrained_dir))   # 5 classes, global step 1234
+    run_port("modelarts_mox_flowers_advanced.py", f"--data_url={data_dir}", f"--train_url={out}",
+             f"--checkpoint_url={pretrained_dir}", "--batch_size=4", f"--image_size={SIZE}")
+    # global_step excluded: 20 epochs of 6 images in full batches of 4 counted from 0, not from 1234
+    assert runlib.checkpoint_step(str(out)) == 20 * 6 // 4 != PRETRAINED_STEP
+    tuned = runlib.checkpoint_by_name(str(out))
+    assert tuned["logits/kernel"].shape == (2048, 2)      # the logits pattern excluded: a new 2-class head
+    assert {value.dtype for value in tuned.values()} == {np.dtype(np.float32)}   # var_scope(force_dtype=float32)
+    served = tf.saved_model.load(str(out / "model" / "1")).signatures["serving_default"]   # version -1 -> 1
+    logits = served(images=tf.zeros([3, SIZE, SIZE, 3]))["logits"]
+    assert logits.shape == (3, 2) and logits.dtype == tf.float32
+
+
+@pytest.mark.slow   # a ResNet-50 trained, exported twice and served, in subprocesses
+def test_moxing_doc_export_tf_serving_versions_and_serves_the_checkpoint(tmp_path):
+    import keras
+    from tests.test_moxing_raw_images import write_digit_folders
+    write_digit_folders(str(tmp_path / "train_images"), per_class=2, classes=(0, 1), size=(40, 40))
+    args = [f"--data_url={tmp_path / 'train_images'}", f"--train_url={tmp_path / 'log'}", "--image_size=32",
+            "--batch_size=2"]
+    run_port("moxing_doc_export_tf_serving.py", *args, "--max_steps=2")
+    run_port("moxing_doc_export_tf_serving.py", *args, "--max_steps=3")   # resumes from step 2, exports again
+    assert runlib.checkpoint_step(str(tmp_path / "log")) == 3
+    # version=-1: the largest existing version + 1, so the second export is 2 (MoXing's documented rule)
+    assert sorted(os.listdir(tmp_path / "log" / "model")) == ["1", "2"]
+    served = tf.saved_model.load(str(tmp_path / "log" / "model" / "2")).signatures["serving_default"]
+    # auto_batch=True: the served batch dimension is None, as documented ("images.shape=[None, ...]")
+    assert served.structured_input_signature[1]["images"].shape.as_list() == [None, 32, 32, 3]
+    images = np.random.RandomState(0).uniform(-1, 1, size=(3, 32, 32, 3)).astype(np.float32)
+    logits = served(images=tf.constant(images))["logits"].numpy()
+    # Reference: Keras's ResNet-50 with the weights of the last checkpoint (step 3) gives the same logits.
+    weights = runlib.checkpoint_by_name(str(tmp_path / "log"))
+    reference = keras.applications.ResNet50(include_top=True, weights=None, input_shape=(32, 32, 3), classes=1000,
+                                            classifier_activation=None)
+    for weight in reference.weights:
+        weight.assign(weights[weight.path.replace("predictions/", "logits/")])
+    np.testing.assert_allclose(logits, reference(images, training=False).numpy(), rtol=1e-3, atol=1e-3)
