@@ -263,3 +263,16 @@ def test_moxing_doc_export_tf_serving_versions_and_serves_the_checkpoint(tmp_pat
     for weight in reference.weights:
         weight.assign(weights[weight.path.replace("predictions/", "logits/")])
     np.testing.assert_allclose(logits, reference(images, training=False).numpy(), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.slow   # a ResNet-50 trained a few steps in a subprocess
+def test_moxing_doc_resnet50_basic_structure_trains_max_number_of_steps(tmp_path):
+    from tests.test_moxing_raw_images import write_digit_folders
+    write_digit_folders(str(tmp_path / "train_images"), per_class=3, classes=(0, 1), size=(40, 40))
+    finished = run_port("moxing_doc_resnet50_basic.py", f"--data_url={tmp_path / 'train_images'}",
+                        f"--train_url={tmp_path / 'log'}", "--image_size=32", "--batch_size=4", "--max_steps=5")
+    # the raw data set repeats (num_epochs=None), so max_number_of_steps ends the run: 5 steps of 4 of the 6 images
+    assert runlib.checkpoint_step(str(tmp_path / "log")) == 5
+    assert "Input ended" not in finished.stdout + finished.stderr
+    assert "batch 4 per replica" in finished.stdout + finished.stderr   # input_fn's samples batched by run
+    assert runlib.checkpoint_by_name(str(tmp_path / "log"))["logits/kernel"].shape == (2048, 1000)
