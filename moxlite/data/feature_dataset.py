@@ -13,6 +13,14 @@ to a placeholder with ``feature.map(fn)``; the augmentation functions of
 tensor work on a placeholder gets an error saying to move it into
 ``augmentation_fn``, ``_build_features`` or ``model_fn``.
 
+Tensor work on the features inside ``input_fn`` (``band_1 + band_2``,
+``tf.stack``, ``tf.image.random_flip_left_right``, ``label -= offset``, as
+MoXing scripts wrote it) cannot run on a placeholder. When it is tried, the
+placeholder raises ``NeedsTracing``; the runner then calls ``input_fn`` again,
+once, inside a ``tf.data`` map over the data set's samples, where ``get``
+returns that sample's tensors (``traced_dataset``). ``input_fn``'s own code
+then runs per sample, as MoXing's graph did.
+
 Every data set yields single samples; batching is the runner's: by
 ``run(batch_size=...)`` with ``auto_batch=True``, and also by it with
 ``auto_batch=False`` (the data set's own ``batch_size``, when given, must agree).
@@ -28,6 +36,20 @@ from moxlite import errors
 
 
 _local = threading.local()
+
+
+class NeedsTracing(errors.ArgumentError):
+    """Tensor work was tried on a ``get`` placeholder: input_fn must run per sample (``traced_dataset``).
+
+    Outside the runner it reads as the error it is (the message says what to do).
+    """
+
+    def __init__(self, column):
+        super().__init__(
+            f"dataset.get(...)[{column.key!r}] is a placeholder for a tf.data feature, not a tensor: "
+            f"return input_fn's features to moxlite.run, which runs input_fn's tensor code once per "
+            f"sample; outside run, use dataset.as_dataset([...]) for a tf.data.Dataset")
+        self.column = column
 
 
 def element_seed():
@@ -135,7 +157,19 @@ class FeatureDataset:
         return dataset.map(lambda features: tuple(features[k] for k in keys))
 
     def get(self, keys):
-        """MoXing's ``dataset.get(['image', 'label'])``: placeholders ``input_fn`` returns to ``run``."""
+        """MoXing's ``dataset.get(['image', 'label'])``: placeholders ``input_fn`` returns to ``run``.
+
+        While the runner traces input_fn per sample (``traced_dataset``), the sample's tensors instead.
+        """
+        traced = getattr(_local, "sample", None)
+        if traced is not None:
+            names = [keys] if isinstance(keys, str) else list(keys)
+            unknown = [k for k in names if k not in traced]
+            if unknown:
+                raise errors.ArgumentError(
+                    f"{type(self).__name__}.get: unknown feature(s) {unknown}; this data set has {list(traced)}")
+            values = [traced[k] for k in names]
+            return values[0] if isinstance(keys, str) else tuple(values)
         if isinstance(keys, str):
             return FeatureColumns(self, [keys])[0]
         return FeatureColumns(self, list(keys))
@@ -159,14 +193,18 @@ class FeatureColumn:
         return FeatureColumn(self.dataset, self.key, self.keys, self.transforms + (function,))
 
     def _misuse(self, *args, **kwargs):
-        raise errors.ArgumentError(
-            f"dataset.get(...)[{self.key!r}] is a placeholder for a tf.data feature, not a tensor "
-            f"(TF2 has no graph tensors in input_fn); return it from input_fn, after at most "
-            f"feature.map(per_sample_function), and do other work in the data set's augmentation_fn / "
-            f"_build_features, or in model_fn")
+        raise NeedsTracing(self)
 
     __array__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _misuse
     __truediv__ = __rtruediv__ = __getitem__ = __float__ = __int__ = _misuse
+    __floordiv__ = __rfloordiv__ = __neg__ = __pow__ = __mod__ = __matmul__ = __rmatmul__ = _misuse
+    __lt__ = __le__ = __gt__ = __ge__ = __and__ = __or__ = __invert__ = __bool__ = _misuse
+
+    def __getattr__(self, name):
+        # Tensor methods (``image.set_shape``, ``label.dtype`` ...): only a real sample has them.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise NeedsTracing(self)
 
     def __tf_tensor__(self, dtype=None, name=None):
         self._misuse()
@@ -219,6 +257,43 @@ def columns_dataset(produced, batch_size=None, batch=False, drop_remainder=False
     dataset = source.as_dataset([column.key for column in columns], transforms)
     if single:
         dataset = dataset.map(lambda *features: features[0])
+    if batch:
+        dataset = dataset.batch(batch_size or source.batch_size, drop_remainder=drop_remainder)
+    return dataset
+
+
+def traced_dataset(call_input_fn, source, batch_size=None, batch=False, drop_remainder=False):
+    """The Dataset that ``call_input_fn()`` describes when run once per sample of ``source``.
+
+    ``call_input_fn`` is input_fn bound to its mode; inside the map, every ``get`` returns the
+    current sample's features (of ``source``'s feature set), so input_fn's tensor code (arithmetic,
+    ``tf.stack``, random flips, ``tf.numpy_function``) runs per sample as in MoXing's graph. The
+    sample's seed is the element seed, so moxlite's augmentation stays stateless; TF's own random
+    ops (``tf.image.random_*``) are stateful, and a resumed run restores the input position but not
+    their random state (the iterator is saved ignoring external state).
+    """
+    seeds = tf.data.Dataset.random(seed=(getattr(source, "seed", None) or 0) + 1)
+
+    def per_sample(seed, features):
+        _local.sample, _local.seed = features, seed
+        try:
+            produced = call_input_fn()
+        finally:
+            _local.sample = _local.seed = None
+        if is_columns(produced):
+            raise errors.ArgumentError("input_fn returned dataset.get(...) placeholders while moxlite traced it "
+                                       "per sample; return the tensors computed from them")
+        return tuple(produced) if isinstance(produced, list) else produced
+
+    dataset = tf.data.Dataset.zip((seeds, source.as_dataset())).map(
+        per_sample, num_parallel_calls=source.num_parallel, deterministic=True)
+    options = tf.data.Options()
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    dataset = dataset.with_options(options)
+    if source.batch_size is not None and batch_size is not None and source.batch_size != batch_size:
+        raise errors.ArgumentError(
+            f"{type(source).__name__}(batch_size={source.batch_size}) disagrees with run's per-device "
+            f"batch_size={batch_size}; pass the same value to both (or leave the data set's out)")
     if batch:
         dataset = dataset.batch(batch_size or source.batch_size, drop_remainder=drop_remainder)
     return dataset

@@ -24,7 +24,7 @@ class ImageClassificationRawMetadata:
     file_paths, label_ids: every image and its label, in folder then file-name order.
     """
 
-    def __init__(self, base_dir, redirect_dir=None, **unused):
+    def __init__(self, base_dir, redirect_dir=None, labels_filename="labels.txt", **unused):
         if isinstance(base_dir, str):
             base_dir = data_cache.local_copy(base_dir)  # s3:// / obs://: TF reads a local copy
         if not base_dir or not isinstance(base_dir, str) or not tf.io.gfile.isdir(base_dir):
@@ -33,8 +33,12 @@ class ImageClassificationRawMetadata:
                 "a folder with one sub-folder of images per class")
         self.base_dir = base_dir
         self.redirect_dir = redirect_dir
-        self.labels = sorted(name.rstrip("/") for name in tf.io.gfile.listdir(base_dir)
-                             if tf.io.gfile.isdir(tf.io.gfile.join(base_dir, name)))
+        folders = sorted(name.rstrip("/") for name in tf.io.gfile.listdir(base_dir)
+                         if tf.io.gfile.isdir(tf.io.gfile.join(base_dir, name)))
+        self.labels = _label_order(base_dir, labels_filename, folders)
+        self.labels_list = list(self.labels)
+        self.labels_to_names = dict(enumerate(self.labels))
+        self.names_to_labels = {name: index for index, name in self.labels_to_names.items()}
         self.file_paths, self.label_ids = [], []
         for label_id, label in enumerate(self.labels):
             folder = tf.io.gfile.join(base_dir, label)
@@ -48,6 +52,21 @@ class ImageClassificationRawMetadata:
                 "class sub-folders; lay it out as base_dir/<class name>/<image>")
         self.num_classes = len(self.labels)
         self.total_num_samples = len(self.file_paths)
+
+
+def _label_order(base_dir, labels_filename, folders):
+    """The class names by label id: ``labels_filename`` (``0: name`` lines) when base_dir has it, else
+    the sub-folders sorted by name. The file must name exactly the sub-folders (MoXing's rule)."""
+    from moxlite.data.tfrecord_dataset import read_labels_file
+    labels = read_labels_file(tf.io.gfile.join(base_dir, labels_filename)) if labels_filename else None
+    if labels is None:
+        return folders
+    names = [labels[index] for index in sorted(labels)]
+    if sorted(labels) != list(range(len(labels))) or sorted(names) != folders:
+        raise errors.ArgumentError(
+            f"ImageClassificationRawMetadata: {labels_filename} in {base_dir!r} names {names} with ids "
+            f"{sorted(labels)}; it must give ids 0..{len(folders) - 1} to exactly the sub-folders {folders}")
+    return names
 
 
 class AsyncRawGenerator:
@@ -65,11 +84,27 @@ class ImageClassificationRawDataset(FeatureDataset):
         ``get_data_augmentation_fn(name, mode)``; images must come out of it of
         one size for batching.
     reader_class: accepted for MoXing's signature (``AsyncRawGenerator``).
+    image_size: resize every decoded image to it (an int or [height, width]; nearest neighbour, MoXing's
+        default), before augmentation_fn; None keeps each image's size.
+    label_one_hot: ``label`` as a float one-hot vector of ``metadata.num_classes``.
+    Accepted for MoXing's signature and not needed on tf.data: num_readers, shuffle_buffer_size, capacity,
+    cache_dir, preprocess_threads, remove_cache_on_finish, private_num_threads, reader_kwargs,
+    drop_remainder (the runner drops the last short batch in TRAIN only).
+    preprocess_fn (MoXing's batched function of the raw buffers) is refused: give augmentation_fn.
     """
 
-    def __init__(self, metadata, batch_size=None, num_epochs=None, shuffle=True, augmentation_fn=None,
-                 num_parallel=None, reader_class=None, seed=0, channels=3, **unused):
+    def __init__(self, metadata, batch_size=None, num_readers=8, num_epochs=None, shuffle=True,
+                 shuffle_buffer_size=16, capacity=256, cache_dir=None, preprocess_fn=None, preprocess_threads=12,
+                 image_size=None, remove_cache_on_finish=True, private_num_threads=0, reader_class=None,
+                 reader_kwargs=None, drop_remainder=False, augmentation_fn=None, label_one_hot=False,
+                 num_parallel=None, seed=0, channels=3):
+        if preprocess_fn is not None:
+            raise errors.ArgumentError(
+                "ImageClassificationRawDataset: preprocess_fn (a batched function of the raw image buffers) is "
+                "not supported; give augmentation_fn=image -> image, applied to each decoded image")
         super().__init__(batch_size=batch_size, num_parallel=num_parallel)
+        self.image_size = [image_size, image_size] if isinstance(image_size, int) else image_size
+        self.label_one_hot = bool(label_one_hot)
         self.num_epochs = positive_int_or_none("ImageClassificationRawDataset", "num_epochs", num_epochs,
                                                " or None (repeat forever)")
         if augmentation_fn is not None and not callable(augmentation_fn):
@@ -95,8 +130,11 @@ class ImageClassificationRawDataset(FeatureDataset):
     def _build_features(self, data, label, path):
         image = tf.io.decode_image(data, channels=self.channels, expand_animations=False)
         image.set_shape([None, None, self.channels])
+        if self.image_size is not None:
+            image = tf.image.resize(image, self.image_size, method="nearest")
         if self.augmentation_fn is not None:
             image = self.augmentation_fn(image)
         self._add_feature("image", image)
-        self._add_feature("label", label)
+        self._add_feature("label", tf.one_hot(label, self.metadata.num_classes) if self.label_one_hot else label)
         self._add_feature("image_name", path)
+        self._add_feature("label_desc", tf.gather(tf.constant(self.metadata.labels), label))

@@ -1,10 +1,13 @@
-"""MoXing's ``moxing.framework`` import path: ``from moxlite.framework import file``.
+"""MoXing's ``moxing.framework`` import path: ``from moxlite.framework import file`` is ``mox.file``.
 
-MoXing's file API documentation names its functions ``moxing.framework.file.<name>``, and
-scripts write ``from moxing.framework import file``. Here ``file`` is ``moxlite.file``
-(the same module as ``mox.file``), so such a script needs only its import line changed.
+``import moxlite.framework.file`` works too (the same module object), and
+``moxlite.framework.util.compat`` gives MoXing's ``as_str``/``as_bytes``.
 """
 
+import sys
+
 from moxlite import file
+
+sys.modules[__name__ + ".file"] = file
 
 __all__ = ["file"]

@@ -22,6 +22,7 @@ from typing import Callable, Optional, Union
 import numpy as np
 
 from moxlite.training import reporting
+from moxlite.training.hooks import epoch_hooks
 
 
 AUTO = "auto"
@@ -110,6 +111,8 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
 
     ``hooks`` are called as ``hook(global_step, log_values)`` at every log line.
     ``should_stop()`` is asked after every traced call (an interrupt): True ends the run there.
+    Hooks with ``every_n_steps`` (``EarlyStoppingHook``) get ``hook.at_step(step)`` at their own
+    boundaries, a call never running past one; True from it ends training there.
     Returns (last global step, last log values as numpy).
     """
     logger = reporting.get_logger()
@@ -118,6 +121,7 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
     step = start_step
     logs = {}
     bound = call_bound(cadence)
+    boundary_hooks = epoch_hooks(hooks)
     while target_step is None or step < target_step:
         chunk = bound.steps if bound is not None else cadence.steps_per_loop
         # The steps at which the host reports: the end, a log line (and its hooks), a summary,
@@ -125,7 +129,8 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
         limits = [limit for limit in (target_step,
                                       _next_boundary(step, cadence.log_every_n_steps),
                                       _next_boundary(step, cadence.save_summary_steps),
-                                      _next_boundary(step, checkpointer.save_model_steps if checkpointer else 0))
+                                      _next_boundary(step, checkpointer.save_model_steps if checkpointer else 0),
+                                      *(_next_boundary(step, hook.every_n_steps) for hook in boundary_hooks))
                   if limit is not None]
         chunk = max(min([chunk] + [limit - step for limit in limits]), 1)
         if bound is not None:
@@ -163,6 +168,9 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
             throughput.reset(step)  # saving and evaluating are not training time
         if done < chunk:
             logger.info("Input ended at global step %d", step)
+            break
+        stop = [hook.at_step(step) for hook in boundary_hooks if step % hook.every_n_steps == 0]
+        if any(stop):
             break
         if should_stop is not None and should_stop():
             break

@@ -31,7 +31,14 @@ def call_input_fn(input_fn, mode, batch_size=None, auto_batch=True):
     ``get_next()`` gave become the rest of that iterator (``iterator_input``).
     """
     with compat.iterator_reads() as reads:
-        produced = call_with_accepted_kwargs(input_fn, mode, batch_size=batch_size)
+        try:
+            produced = call_with_accepted_kwargs(input_fn, mode, batch_size=batch_size)
+        except feature_dataset.NeedsTracing as misuse:   # tensor work on dataset.get's features: per sample
+            source = misuse.column.dataset
+            return feature_dataset.traced_dataset(
+                lambda: call_with_accepted_kwargs(input_fn, mode, batch_size=batch_size), source,
+                batch_size, batch=_batches_here(source, batch_size, auto_batch),
+                drop_remainder=(mode == ModeKeys.TRAIN))
     if isinstance(produced, tf.data.Dataset):
         return produced
     if feature_dataset.is_columns(produced):
@@ -58,9 +65,15 @@ def call_input_fn(input_fn, mode, batch_size=None, auto_batch=True):
 
 def _columns(produced, mode, batch_size, auto_batch):
     source = (produced if isinstance(produced, feature_dataset.FeatureColumn) else produced[0]).dataset
-    # Without run's batch_size, a data set given its own batch_size yields batches of it.
-    batch = not auto_batch or (batch_size is None and source.batch_size is not None)
-    return feature_dataset.columns_dataset(produced, batch_size, batch=batch, drop_remainder=(mode == ModeKeys.TRAIN))
+    return feature_dataset.columns_dataset(
+        produced, batch_size, batch=_batches_here(source, batch_size, auto_batch),
+        drop_remainder=(mode == ModeKeys.TRAIN))
+
+
+def _batches_here(source, batch_size, auto_batch):
+    """Whether a MoXing data set's features are batched here: with ``auto_batch=False``, or,
+    without run's batch_size, by the data set's own ``batch_size``."""
+    return not auto_batch or (batch_size is None and source.batch_size is not None)
 
 
 def _as_structure(produced):

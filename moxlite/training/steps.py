@@ -15,6 +15,7 @@ from moxlite import contract, errors
 from moxlite.contract import ModeKeys
 from moxlite.optimizers import wrapper as wrapper_lib
 from moxlite.training import layer_statistics, nonfinite
+from moxlite.training.hooks import eval_monitors
 from moxlite.training.inputs import as_model_inputs, batch_size_of
 
 
@@ -335,7 +336,9 @@ class EvalStep:
         count = tf.cast(batch_size_of(inputs), tf.float32)
         spec = self.template(as_model_inputs(inputs), ModeKeys.EVAL)
         sums = {}
-        for name, value in log_values(spec).items():
+        values = {name: as_scalar(value) for name, value in eval_monitors(spec.hooks).items()}
+        values.update(log_values(spec))   # an EarlyStoppingHook's monitor_info is evaluated too
+        for name, value in values.items():
             # An empty batch (a replica left without data at the end) adds nothing, not NaN.
             sums[name] = tf.where(count > 0, value * count, 0.0)
         return sums, count

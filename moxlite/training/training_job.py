@@ -16,6 +16,7 @@ from moxlite.training import (checkpoints, export, interrupts, loss_scaling, non
                               steps, validation)
 from moxlite.training.controller import AUTO_STEPS_ACROSS_WORKERS, Cadence, train
 from moxlite.training.evaluation import Evaluator
+from moxlite.training.hooks import epoch_hooks
 from moxlite.training.resume import restore_and_resume
 from moxlite.training.variable_lists import variable_lists
 
@@ -143,7 +144,11 @@ class TrainingJob:
         if target is not None and start >= target:
             self.logger.info("Restored global step %d >= max_number_of_steps %d: nothing to train", start, target)
             return {"global_step": start}
-        evaluate = self._interleaved_evaluation() if config.inter_mode == ModeKeys.EVAL else None
+        # With an EarlyStoppingHook the EVAL input may repeat forever (MoXing's documented example):
+        # every evaluation then reads the hook's samples_in_eval, not "the whole input".
+        eval_batches = max([hook.eval_batches for hook in epoch_hooks(spec.hooks)], default=0)
+        evaluate = self._interleaved_evaluation(eval_batches) if config.inter_mode == ModeKeys.EVAL else None
+        self._bind_epoch_hooks(spec)
         context.training_started()
         self.logger.info("Training: %d replica(s), batch %d per replica, global batch %d, from step %d",
                          self.setup.num_replicas_in_sync, self.workload.batch_size, self.workload.global_batch_size,
@@ -190,7 +195,25 @@ class TrainingJob:
             return interrupt.requested
         return lambda: trainer.any_worker(interrupt.requested())
 
-    def _interleaved_evaluation(self):
+    def _bind_epoch_hooks(self, spec):
+        """Give each EarlyStoppingHook an evaluation of the EVAL input (MoXing's inter_mode)."""
+        boundary = epoch_hooks(spec.hooks)
+        if not boundary:
+            return
+        if self.config.inter_mode != ModeKeys.EVAL:
+            raise errors.ArgumentError(
+                f"ModelSpec.hooks holds {type(boundary[0]).__name__}, which evaluates during training; pass "
+                f"run(inter_mode=mox.ModeKeys.EVAL) so that it has an evaluation set (as in MoXing)")
+        workload = self.workload
+        evaluator = Evaluator(self.strategy, workload.dataset_fn(ModeKeys.EVAL), workload.template)
+
+        def evaluate(keys, max_batches):
+            return evaluator.evaluate(list(keys), max_batches, label="EarlyStopping")[0]
+
+        for hook in boundary:
+            hook.bind(evaluate)
+
+    def _interleaved_evaluation(self, max_batches=0):
         workload = self.workload
         eval_spec, _, _ = workload.build(ModeKeys.EVAL)
         steps.check_spec(eval_spec, ModeKeys.EVAL)
@@ -203,7 +226,7 @@ class TrainingJob:
             if step in evaluated:
                 return
             evaluated.add(step)
-            metrics, _ = evaluator.evaluate(keys)
+            metrics, _ = evaluator.evaluate(keys, max_batches)
             self.logger.info(reporting.validation_line(step, metrics))
             eval_summaries.scalars(step, metrics)
             eval_summaries.flush()   # the writer stays open for the next evaluation

@@ -1,0 +1,1 @@
+"""MoXing's ``moxing.framework.util``: ``compat``."""
