@@ -30,8 +30,9 @@ seen = []
 def where(frame):
     code = frame.f_code
     name = code.co_name
-    if "__autograph_generated" in code.co_filename and name.startswith("tf__"):
-        name = name[4:]
+    if "__autograph_generated" in code.co_filename:
+        # A converted function is tf__<name>; a function nested in one keeps its name.
+        name = name[4:] if name.startswith("tf__") else name
         owner = frame.f_locals.get("self")
         if owner is not None:
             for cls in type(owner).__mro__:
