@@ -20,6 +20,7 @@ _EXPORTS = {
     "current_learning_rate": "schedules",
     "LayerStatisticsRequest": "wrapper", "OptimizerWrapper": "wrapper", "is_optimizer": "wrapper",
     "layer_statistics_request": "wrapper",
+    "Pipeline": "pipeline", "StepInputs": "pipeline",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -17,32 +17,19 @@ wrappers know nothing of the loop:
     plan.num_batches                      # micro-batches per update (1: no accumulation)
     plan.apply_optimizer.apply_gradients(zip(mean_gradients, variables))
 
-Only an outermost ``batch_gradients`` (possibly inside Keras's
-``LossScaleOptimizer``, which moxlite puts around the whole stack) is lifted
-out this way. ``nested_batch_gradients(plan.apply_optimizer)`` tells the loop
-whether another one remains further down, which it cannot honour.
+The links answer for themselves (``Link.accumulation``): ``batch_gradients``
+says how many micro-batches it takes and that its inner optimizer applies their
+mean; loss scaling around it (moxlite's, or Keras's ``LossScaleOptimizer``) says
+the same with its scale shared around that inner optimizer; every other link says
+(1, itself). ``nested_batch_gradients(plan.apply_optimizer)`` asks each link below
+whether it ``accumulates_micro_batches``, which such a loop cannot honour.
 """
-
-import dataclasses
 
 import keras
 
 from moxlite import compat
-from moxlite.optimizers import schedules
-from moxlite.optimizers import wrapper as wrapper_lib
-from moxlite.optimizers.batch_gradients import BatchGradients
-
-
-@dataclasses.dataclass(frozen=True)
-class Accumulation:
-    """num_batches micro-batch gradients, averaged, make one update by ``apply_optimizer``."""
-
-    num_batches: int
-    apply_optimizer: keras.optimizers.Optimizer
-
-    def counting_updates(self):
-        """The scope to apply ``apply_optimizer`` in: its schedule counts one update per num_batches."""
-        return schedules.micro_steps_per_update(self.num_batches)
+from moxlite.optimizers import pipeline
+from moxlite.optimizers.pipeline import Accumulation  # noqa: F401  (accumulation.Accumulation)
 
 
 class _SharedLossScale(keras.optimizers.LossScaleOptimizer):
@@ -66,33 +53,25 @@ class _SharedLossScale(keras.optimizers.LossScaleOptimizer):
 
 
 def accumulation_of(optimizer):
-    """The ``Accumulation`` of the stack whose outermost optimizer is ``optimizer``.
+    """The ``Accumulation`` of the stack whose outermost optimizer is ``optimizer``, as its
+    outermost link answers it (``Link.accumulation``).
 
-    ``batch_gradients(num_batches=N)`` outermost: (N, its inner optimizer).
-    ``LossScaleOptimizer(batch_gradients(N))``: (N, the same loss scaling around
-    batch_gradients' inner optimizer). Anything else: (1, ``optimizer``).
+    ``batch_gradients(num_batches=N)`` outermost: (N, its inner optimizer). Loss scaling
+    around it (moxlite's, or Keras's ``LossScaleOptimizer``, which cannot answer for itself):
+    (N, the same loss scaling around batch_gradients' inner optimizer). Anything else:
+    (1, ``optimizer``).
     """
-    if isinstance(optimizer, BatchGradients):
-        return Accumulation(optimizer.num_batches, optimizer.inner_optimizer)
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) and \
-            isinstance(optimizer.inner_optimizer, BatchGradients):
-        lifted = optimizer.inner_optimizer
-        return Accumulation(lifted.num_batches, _SharedLossScale(optimizer, lifted.inner_optimizer))
-    from moxlite.training.loss_scaling import LossScale   # moxlite's own loss scaling
-    if isinstance(optimizer, LossScale) and isinstance(optimizer.inner_optimizer, BatchGradients):
-        lifted = optimizer.inner_optimizer
-        return Accumulation(lifted.num_batches, optimizer.sharing_state_around(lifted.inner_optimizer))
-    return Accumulation(1, optimizer)
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        inner = accumulation_of(optimizer.inner_optimizer)
+        if inner.num_batches == 1:
+            return Accumulation(1, optimizer)
+        return Accumulation(inner.num_batches, _SharedLossScale(optimizer, inner.apply_optimizer))
+    links, _ = pipeline.links_of(optimizer)
+    return links[0].accumulation() if links else Accumulation(1, optimizer)
 
 
 def nested_batch_gradients(optimizer):
-    """The first ``batch_gradients`` anywhere in the stack below ``optimizer`` (itself included), or None."""
-    layer = optimizer
-    while layer is not None:
-        if isinstance(layer, BatchGradients):
-            return layer
-        if isinstance(layer, (wrapper_lib.OptimizerWrapper, keras.optimizers.LossScaleOptimizer)):
-            layer = layer.inner_optimizer
-        else:
-            layer = None
-    return None
+    """The first link anywhere in the stack below ``optimizer`` (itself included) that
+    accumulates micro-batches across steps, or None."""
+    links, _ = pipeline.links_of(pipeline.looked_through(optimizer))
+    return next((link for link in links if link.accumulates_micro_batches), None)

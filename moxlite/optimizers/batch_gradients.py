@@ -33,7 +33,7 @@ import keras
 import tensorflow as tf
 
 from moxlite import compat
-from moxlite.optimizers import catalog, schedules
+from moxlite.optimizers import catalog, pipeline, schedules
 from moxlite.optimizers import wrapper as wrapper_lib
 
 
@@ -53,13 +53,21 @@ class BatchGradients(wrapper_lib.OptimizerWrapper):
     def learning_rate(self, learning_rate):
         self.inner_optimizer.learning_rate = learning_rate
 
-    def _apply_inner(self, distribution, grads, variables, reduced):
-        with schedules.micro_steps_per_update(self.num_batches):
-            super()._apply_inner(distribution, grads, variables, reduced)
+    # What it is as a link of a pipeline: num_batches steps above make one update below.
 
-    def set_layer_statistics(self, statistics, gradients=(), micro_batches=1):
-        # Each step's statistics are one micro-batch of an update (thor accumulates them).
-        super().set_layer_statistics(statistics, gradients, micro_batches * self.num_batches)
+    @property
+    def apply_every(self):
+        return self.num_batches
+
+    @property
+    def accumulates_micro_batches(self):
+        return self.num_batches > 1
+
+    clipped_after = True   # clipping applies to the accumulated mean, once per update
+
+    def accumulation(self):
+        """num_batches micro-batches make one update, applied by the inner stack."""
+        return pipeline.Accumulation(self.num_batches, self.inner_optimizer)
 
     # State.
 
@@ -103,9 +111,14 @@ class BatchGradients(wrapper_lib.OptimizerWrapper):
 
     # The step.
 
-    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced):
+    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced, rest):
+        def apply_inner(distribution, grads, variables, reduced):
+            # The stack below counts one update per num_batches micro-batches.
+            with schedules.micro_steps_per_update(self.num_batches):
+                rest(distribution, grads, variables, reduced)
+
         if self.num_batches == 1:
-            self._apply_inner(distribution, grads, variables, reduced)
+            apply_inner(distribution, grads, variables, reduced)
             return
         if not reduced and not self.sync_on_apply:
             grads = wrapper_lib.sum_across_replicas(distribution, grads, variables)
@@ -117,7 +130,7 @@ class BatchGradients(wrapper_lib.OptimizerWrapper):
             mean = self._mean_with(distribution, grads, variables, reduced)
             if not reduced:
                 mean = wrapper_lib.sum_across_replicas(distribution, mean, variables)
-            self._apply_inner(distribution, mean, variables, reduced=True)
+            apply_inner(distribution, mean, variables, True)
             self._reset(distribution, variables)
 
         def accumulate():

@@ -74,11 +74,11 @@ class LARS(wrapper_lib.OptimizerWrapper):
             scaled.append(self.trust_ratio(gradient, weight) * update)
         return scaled
 
-    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced):
+    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced, rest):
         if not reduced:
             grads = wrapper_lib.sum_across_replicas(distribution, grads, variables)
         scaled = distribution.extended.call_for_each_replica(self._scale, args=(list(grads), list(variables)))
-        self._apply_inner(distribution, scaled, variables, reduced=True)
+        rest(distribution, scaled, variables, True)
 
     def get_config(self):
         config = super().get_config()

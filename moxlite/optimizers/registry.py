@@ -6,7 +6,7 @@ for ``--dry-run``.
 """
 
 from moxlite import errors
-from moxlite.optimizers import catalog, tf1_adapter, wrapper as wrapper_lib
+from moxlite.optimizers import catalog, pipeline, tf1_adapter, wrapper as wrapper_lib
 from moxlite.optimizers.batch_gradients import BatchGradients
 from moxlite.optimizers.lars import LARS
 from moxlite.optimizers.thor import THOR
@@ -63,14 +63,9 @@ def _short(value):
 
 def describe_stack(optimizer):
     """The stack, outermost first, one line each: wrappers with their parameters, then the Keras optimizer."""
-    lines = []
-    for layer in wrapper_lib.stack_of(optimizer):
-        if isinstance(layer, wrapper_lib.OptimizerWrapper):
-            lines.append(layer.describe())
-        else:
-            config = layer.get_config()
-            shown = {key: config[key] for key in ("learning_rate", "momentum", "nesterov", "beta_1", "beta_2",
-                                                  "epsilon", "rho", "weight_decay") if config.get(key) is not None}
-            arguments = ", ".join(f"{key}={_short(value)}" for key, value in shown.items())
-            lines.append(f"{type(layer).__name__}({arguments})")
-    return lines
+    links, base = pipeline.links_of(optimizer)
+    config = base.get_config()
+    shown = {key: config[key] for key in ("learning_rate", "momentum", "nesterov", "beta_1", "beta_2",
+                                          "epsilon", "rho", "weight_decay") if config.get(key) is not None}
+    arguments = ", ".join(f"{key}={_short(value)}" for key, value in shown.items())
+    return [link.describe() for link in links] + [f"{type(base).__name__}({arguments})"]

@@ -14,9 +14,11 @@ an outer ``batch_gradients``) and inverted; the other updates reuse the stored
 inverses. Damping lambda goes to both factors as sqrt(lambda) (Conv2D:
 sqrt(lambda / (H_out*W_out)), and its update is divided by H_out*W_out).
 
-How the statistics arrive (see ``wrapper``'s interface): the loop records
-each tracked layer's input and output gradient and calls
-``set_layer_statistics`` in replica context before ``apply_gradients``. On a
+How the statistics arrive (see ``wrapper``'s interface): the step records
+each tracked layer's input and output gradient and hands them in
+``StepInputs.layer_records`` (``READS``); the pipeline calls ``receive`` in
+replica context before it applies the gradients, with ``micro_batches`` the
+product of ``apply_every`` of the links above. On a
 collecting update each replica computes its factor sums locally; then, in
 cross-replica context, one all-reduce of all factors packed into one vector
 sums them across replicas, so R replicas x B equal one replica x R*B. The
@@ -32,8 +34,14 @@ servers a refreshing worker's inverses come from its own batch, never pooled
 with another worker's. Under a synchronous ``batch_gradients`` above, each
 step is one micro-batch: the sums go to accumulator variables until the
 update applies, then are cleared. The asynchronous loop's in-worker
-accumulation sums ``layer_statistics_sums`` over its micro-batches in tensors
-and hands the total over once (``set_layer_statistics_sums``).
+accumulation sums ``summarise`` over its micro-batches in tensors and hands the
+total over once (``StepInputs.record_sums``).
+
+Order in a stack: thor preconditions the gradient it receives and hands the
+result down, so ``lars(thor(...))`` preconditions the LARS-scaled gradient and
+``thor(lars(...))`` hands the preconditioned gradient to LARS. The run's gradient
+clipping sits below thor (``clipped_after``): it clips the preconditioned
+gradient, as MindSpore does.
 
 State (saved with the optimizer): per layer the factor accumulators and the
 inverse blocks, and the wrapper's own applied-update counter (which decides
@@ -129,7 +137,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         self._announced = False
         self._pending = None         # (slots, collecting, summed factors) of the step being traced
         self._accumulating = False   # statistics arrive as micro-batches (a batch_gradients above)
-        self._summed_slots = []      # slots of layer_statistics_sums, for set_layer_statistics_sums
+        self._summed_slots = []      # slots of _summed_records, for _take_record_sums
         run_context = context.current()
         self._global_step = run_context.global_step if run_context is not None else None
 
@@ -187,7 +195,23 @@ class THOR(wrapper_lib.OptimizerWrapper):
                                               identity_blocks(slot.g_layout))
         slot.state = state
 
-    # What the loop must record.
+    # What it is as a link of a pipeline: it reads the step's per-layer records, and clipping
+    # applies to the gradient it preconditions (MindSpore's order).
+
+    READS = frozenset({"layer_records", "checked_gradients", "micro_batches", "record_sums"})
+    clipped_after = True
+
+    def receive(self, inputs):
+        """Replica context: the step's records (or an in-step accumulation's summed ones)."""
+        if inputs.record_sums is not None:
+            self._take_record_sums(inputs.record_sums)
+        else:
+            self._take_records(inputs.layer_records, inputs.checked_gradients, inputs.micro_batches)
+
+    def summarise(self, inputs):
+        return self._summed_records(inputs.layer_records, inputs.checked_gradients)
+
+    # What the step must record.
 
     def layer_statistics_request(self):
         return wrapper_lib.LayerStatisticsRequest(layer_types=TRACKED_KINDS, every_n_steps=self.frequency,
@@ -251,7 +275,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         else:
             replica_context.merge_call(function, args=(args,))
 
-    def set_layer_statistics(self, statistics, gradients=(), micro_batches=1):
+    def _take_records(self, statistics, gradients=(), micro_batches=1):
         """Replica context: this replica's LayerRecords (loop side: moxlite.training.layer_statistics).
 
         Under a ``batch_gradients`` above this wrapper (``micro_batches`` > 1) they are one
@@ -273,12 +297,12 @@ class THOR(wrapper_lib.OptimizerWrapper):
             self._collect(distribution, slots, packed, micro_batch)
         self._in_cross_replica_context(collect, tensors)
 
-    def layer_statistics_sums(self, statistics, gradients=()):
+    def _summed_records(self, statistics, gradients=()):
         """Replica context, no cross-replica call: one micro-batch's factor sums as one vector.
 
         For a loop that accumulates micro-batches in tensors (the asynchronous loop under
         ``batch_gradients``): it adds these vectors over the micro-batches and hands the
-        total to ``set_layer_statistics_sums`` before applying. Zeros unless collecting.
+        total over as ``StepInputs.record_sums`` before applying. Zeros unless collecting.
         """
         slots, tensors = self._grouped(statistics, gradients)
         if not slots:
@@ -287,8 +311,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
         size = sum(self._packed_size(slot) for slot in slots) + 1
         return tf.cond(self._is_collecting(), lambda: self._local_sums(slots, tensors), lambda: tf.zeros([size]))
 
-    def set_layer_statistics_sums(self, sums):
-        """Replica context: the total of ``layer_statistics_sums`` over this update's micro-batches."""
+    def _take_record_sums(self, sums):
+        """Replica context: the total of ``_summed_records`` over this update's micro-batches."""
         slots = self._summed_slots
         self._pending = None
         if not slots:
@@ -471,7 +495,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
             matrix = matrix / geometry.spatial
         return tf.reshape(matrix, gradient.shape)
 
-    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced):
+    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced, rest):
         if not reduced:
             grads = wrapper_lib.sum_across_replicas(distribution, grads, variables)
         grads, variables = list(grads), list(variables)
@@ -484,7 +508,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         elif self._accumulating and any(slot.state is not None for slot in self._slots):
             tf.cond(self._is_collecting(), self._refresh_from_accumulators, lambda: None)
         preconditioned = distribution.extended.call_for_each_replica(self._precondition, args=(grads, variables))
-        self._apply_inner(distribution, preconditioned, variables, reduced=True)
+        rest(distribution, preconditioned, variables, True)
         # On the tf.Variable itself: a Keras variable's assign_add reads, then writes, and loses
         # increments when parameter-server workers apply concurrently.
         compat.backing_variable(self._updates).assign_add(tf.constant(1, tf.int64))

@@ -1,26 +1,30 @@
 """The optimizer-wrapper mechanism: Keras 3 optimizers that wrap another.
 
 A wrapper is a ``keras.optimizers.Optimizer`` that owns only its own state
-(accumulators, counters) and hands a transformed gradient to its inner
-optimizer, which may itself be a wrapper. ``iterations`` and
+(accumulators, counters) and hands a transformed gradient down the stack,
+to the rest of its pipeline (its inner optimizer, which may itself be a
+wrapper, as the pipeline reads it). ``iterations`` and
 ``learning_rate`` are the innermost optimizer's, as in Keras's
 LossScaleOptimizer. Wrappers know nothing of each other, so they stack in any
 order: ``batch_gradients(lars(momentum))`` is the 32k-batch ResNet-50 recipe.
 
 How gradients flow (TensorFlow backend, any tf.distribute strategy)
 -------------------------------------------------------------------
-The loop calls ``wrapper.apply_gradients(zip(grads, vars))`` in replica
-context with each replica's own, unreduced gradient (of loss / replicas).
-The outermost wrapper enters cross-replica context once, with
-``merge_call``, and from there every wrapper of the stack runs
-``_apply_in_cross_replica_context(distribution, grads, variables, reduced)``:
+A stack is a gradient pipeline (``moxlite.optimizers.pipeline``): each wrapper is a
+``Link`` that transforms the gradient and hands it to ``rest``, the links below it and
+then the plain Keras optimizer, which it does not know. The loop calls
+``pipeline.apply_step(zip(grads, vars), inputs)`` in replica context with each replica's
+own, unreduced gradient (of loss / replicas) and the step's ``StepInputs``; a wrapper's own
+``apply_gradients`` does the same with empty inputs. The pipeline enters cross-replica
+context once, with ``merge_call``, and from there each link runs
+``_apply_in_cross_replica_context(distribution, grads, variables, reduced, rest)``:
 
 - ``grads`` are per-replica values; ``reduced`` says whether they are
   already the cross-replica SUM (each replica holding the same total) or
   still each replica's own gradient.
-- A wrapper that needs the total (LARS's norms) reduces with
+- A link that needs the total (LARS's norms) reduces with
   ``sum_across_replicas`` and passes ``reduced=True`` down, so nothing below
-  reduces again. A wrapper that wants to choose when replicas communicate
+  reduces again. A link that wants to choose when replicas communicate
   (``batch_gradients`` with sync_on_apply) keeps ``reduced=False`` until it
   applies. Conditions (``tf.cond`` on "is this the applying step") are taken
   here, in cross-replica context, where a branch may reduce; a branch that
@@ -30,7 +34,7 @@ The outermost wrapper enters cross-replica context once, with
   ``distribution.extended.call_for_each_replica``.
 - The innermost plain Keras optimizer is applied in replica context with its
   built-in all-reduce switched off when the gradients are already reduced (see
-  ``_apply_to_keras_optimizer``), so the whole stack does exactly one
+  ``pipeline.apply_to_keras_optimizer``), so the whole stack does exactly one
   reduction per update that needs one.
 
 Every cross-replica reduction goes through ``sum_across_replicas``, i.e.
@@ -51,43 +55,35 @@ Interface for wrappers that need per-layer statistics (THOR)
 A second-order wrapper such as THOR (K-FAC-like, see thor.md) preconditions
 each layer's gradient with Kronecker factors built from the layer's inputs
 and the gradients of the loss with respect to the layer's outputs. Only the
-loop can record those, so the contract between the two is:
+step can record those. The link says ``"layer_records"`` in its ``READS`` and
+answers ``layer_statistics_request()`` with a ``LayerStatisticsRequest``: which
+layer classes to track (``layer_types``, e.g. ("Dense", "Conv2D")), which
+statistics (``statistics``: "inputs", "output_gradients"), ``every_n_steps``
+(THOR's ``frequency``, informative) and ``collecting``: None (record on every
+step), or a callable the step calls in replica context that returns a boolean
+tensor, True on the steps whose statistics the link uses (THOR: its refresh
+updates).
 
-1. ``layer_statistics_request(optimizer)`` (module function; the loop calls it
-   once on the outermost optimizer after building it) returns None, or a
-   ``LayerStatisticsRequest``: which layer classes to track (``layer_types``,
-   e.g. ("Dense", "Conv2D")), which statistics (``statistics``: "inputs",
-   "output_gradients"), ``every_n_steps`` (THOR's ``frequency``, informative)
-   and ``collecting``: None (record on every step), or a callable the loop
-   calls in replica context that returns a boolean tensor, True on the steps
-   whose statistics the wrapper uses (THOR: its refresh updates).
-2. On a step where statistics are recorded, the loop, in replica context and
-   before ``apply_gradients``, calls ``set_layer_statistics(optimizer, stats)``
-   with ``stats`` a list of ``moxlite.training.layer_statistics.LayerRecord``,
-   one per call of a tracked layer (a shared layer gives several): the layer,
-   its kernel variable (the key: layers built inside model_fn are renamed on
-   every trace, their variables are not), its input and the gradient of
-   model_fn's loss *as returned* with respect to its pre-activation output
-   (loss scale and the loop's division by the replica count taken out,
-   float32), and the step's gradients (a wrapper may drop the statistics of a
-   step whose gradients overflowed). Each replica hands its local values; the wrapper reduces them
-   across replicas itself. With ``collecting``, the loop runs model_fn
-   without recording on the other steps (no probes: a step like the inner
-   optimizer's) and hands empty records there, still in the same call, so
-   that the wrapper's cross-replica work stays outside any replica-context
-   ``cond``; without it the loop records on every step.
-   Both functions look through a Keras ``LossScaleOptimizer``. A
-   ``batch_gradients`` link passes ``micro_batches`` (its num_batches) down
-   with them: one step's statistics are then one micro-batch of an update.
-3. A loop that accumulates micro-batches inside one step (the asynchronous
-   loop) calls ``layer_statistics_sums(optimizer, stats, gradients)`` per
-   micro-batch instead (a vector, no cross-replica call), adds them up and
-   hands the total to ``set_layer_statistics_sums`` of the optimizer that
-   applies, before applying.
+On every step the step hands the records in ``StepInputs.layer_records`` (a list of
+``moxlite.training.layer_statistics.LayerRecord``, one per call of a tracked
+layer; a shared layer gives several): the layer, its kernel variable (the key:
+layers built inside model_fn are renamed on every trace, their variables are
+not), its input and the gradient of model_fn's loss *as returned* with respect
+to its pre-activation output (loss scale and the loop's division by the replica
+count taken out, float32), with the step's gradients in ``checked_gradients`` (a
+link may drop the statistics of a step whose gradients overflowed). Each replica
+hands its local values; the link reduces them across replicas itself, in its
+``receive``. With ``collecting``, the step runs model_fn without recording on
+the other steps (no probes: a step like the inner optimizer's) and hands empty
+records there, still in the same call, so that the link's cross-replica work
+stays outside any replica-context ``cond``. ``micro_batches`` (the product of
+``apply_every`` of the links above, e.g. an outer ``batch_gradients``) says how
+many steps' records make one update.
 
-The base class implements both by forwarding to the inner wrapper, so a
-request made anywhere in a stack reaches the loop and the statistics reach
-the wrapper that asked for them.
+A loop that accumulates micro-batches inside one step (the asynchronous loop)
+asks ``pipeline.summarise(inputs)`` per micro-batch instead (a vector, no
+cross-replica call), adds them up and hands the total, as
+``StepInputs(record_sums=...)``, to the pipeline that applies, before applying.
 """
 
 import dataclasses
@@ -95,10 +91,10 @@ import threading
 from typing import Any, Callable, Optional, Tuple
 
 import keras
-import tensorflow as tf
 
 from moxlite import compat, context, errors, flags, logs
 from moxlite.optimizers import catalog, tf1_adapter
+from moxlite.optimizers import pipeline as pipeline_lib
 from moxlite.optimizers.catalog import Parameter  # noqa: F401  (wrapper_lib.Parameter)
 
 SYNC_REPLICAS_WARNING = "Using OptimizerWrapper when sync_replicas is True may cause performance loss."
@@ -148,119 +144,40 @@ def is_optimizer(obj):
 
 def innermost(optimizer):
     """The plain Keras optimizer at the bottom of a wrapper stack."""
-    while isinstance(optimizer, OptimizerWrapper):
-        optimizer = optimizer.inner_optimizer
-    return optimizer
+    return pipeline_lib.links_of(optimizer)[1]
 
 
 def stack_of(optimizer):
     """The optimizers of a stack, outermost first, innermost (plain Keras) last."""
-    stack = [optimizer]
-    while isinstance(stack[-1], OptimizerWrapper):
-        stack.append(stack[-1].inner_optimizer)
-    return stack
+    links, base = pipeline_lib.links_of(optimizer)
+    return links + [base]
 
 
-def _through_loss_scaling(optimizer):
-    """The stack inside a Keras LossScaleOptimizer (which hides the wrappers it holds)."""
-    while isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        optimizer = optimizer.inner_optimizer
-    return optimizer
-
+# The per-layer statistics interface as functions of a stack's outermost optimizer (a plain
+# Keras optimizer, or a Keras LossScaleOptimizer around a stack, included).
 
 def layer_statistics_request(optimizer) -> Optional[LayerStatisticsRequest]:
-    """What per-layer statistics the loop must hand to ``optimizer`` (None: none)."""
-    optimizer = _through_loss_scaling(optimizer)
-    if isinstance(optimizer, OptimizerWrapper):
-        return optimizer.layer_statistics_request()
-    return None
+    """What per-layer statistics the step must hand to ``optimizer``'s stack (None: none)."""
+    return pipeline_lib.pipeline_of(optimizer).layer_statistics_request()
 
 
 def set_layer_statistics(optimizer, statistics, gradients=()):
-    """Hand the loop's per-layer records (and this step's gradients, whose finiteness decides
-    whether the step counts) to the stack ``optimizer`` (see the module docstring)."""
-    optimizer = _through_loss_scaling(optimizer)
-    if isinstance(optimizer, OptimizerWrapper):
-        optimizer.set_layer_statistics(statistics, gradients)
+    """Hand one step's per-layer records (and its gradients, whose finiteness decides whether
+    the step counts) to the links of ``optimizer``'s stack that read them."""
+    pipeline_lib.pipeline_of(optimizer).receive(
+        pipeline_lib.StepInputs(layer_records=tuple(statistics), checked_gradients=tuple(gradients)))
 
 
-def layer_statistics_sums(optimizer, statistics, gradients=()):
-    """One micro-batch's statistics summarised by the stack ``optimizer`` as one float32 vector
-    that adds up over micro-batches, without any cross-replica call (None: the stack uses none).
-
-    For a loop that accumulates micro-batches in tensors inside one step (the asynchronous
-    loop under ``batch_gradients``): it sums the vectors and hands the total to
-    ``set_layer_statistics_sums`` of the optimizer that applies, before applying.
-    """
-    optimizer = _through_loss_scaling(optimizer)
-    if isinstance(optimizer, OptimizerWrapper):
-        return optimizer.layer_statistics_sums(statistics, gradients)
-    return None
+sum_across_replicas = pipeline_lib.sum_across_replicas
+dense = pipeline_lib.dense
 
 
-def set_layer_statistics_sums(optimizer, sums):
-    """Hand the total of ``layer_statistics_sums`` over an update's micro-batches to ``optimizer``."""
-    optimizer = _through_loss_scaling(optimizer)
-    if isinstance(optimizer, OptimizerWrapper):
-        optimizer.set_layer_statistics_sums(sums)
-
-
-def sum_across_replicas(distribution, grads, variables):
-    """All-reduce (SUM) per-replica gradients onto the variables' devices, in one call.
-
-    Must run in cross-replica context. Returns values that hold, on each
-    replica, the sum over replicas. With one replica this is the identity.
-    """
-    destinations = [v.value if isinstance(v, keras.Variable) else v for v in variables]
-    return distribution.extended.batch_reduce_to(
-        tf.distribute.ReduceOp.SUM, list(zip(grads, destinations)))
-
-
-def dense(gradient):
-    """Gradients as dense tensors: wrappers accumulate and take norms of them."""
-    if isinstance(gradient, tf.IndexedSlices):
-        return tf.convert_to_tensor(gradient)
-    return gradient
-
-
-def _install_reduction_switch(optimizer):
-    """Let a plain Keras optimizer skip its own all-reduce when given reduced gradients.
-
-    Keras's TensorFlow optimizer sums the gradients across replicas inside
-    ``apply`` (``_all_reduce_sum_gradients``). A wrapper that already reduced
-    them sets ``_moxlite_gradients_reduced`` (in cross-replica context, one
-    thread) around the replica-context call, and this switch then returns
-    them unchanged instead of summing identical copies again.
-    """
-    if getattr(optimizer, "_moxlite_reduction_switch", False):
-        return
-    original = compat.gradient_all_reduce(optimizer)
-
-    def all_reduce_unless_reduced(grads_and_vars):
-        if optimizer._moxlite_gradients_reduced:
-            return list(grads_and_vars)
-        return original(grads_and_vars)
-
-    optimizer._moxlite_gradients_reduced = False
-    compat.replace_gradient_all_reduce(optimizer, all_reduce_unless_reduced)
-    optimizer._moxlite_reduction_switch = True
-
-
-def _apply_to_keras_optimizer(distribution, optimizer, grads, variables):
-    """Apply already-reduced per-replica gradients with a plain Keras optimizer."""
-    optimizer._moxlite_gradients_reduced = True
-    try:
-        distribution.extended.call_for_each_replica(optimizer.apply, args=(list(grads), list(variables)))
-    finally:
-        optimizer._moxlite_gradients_reduced = False
-
-
-class OptimizerWrapper(keras.optimizers.Optimizer):
+class OptimizerWrapper(keras.optimizers.Optimizer, pipeline_lib.Link):
     """Base of moxlite's wrappers; subclasses define ``NAME``, ``PARAMETERS`` and the transform.
 
-    A subclass implements ``_apply_in_cross_replica_context`` (calling
-    ``self._apply_inner`` with what it hands down) and, when it has state,
-    ``_build_own_state(variables)``.
+    A subclass implements ``_apply_in_cross_replica_context(distribution, grads, variables,
+    reduced, rest)`` (calling ``rest`` with what it hands down), says what it is as a link
+    (``pipeline.Link``'s attributes) and, when it has state, ``_build_own_state(variables)``.
     """
 
     NAME = "wrapper"
@@ -280,8 +197,6 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
         self.inner_optimizer = inner_optimizer
         for key, value in values.items():
             setattr(self, key, value)
-        if not isinstance(inner_optimizer, OptimizerWrapper):
-            _install_reduction_switch(inner_optimizer)
         if self.WARN_WHEN_SYNC:
             _warn_if_sync_replicas()
 
@@ -325,60 +240,26 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
         return self.iterations
 
     def apply(self, grads, trainable_variables=None):
+        """Apply through this stack's pipeline, with no step inputs (the loop hands its own)."""
         if trainable_variables is None:
             trainable_variables = compat.optimizer_built_variables(self)
         elif not self.built:
             self.build(list(trainable_variables))
-        pairs = [(dense(g), v) for g, v in zip(grads, trainable_variables) if g is not None]
-        if not pairs:
-            return
-        grads = [g for g, _ in pairs]
-        variables = [v for _, v in pairs]
-        replica_context = tf.distribute.get_replica_context()
-        if replica_context is None:
-            self._apply_in_cross_replica_context(tf.distribute.get_strategy(), grads, variables, False)
-        else:
-            replica_context.merge_call(self._merge_apply, args=(grads, variables))
+        pipeline_lib.pipeline_of(self).apply_step(list(zip(grads, trainable_variables)))
 
-    def _merge_apply(self, distribution, grads, variables):
-        self._apply_in_cross_replica_context(distribution, grads, variables, False)
+    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced, rest):
+        """Transform ``grads`` and hand them to ``rest``; see the module docstring."""
+        rest(distribution, grads, variables, reduced)
 
-    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced):
-        """Transform ``grads`` and hand them down; see the module docstring."""
-        self._apply_inner(distribution, grads, variables, reduced)
-
-    def _apply_inner(self, distribution, grads, variables, reduced):
-        inner = self.inner_optimizer
-        if isinstance(inner, OptimizerWrapper):
-            inner._apply_in_cross_replica_context(distribution, grads, variables, reduced)
-            return
-        if not reduced:
-            grads = sum_across_replicas(distribution, grads, variables)
-        _apply_to_keras_optimizer(distribution, inner, grads, variables)
+    def set_layer_statistics(self, statistics, gradients=()):
+        """Hand one step's per-layer records to the links of this stack that read them."""
+        set_layer_statistics(self, statistics, gradients)
 
     def finalize_variable_values(self, var_list):
         self.inner_optimizer.finalize_variable_values(var_list)
 
     def scale_loss(self, loss):
         return self.inner_optimizer.scale_loss(loss)
-
-    # The per-layer statistics interface (see the module docstring).
-
-    def layer_statistics_request(self):
-        return layer_statistics_request(self.inner_optimizer)
-
-    def set_layer_statistics(self, statistics, gradients=(), micro_batches=1):
-        """micro_batches: how many steps' statistics make one update of this link (a
-        ``batch_gradients`` above multiplies it by its num_batches)."""
-        inner = _through_loss_scaling(self.inner_optimizer)
-        if isinstance(inner, OptimizerWrapper):
-            inner.set_layer_statistics(statistics, gradients, micro_batches)
-
-    def layer_statistics_sums(self, statistics, gradients=()):
-        return layer_statistics_sums(self.inner_optimizer, statistics, gradients)
-
-    def set_layer_statistics_sums(self, sums):
-        set_layer_statistics_sums(self.inner_optimizer, sums)
 
     # Serialisation: the inner optimizer is serialised inside the wrapper's config.
 

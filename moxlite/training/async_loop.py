@@ -15,11 +15,12 @@ killed).
 Micro-batch accumulation (``batch_gradients``): a running sum kept in
 variables between scheduled steps would mix micro-batches of different
 workers, since consecutive steps land on different workers in any order. So
-when the stack's outermost wrapper is ``batch_gradients(num_batches=N)``
-(possibly inside a LossScaleOptimizer), one scheduled function reads N
-micro-batches from its worker's iterator, sums their gradients in tensors and
-applies the mean once through the optimizer below ``batch_gradients`` (see
-``moxlite.optimizers.accumulation``, the interface between the two). The
+when the stack's outermost link answers that it accumulates N micro-batches
+(``batch_gradients(num_batches=N)``, possibly under loss scaling; see
+``moxlite.optimizers.accumulation``, the interface between the two), one
+scheduled function reads N micro-batches from its worker's iterator, sums their
+gradients in tensors and applies the mean once through the pipeline of what the
+link names as applying it (the optimizer below ``batch_gradients``). The
 global step advances by N per scheduled function, one per micro-batch as in
 MoXing, and ``run_steps`` rounds the steps it is asked for up to whole
 updates: choose log, summary and checkpoint intervals that are multiples of N.

@@ -1,43 +1,44 @@
-"""Gradient clipping as a link of the optimizer stack, so it sees the right gradient.
+"""Gradient clipping as a link of the optimizer pipeline, so it sees the right gradient.
 
-It sits below the loss scaling (so it clips unscaled gradients, and an overflow
-is caught before it) and directly below the lowest ``batch_gradients`` (so it
-clips the accumulated mean, once per update, as the Swin reproduction clips after
-accumulating). It acts on the gradient of the global batch: the replicas'
-gradients are summed first, so a threshold means the same on any number of
-replicas.
+The run places it once, when it builds the pipeline (``pipeline.Pipeline(..., clip=...)``),
+directly below the lowest link that says ``clipped_after``, at the top of the user's stack
+without one. So it clips
+
+- unscaled gradients, below the loss scaling (an overflow is caught before it) and the
+  non-finite guard;
+- the accumulated mean, once per update, below the lowest ``batch_gradients`` (as the Swin
+  reproduction clips after accumulating);
+- the preconditioned gradient, below ``thor`` (MindSpore's order: THOR's gradients are
+  clipped after the preconditioning, before the momentum).
+
+It acts on the gradient of the global batch: the replicas' gradients are summed first, so a
+threshold means the same on any number of replicas.
 
 - ``global_norm``: g_i <- g_i * t / max(t, ||(g_1, ..., g_n)||)
 - ``norm``:        g_i <- g_i * t / max(t, ||g_i||)
 """
 
-import keras
 import tensorflow as tf
 
-from moxlite.optimizers import wrapper as wrapper_lib
-from moxlite.optimizers.batch_gradients import BatchGradients
+from moxlite.optimizers import pipeline
 
 CLIP_TYPES = ("global_norm", "norm")
 
 
-@keras.saving.register_keras_serializable(package="moxlite")
-class GradientClip(wrapper_lib.OptimizerWrapper):
-    """Clip the global-batch gradient by norm before handing it down."""
+class GradientClip(pipeline.Link):
+    """Clip the global-batch gradient by norm before handing it down (no state of its own)."""
 
     NAME = "gradient_clip"
-    WARN_WHEN_SYNC = False
-    PARAMETERS = {
-        "threshold": wrapper_lib.Parameter(
-            1.0, "the clip threshold", "a positive number",
-            lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0),
-        "clip_type": wrapper_lib.Parameter(
-            "global_norm", "clip all gradients by their joint norm, or each by its own",
-            "'global_norm' or 'norm'", lambda v: v in CLIP_TYPES),
-    }
 
-    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced):
+    def __init__(self, threshold, clip_type="global_norm"):
+        if clip_type not in CLIP_TYPES:
+            raise ValueError(f"gradient_clip: clip_type={clip_type!r} is not valid; use 'global_norm' or 'norm'")
+        self.threshold = float(threshold)
+        self.clip_type = clip_type
+
+    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced, rest):
         if not reduced:
-            grads = wrapper_lib.sum_across_replicas(distribution, list(grads), list(variables))
+            grads = pipeline.sum_across_replicas(distribution, list(grads), list(variables))
 
         def clip(grads):
             grads = [tf.convert_to_tensor(g) for g in grads]
@@ -46,21 +47,12 @@ class GradientClip(wrapper_lib.OptimizerWrapper):
             return [tf.clip_by_norm(g, self.threshold) for g in grads]
 
         clipped = distribution.extended.call_for_each_replica(clip, args=(grads,))
-        self._apply_inner(distribution, clipped, variables, reduced=True)
+        rest(distribution, clipped, variables, True)
 
     def describe(self):
         return f"gradient_clip({self.clip_type} {self.threshold:g})"
 
 
-def insert_clipping(optimizer, threshold, clip_type):
-    """``optimizer``'s stack with a GradientClip under its lowest batch_gradients (or on top)."""
-    if not threshold:
-        return optimizer
-    lowest = None
-    for link in wrapper_lib.stack_of(optimizer):
-        if isinstance(link, BatchGradients):
-            lowest = link
-    if lowest is None:
-        return GradientClip(optimizer, threshold=threshold, clip_type=clip_type)
-    lowest.inner_optimizer = GradientClip(lowest.inner_optimizer, threshold=threshold, clip_type=clip_type)
-    return optimizer
+def clipping_link(threshold, clip_type):
+    """The run's clipping link (None when ``threshold`` is 0: no clipping)."""
+    return GradientClip(threshold, clip_type) if threshold else None

@@ -3,8 +3,8 @@
 With scale s the loop differentiates ``s * loss``; this wrapper divides the
 gradients by s before anything below it sees them (clipping, accumulation, LARS),
 then checks them: an overflow is any non-finite value on any replica, decided
-once for all replicas (their flags are summed across replicas, so every replica
-and every worker takes the same branch).
+once for all replicas by the shared ``ApplyIfFinite`` link (their flags are summed
+across replicas, so every replica and every worker takes the same branch).
 
 - ``dynamic=True`` (Keras's ``LossScaleOptimizer`` rule): an overflowing step is
   skipped and s halves; after ``growth_steps`` clean steps in a row s doubles.
@@ -21,7 +21,12 @@ import keras
 import tensorflow as tf
 
 from moxlite import context
+from moxlite.optimizers import accumulation as accumulation_lib
+from moxlite.optimizers import pipeline
 from moxlite.optimizers import wrapper as wrapper_lib
+from moxlite.training.apply_if_finite import ApplyIfFinite
+
+_GUARD = ApplyIfFinite()   # stateless: the one "apply only if finite" link, shared
 
 DEFAULT_INITIAL_SCALE = 2.0 ** 15   # Keras's LossScaleOptimizer default
 DEFAULT_GROWTH_STEPS = 2000
@@ -41,9 +46,10 @@ class LossScale(wrapper_lib.OptimizerWrapper):
 
     NAME = "loss_scale"
     WARN_WHEN_SYNC = False   # moxlite's own wrapper, not a MoXing optimizer wrapper
-    # Read by other parts of the loop (a non-finite guard): an overflowing scaled gradient is
-    # expected under this wrapper, which handles it.
-    HANDLES_OVERFLOW = True
+    # As a link: an overflowing scaled gradient is expected here and skipped (the step then
+    # checks only the loss), and clipping applies to the unscaled gradient it hands down.
+    handles_overflow = True
+    clipped_after = True
     PARAMETERS = {
         "initial_scale": wrapper_lib.Parameter(
             DEFAULT_INITIAL_SCALE, "the loss scale at step 0", "a positive number", _positive_number),
@@ -76,6 +82,14 @@ class LossScale(wrapper_lib.OptimizerWrapper):
         object.__setattr__(sibling, "_state_owner", self)
         return sibling
 
+    def accumulation(self):
+        """Around an accumulating stack: the same micro-batch count, applied by this scaling
+        (its scale shared) around what applies the mean."""
+        inner = accumulation_lib.accumulation_of(self.inner_optimizer)
+        if inner.num_batches == 1:
+            return pipeline.Accumulation(1, self)
+        return pipeline.Accumulation(inner.num_batches, self.sharing_state_around(inner.apply_optimizer))
+
     def _build_own_state(self, variables):
         owner = getattr(self, "_state_owner", None)
         if owner is not None:
@@ -96,37 +110,21 @@ class LossScale(wrapper_lib.OptimizerWrapper):
     def scale_loss(self, loss):
         return self.inner_optimizer.scale_loss(loss * tf.cast(self.scale, loss.dtype))
 
-    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced):
+    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced, rest):
         grads, variables = list(grads), list(variables)
         scale = tf.convert_to_tensor(self.scale)
 
         def unscale(grads):
             return [g / tf.cast(scale, g.dtype) for g in grads]
 
-        def overflowed(grads):
-            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-            return tf.where(finite, 0.0, 1.0)
-
         unscaled = distribution.extended.call_for_each_replica(unscale, args=(grads,))
-        # One replica's overflow is everyone's: the flags are summed across replicas (and
-        # workers), so all take the same branch and mirrored variables stay equal.
-        flags = distribution.extended.call_for_each_replica(overflowed, args=(unscaled,))
-        overflow_count = distribution.extended.reduce_to(
-            tf.distribute.ReduceOp.SUM, flags, destinations=self.scale.value)
-        overflow = distribution.experimental_local_results(overflow_count)[0] > 0
-
-        def apply():
-            self._apply_inner(distribution, unscaled, variables, reduced)
-            return tf.constant(True)
-
-        def skip():
-            return tf.constant(False)
-
+        # One replica's overflow is everyone's (decided once, by the shared apply-if-finite link).
+        finite = _GUARD.finite_everywhere(distribution, unscaled, self.scale)
         if self.drop_overflow_update:
-            tf.cond(overflow, skip, apply)
+            _GUARD.apply_if_finite(distribution, unscaled, variables, reduced, rest, finite)
         else:
-            apply()
-        self._update_state(overflow)
+            rest(distribution, unscaled, variables, reduced)
+        self._update_state(tf.logical_not(finite))
 
     def _update_state(self, overflow):
         """The scale and the counters after a step (cross-replica context)."""
@@ -148,11 +146,6 @@ class LossScale(wrapper_lib.OptimizerWrapper):
             return f"loss_scale(dynamic, initial {self.initial_scale:g}, growth every {self.growth_steps} steps)"
         action = "skip" if self.drop_overflow_update else "apply"
         return f"loss_scale(fixed {self.initial_scale:g}, {action} overflowing steps)"
-
-
-def find(optimizer):
-    """The LossScale wrapper at the top of ``optimizer``'s stack, or None."""
-    return optimizer if isinstance(optimizer, LossScale) else None
 
 
 class OverflowMonitor:

@@ -17,9 +17,10 @@ across replicas inside its traced call (no extra host sync per step):
   does not pay.
 - ``skip`` (``--nonfinite_policy=skip``, recipe ``run.nonfinite_policy``):
   the flag also covers every gradient, since the update must be known bad
-  before it is applied. It is not applied (``SkipNonFinite``, outermost below
-  any loss scaling), the step is counted and logged, and the run stops after
-  ``max_consecutive_nonfinite`` such steps in a row.
+  before it is applied. It is not applied (the pipeline's ``ApplyIfFinite``
+  link on top, or the loss scaling that holds one), the step is counted and
+  logged, and the run stops after ``max_consecutive_nonfinite`` such steps in
+  a row.
 
 Under a ``LossScaleOptimizer`` an overflowing scaled gradient is expected and
 that optimizer skips it, so only the loss is checked whatever the policy.
@@ -31,7 +32,7 @@ import keras
 import tensorflow as tf
 
 from moxlite import errors
-from moxlite.optimizers import wrapper as wrapper_lib
+from moxlite.optimizers import pipeline as pipeline_lib
 
 POLICIES = ("stop", "skip")
 FLAG_KEY = "_moxlite_nonfinite"
@@ -64,19 +65,9 @@ class Policy:
 
 
 def has_loss_scaling(optimizer):
-    """True when loss scaling (Keras's LossScaleOptimizer, or moxlite's LossScale, which says
-    ``HANDLES_OVERFLOW``) is in ``optimizer``'s stack."""
-    while optimizer is not None:
-        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or getattr(optimizer, "HANDLES_OVERFLOW", False):
-            return True
-        optimizer = getattr(optimizer, "inner_optimizer", None)
-    return False
-
-
-def all_finite(tensors):
-    """A bool scalar: every element of every tensor (None skipped) is finite."""
-    checks = [tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(t))) for t in tensors if t is not None]
-    return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
+    """True when ``optimizer``'s pipeline handles overflowing gradients itself: loss scaling,
+    moxlite's or Keras's, is in it (a link says ``handles_overflow``)."""
+    return pipeline_lib.pipeline_of(optimizer).handles_overflow
 
 
 def step_flag(losses, gradient_lists, optimizers, check_gradients=True):
@@ -102,7 +93,7 @@ def _sum_is_finite(tensors):
 
 
 def poison_gradients(gradient_lists, flag):
-    """Gradients that are NaN when ``flag`` says the loss was: SkipNonFinite then skips the step."""
+    """Gradients that are NaN when ``flag`` says the loss was: ``ApplyIfFinite`` then skips the step."""
     poison = tf.where(flag > 0, float("nan"), 0.0)
     return [[None if g is None else g + tf.cast(poison, g.dtype) for g in gradients]
             for gradients in gradient_lists]
@@ -145,33 +136,6 @@ def stop_message(step, loss, log_dir, last_checkpoint, consecutive=None, in_weig
     return (f"{what}: training stopped, {kept}; lower the learning rate or set gradient_clip, "
             f"check input_fn's data for NaN/Inf, or skip such steps with --nonfinite_policy=skip "
             f"(moxlite.set_flag('nonfinite_policy', 'skip'), recipe run.nonfinite_policy: skip)")
-
-
-class SkipNonFinite(wrapper_lib.OptimizerWrapper):
-    """Applies the update only when every gradient (summed over replicas) is finite."""
-
-    NAME = "skip_nonfinite"
-    PARAMETERS = {}
-
-    def __init__(self, inner_optimizer, name=None):
-        # Not OptimizerWrapper.__init__: this internal wrapper must not log MoXing's
-        # "wrappers are for asynchronous training" warning.
-        keras.optimizers.Optimizer.__init__(self, learning_rate=0.0, name=name or self.NAME)
-        self.inner_optimizer = inner_optimizer
-        if not isinstance(inner_optimizer, wrapper_lib.OptimizerWrapper):
-            wrapper_lib._install_reduction_switch(inner_optimizer)
-
-    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced):
-        if not reduced:
-            grads = wrapper_lib.sum_across_replicas(distribution, grads, variables)
-        grads, variables = list(grads), list(variables)
-        finite = all_finite([distribution.experimental_local_results(g)[0] for g in grads])
-
-        def apply():
-            self._apply_inner(distribution, grads, variables, reduced=True)
-            return tf.constant(True)
-
-        tf.cond(finite, apply, lambda: tf.constant(False))
 
 
 def handle(policy, loop, step, loss, count, consecutive):

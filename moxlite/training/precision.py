@@ -11,8 +11,8 @@
 - ``gradient_clip`` / ``gradient_clip_type``: on unscaled gradients, after
   accumulation: see ``moxlite.training.clipping``.
 
-The optimizer stack the loop uses is
-``LossScale(user's stack with GradientClip under its lowest batch_gradients)``.
+The pipeline the loop uses is ``LossScale(user's stack)`` with a ``GradientClip`` link placed
+once by the pipeline's rule: below the loss scaling, the lowest ``batch_gradients`` and ``thor``.
 """
 
 import contextlib
@@ -20,6 +20,7 @@ import dataclasses
 from typing import Optional, Union
 
 from moxlite import errors, flags
+from moxlite.optimizers import pipeline
 from moxlite.training import amp, clipping, loss_scaling
 
 
@@ -113,9 +114,16 @@ def compute_policy(settings):
         yield
 
 
-def optimizer_stack(optimizer, settings):
-    """``optimizer`` with gradient clipping inserted and loss scaling around it, as asked."""
-    optimizer = clipping.insert_clipping(optimizer, settings.gradient_clip, settings.gradient_clip_type)
+def optimizer_pipeline(optimizer, settings, guard=None):
+    """The pipeline of ``optimizer`` under loss scaling, as asked, with the clipping link placed
+    by the pipeline's rule (see ``moxlite.training.clipping``) and ``guard`` (the non-finite
+    policy's apply-if-finite link, or None) on top unless loss scaling already skips."""
+    return pipeline.Pipeline(loss_scaled(optimizer, settings), guard=guard,
+                             clip=clipping.clipping_link(settings.gradient_clip, settings.gradient_clip_type))
+
+
+def loss_scaled(optimizer, settings):
+    """``optimizer`` with loss scaling around it, as asked (itself without)."""
     if settings.loss_scale is None:
         return optimizer
     if settings.loss_scale == "dynamic":

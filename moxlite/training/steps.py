@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from moxlite import contract, errors
 from moxlite.contract import ModeKeys
-from moxlite.optimizers import wrapper as wrapper_lib
+from moxlite.optimizers import pipeline as pipeline_lib
 from moxlite.training import layer_statistics, nonfinite
 from moxlite.training.hooks import eval_monitors
 from moxlite.training.inputs import as_model_inputs, batch_size_of
@@ -84,63 +84,67 @@ def _check_scalar_loss(loss, index):
         f"ModelSpec(loss=tf.reduce_mean(per_example_loss), ...)")
 
 
-def loss_scale_of(optimizer):
-    """The factor ``optimizer.scale_loss`` multiplies a loss by (1 without loss scaling)."""
-    scale_loss = getattr(optimizer, "scale_loss", None)
-    return scale_loss(tf.constant(1.0)) if scale_loss is not None else tf.constant(1.0)
-
-
 @dataclasses.dataclass(eq=False)
 class TrainStep:
-    """One optimizer step per loss, on the variables that loss trains.
+    """One optimizer step per loss, on the variables that loss trains, through its pipeline.
 
-    Clipping is not done here: it is a link of the optimizer stack (``training/clipping.py``),
-    so that it sees unscaled, accumulated gradients.
+    The step computes once what the links of each pipeline read (``pipeline.StepInputs``:
+    the loss scale, the per-layer records, the micro-batch count) and hands it down with the
+    gradients in ``Pipeline.apply_step``. Clipping is not done here: it is a link of the
+    pipeline (``training/clipping.py``), so that it sees unscaled, accumulated gradients.
     """
 
     template: object
-    optimizers: list
+    pipelines: list
     variable_lists: list
     num_replicas: int
     # nonfinite_policy=skip: a step whose loss or gradients are non-finite hands NaN gradients
-    # to the optimizer stack, whose SkipNonFinite then skips it. Under ``stop`` only the loss
+    # to the pipeline, whose apply-if-finite link then skips it. Under ``stop`` only the loss
     # is checked per step (see moxlite.training.nonfinite).
     skip_nonfinite: bool = False
 
+    @property
+    def optimizers(self):
+        """The outermost optimizer of each pipeline (what is built, checkpointed, scheduled)."""
+        return [pipeline.optimizer for pipeline in self.pipelines]
+
     def __call__(self, inputs):
-        spec, gradient_lists = self._gradients(inputs)
+        spec, gradient_lists, step_inputs = self._gradients(inputs)
         guard = nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers, self.skip_nonfinite)
         if self.skip_nonfinite:
             gradient_lists = nonfinite.poison_gradients(gradient_lists, guard[nonfinite.FLAG_KEY])
-        for optimizer, gradients, variables in zip(self.optimizers, gradient_lists, self.variable_lists):
-            self._apply(optimizer, optimizer, list(zip(gradients, variables)))
+        for pipeline, gradients, variables, own in zip(self.pipelines, gradient_lists, self.variable_lists,
+                                                       step_inputs):
+            pipeline.apply_step(list(zip(gradients, variables)), own)
         return {**log_values(spec), **guard}
 
-    def _gradients(self, inputs, statistics_sums=None):
-        """model_fn's spec and, per optimizer, the gradients of its (scaled) loss / replicas
-        with respect to its variables (None where a variable does not affect the loss);
-        optimizers that ask for per-layer statistics get them (``_statistics_policy``).
+    def _gradients(self, inputs, summarise=False):
+        """model_fn's spec, per pipeline the gradients of its (scaled) loss / replicas with
+        respect to its variables (None where a variable does not affect the loss), and per
+        pipeline its ``StepInputs`` (None when it reads none): the loss scale and, for a
+        pipeline that asks (``_statistics_policy``), the per-layer records.
 
-        statistics_sums: None to hand per-layer statistics to the optimizers now; a list to
-        get, per optimizer, their summary vector instead (``wrapper.layer_statistics_sums``;
-        then recorded on every micro-batch, the wrapper zeroes the ones it does not use).
+        summarise: record on every micro-batch (for ``accumulated``, whose links zero the
+        summaries they do not use).
         """
+        # Read once per step: the loss scaling link divides the gradients by the same scale.
+        scales = [pipeline.loss_scale() for pipeline in self.pipelines]
         policy = self._statistics_policy()
-        if policy is not None and statistics_sums is not None:
+        if policy is not None and summarise:
             policy = True
         if policy is None:
-            spec, gradient_lists, recorded = self._forward_backward(inputs, record=False)
+            spec, gradient_lists, recorded = self._forward_backward(inputs, scales, record=False)
         elif policy is True:
-            spec, gradient_lists, recorded = self._forward_backward(inputs, record=True)
+            spec, gradient_lists, recorded = self._forward_backward(inputs, scales, record=True)
         else:
-            spec, gradient_lists, recorded = self._recording_only_when(policy, inputs)
-        self._hand_statistics(recorded, gradient_lists, inputs, statistics_sums)
-        return spec, gradient_lists
+            spec, gradient_lists, recorded = self._recording_only_when(policy, inputs, scales)
+        return spec, gradient_lists, self._step_inputs(recorded, gradient_lists, inputs, scales)
 
-    def _forward_backward(self, inputs, record):
-        """(spec, gradient lists, recorded); recorded is (records, per optimizer the gradients
-        of its loss with respect to the records' probes, or None if it asks for none)."""
-        with tf.GradientTape(persistent=len(self.optimizers) > 1) as tape:
+    def _forward_backward(self, inputs, scales, record):
+        """(spec, gradient lists, recorded); recorded is (records, per pipeline the gradients
+        of its loss (times its loss scale in ``scales``) with respect to the records' probes,
+        or None if it asks for none)."""
+        with tf.GradientTape(persistent=len(self.pipelines) > 1) as tape:
             # At the top-level name scope, so that summaries written by model_fn keep the tags
             # the user gave them instead of the loop's "while/cond/" prefixes.
             recording = self._recording(tape) if record else contextlib.nullcontext([])
@@ -149,12 +153,11 @@ class TrainStep:
             losses = [tf.cast(loss, tf.float32) for loss in spec.losses]
             if self.num_replicas > 1:
                 losses = [loss / self.num_replicas for loss in losses]
-            # A LossScaleOptimizer multiplies here and divides the gradients in apply_gradients.
-            scaled = [optimizer.scale_loss(loss) for loss, optimizer in zip(losses, self.optimizers)]
+            scaled = [loss * tf.cast(scale, loss.dtype) for loss, scale in zip(losses, scales)]
         probes = layer_statistics.probes_of(records)
         gradient_lists, probe_gradient_lists = [], []
-        for loss, variables, optimizer in zip(scaled, self.variable_lists, self.optimizers):
-            asks = bool(records) and wrapper_lib.layer_statistics_request(optimizer) is not None
+        for loss, variables, pipeline in zip(scaled, self.variable_lists, self.pipelines):
+            asks = bool(records) and pipeline.layer_statistics_request() is not None
             gradients = tape.gradient(loss, list(variables) + (probes if asks else []))
             gradient_lists.append(gradients[:len(variables)])
             probe_gradient_lists.append([tf.zeros_like(p) if g is None else g
@@ -162,10 +165,10 @@ class TrainStep:
         del tape
         return spec, gradient_lists, (records, probe_gradient_lists)
 
-    # Per-layer statistics for wrappers that ask for them (THOR; see optimizers/wrapper.py).
+    # Per-layer statistics for links that ask for them (THOR; see optimizers/wrapper.py).
 
     def _requests(self):
-        return [wrapper_lib.layer_statistics_request(optimizer) for optimizer in self.optimizers]
+        return [pipeline.layer_statistics_request() for pipeline in self.pipelines]
 
     def _statistics_policy(self):
         """None: record nothing; True: record on every step; else a boolean tensor: record on
@@ -183,7 +186,7 @@ class TrainStep:
             kinds.update(request.layer_types if request else ())
         return layer_statistics.recording(tape, kinds) if kinds else contextlib.nullcontext([])
 
-    def _recording_only_when(self, collecting, inputs):
+    def _recording_only_when(self, collecting, inputs, scales):
         """model_fn traced twice under one replica-context ``cond``: recording (probes watched,
         their gradients taken) when ``collecting``, else exactly as without statistics. The
         ``cond`` holds no collective; the records' tensors leave it (empty on a plain step)
@@ -191,7 +194,7 @@ class TrainStep:
         traced = {}  # the recording branch's Python side (tf.cond traces it first)
 
         def recording():
-            spec, gradient_lists, (records, probe_lists) = self._forward_backward(inputs, record=True)
+            spec, gradient_lists, (records, probe_lists) = self._forward_backward(inputs, scales, record=True)
             traced.update(records=records, probe_lists=probe_lists, gradient_lists=gradient_lists,
                           inputs=[tf.convert_to_tensor(record.inputs) for record in records],
                           probes=[list(probes) if probes is not None else [] for probes in probe_lists])
@@ -199,7 +202,7 @@ class TrainStep:
                     traced["probes"])
 
         def plain():
-            spec, gradient_lists, _ = self._forward_backward(inputs, record=False)
+            spec, gradient_lists, _ = self._forward_backward(inputs, scales, record=False)
             return (log_values(spec), spec.losses, _without_none(gradient_lists),
                     [_empty_like(t) for t in traced["inputs"]],
                     [[_empty_like(t) for t in probes] for probes in traced["probes"]])
@@ -211,35 +214,30 @@ class TrainStep:
                        for gradients, traced_list in zip(probe_lists, traced["probe_lists"])]
         return contract.ModelSpec(loss=list(losses), log_info=logs), gradient_lists, (records, probe_lists)
 
-    def _hand_statistics(self, recorded, gradient_lists, inputs, statistics_sums=None):
-        """Each asking optimizer gets the records with the gradients of its loss as returned
-        (or, with ``statistics_sums``, their summary is appended to it: None if it asks none)."""
+    def _step_inputs(self, recorded, gradient_lists, inputs, scales):
+        """Per pipeline, its ``StepInputs``: the loss scale, and for a pipeline that asks, the
+        records with the gradients of its loss as returned (None when it reads nothing)."""
         records, probe_lists = recorded
-        for optimizer, gradients, probe_gradients in zip(self.optimizers, gradient_lists, probe_lists):
+        out = []
+        for pipeline, gradients, probe_gradients, scale in zip(self.pipelines, gradient_lists, probe_lists, scales):
             if probe_gradients is None:
-                if statistics_sums is not None:
-                    statistics_sums.append(None)
+                out.append(pipeline_lib.StepInputs(loss_scale=scale) if pipeline.reads() else None)
                 continue
-            unscale = self.num_replicas / loss_scale_of(optimizer)
             own = layer_statistics.with_output_gradients([dataclasses.replace(record) for record in records],
-                                                         probe_gradients, unscale, batch_size_of(inputs))
-            finite_checked = [g for g in gradients if g is not None]
-            if statistics_sums is None:
-                wrapper_lib.set_layer_statistics(optimizer, own, finite_checked)
-            else:
-                statistics_sums.append(wrapper_lib.layer_statistics_sums(optimizer, own, finite_checked))
-
-    def _apply(self, optimizer, apply_optimizer, pairs):
-        """Apply the gradients that exist with ``apply_optimizer``."""
-        apply_optimizer.apply_gradients([(g, v) for g, v in pairs if g is not None])
+                                                         probe_gradients, self.num_replicas / scale,
+                                                         batch_size_of(inputs))
+            out.append(pipeline_lib.StepInputs(layer_records=tuple(own), loss_scale=scale,
+                                               checked_gradients=tuple(g for g in gradients if g is not None)))
+        return out
 
     def accumulated(self, batches, accumulations, log_keys):
         """One update from ``len(batches)`` micro-batches, summed in tensors (no shared state).
 
         For the asynchronous loop (see ``moxlite.optimizers.accumulation``): ``batches`` are
-        this replica's N micro-batches, ``accumulations[i]`` says how optimizer i applies.
-        Each optimizer's ``apply_optimizer`` receives the mean of the N micro-batch gradients,
-        the gradient of the mean loss over the N*B samples; clipping applies to that mean.
+        this replica's N micro-batches, ``accumulations[i]`` says how pipeline i applies.
+        The pipeline of each ``apply_optimizer`` (with the run's clipping link) receives the
+        mean of the N micro-batch gradients, the gradient of the mean loss over the N*B
+        samples; clipping applies to that mean.
         Returns the ``log_keys`` log values averaged over the micro-batches.
         """
         num_batches = len(batches)
@@ -255,8 +253,9 @@ class TrainStep:
 
         def body(index, gradient_sums, log_sums, statistics_totals):
             micro_batch = tf.nest.map_structure(lambda part: tf.gather(part, index), stacked)
-            statistics = []
-            spec, gradient_lists = self._gradients(micro_batch, statistics)
+            spec, gradient_lists, step_inputs = self._gradients(micro_batch, summarise=True)
+            statistics = [None if own is None or not own.layer_records else pipeline.summarise(own)
+                          for pipeline, own in zip(self.pipelines, step_inputs)]
             new_totals = []
             for number, (total, summary) in enumerate(zip(statistics_totals, statistics)):
                 if summary is None:
@@ -287,13 +286,13 @@ class TrainStep:
                       [tf.TensorShape([]) for _ in log_keys], [tf.TensorShape([None]) for _ in variable_lists])
         _, gradient_sums, log_sums, statistics_totals = tf.while_loop(
             lambda index, *_: index < num_batches, body, initial, shape_invariants=invariants)
-        for number, (optimizer, accumulation) in enumerate(zip(self.optimizers, accumulations)):
+        for number, (pipeline, accumulation) in enumerate(zip(self.pipelines, accumulations)):
             pairs = [(gradient_sums[number][position] / num_batches, variable_lists[number][position])
                      for position in sorted(used[number])]
+            applying = pipeline_lib.Pipeline(accumulation.apply_optimizer, clip=pipeline.clip)
             with accumulation.counting_updates():
-                if summarised[number]:
-                    wrapper_lib.set_layer_statistics_sums(accumulation.apply_optimizer, statistics_totals[number])
-                self._apply(optimizer, accumulation.apply_optimizer, pairs)
+                totals = pipeline_lib.StepInputs(record_sums=statistics_totals[number]) if summarised[number] else None
+                applying.apply_step(pairs, totals)
         return {key: total / num_batches for key, total in zip(log_keys, log_sums)}
 
 

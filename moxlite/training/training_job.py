@@ -14,6 +14,7 @@ from moxlite.optimizers import tf1_adapter
 from moxlite.optimizers.schedules import current_learning_rate
 from moxlite.training import (checkpoints, export, interrupts, loss_scaling, nonfinite, precision, reporting,
                               steps, validation)
+from moxlite.training.apply_if_finite import ApplyIfFinite
 from moxlite.training.controller import AUTO_STEPS_ACROSS_WORKERS, Cadence, train
 from moxlite.training.evaluation import Evaluator
 from moxlite.training.hooks import epoch_hooks
@@ -75,30 +76,33 @@ class TrainingJob:
             num_replicas=self.setup.num_replicas_in_sync, num_workers=self.setup.num_workers,
             sync_replicas=self.setup.sync_replicas, strategy=self.strategy)
         with context.activate(run_context), self.strategy.scope():
-            optimizers = [self._optimizer(index, variables) for index, variables in enumerate(lists)]
-            # Clipping is a link of each optimizer stack (precision.optimizer_stack), not of the step.
-            train_step = steps.TrainStep(workload.template, optimizers, lists, self.setup.num_replicas_in_sync,
+            pipelines = [self._pipeline(index, variables) for index, variables in enumerate(lists)]
+            # Clipping is a link of each pipeline (precision.optimizer_pipeline), not of the step.
+            train_step = steps.TrainStep(workload.template, pipelines, lists, self.setup.num_replicas_in_sync,
                                          skip_nonfinite=config.nonfinite_policy.action == "skip")
-            return self._train_with(run_context.global_step, spec, optimizers, train_step)
+            return self._train_with(run_context.global_step, spec, train_step.optimizers, train_step)
 
-    def _optimizer(self, index, variables):
-        """The index-th optimizer_fn's stack (one factory serves every loss), built on ``variables``."""
+    def _pipeline(self, index, variables):
+        """The pipeline of the index-th optimizer_fn's stack (one factory serves every loss), under
+        the run's own links, built once on ``variables``."""
         factories = self.config.optimizer_fn
         optimizer = tf1_adapter.call_optimizer_fn(factories[index] if len(factories) > 1 else factories[0])
         if not validation.looks_like_optimizer(optimizer):   # user code returned something else
             raise errors.OptimizerTypeError(
                 f"optimizer_fn returned {errors.describe(optimizer)}, not an optimizer; return a "
                 f"Keras optimizer, e.g. lambda: keras.optimizers.SGD(0.1)")
-        if self.config.nonfinite_policy.action == "skip":
-            optimizer = nonfinite.SkipNonFinite(optimizer)
-        optimizer = precision.optimizer_stack(optimizer, self.config.precision)
-        optimizer.build(variables)
-        return optimizer
+        # nonfinite_policy=skip: the shared apply-if-finite link on top (loss scaling holds one).
+        guard = ApplyIfFinite() if self.config.nonfinite_policy.action == "skip" else None
+        pipeline = precision.optimizer_pipeline(optimizer, self.config.precision, guard)
+        pipeline.optimizer.build(variables)
+        return pipeline
 
     def _overflow_monitors(self, optimizers, summaries):
         """A log-line hook per loss-scaled optimizer: scale changes, skipped steps, their scalars."""
-        return [loss_scaling.OverflowMonitor(optimizer, self.logger, summaries)
-                for optimizer in optimizers if loss_scaling.find(optimizer) is not None]
+        if self.config.precision.loss_scale is None:
+            return []
+        # precision.loss_scaled put a LossScale on top of each stack.
+        return [loss_scaling.OverflowMonitor(optimizer, self.logger, summaries) for optimizer in optimizers]
 
     def _make_trainer(self, global_step, train_step, log_keys, summaries, skip_steps):
         dataset_fn = self.workload.dataset_fn(ModeKeys.TRAIN, skip_steps=skip_steps)

@@ -1,0 +1,312 @@
+"""The optimizer stack as an explicit gradient pipeline.
+
+A stack such as ``batch_gradients(lars(momentum))`` is the pipeline
+
+    gradient -> batch_gradients -> lars -> momentum
+
+read outermost first: each link transforms the gradient it receives and hands the result to
+``rest``, the remainder of the pipeline, which it does not know (Optax's ``chain``; a link
+that applies only on some steps, like accumulation, calls ``rest`` inside its condition, as
+Optax's ``MultiSteps`` wraps its inner transformation). The last stage applies the gradient
+with the plain Keras optimizer at the bottom (``base``).
+
+What a step hands to the links
+------------------------------
+The train step computes once per step what links read and hands it to ``apply_step`` with
+the gradients, in one ``StepInputs``. A link declares the fields it reads in ``READS``; the
+pipeline hands the value to each link that reads something (``Link.receive``, in replica
+context, before the gradients are applied), with ``micro_batches`` set to how many steps
+make one update of that link: the product of ``apply_every`` of the links above it.
+
+What a link says about itself (the pipeline never looks at a link's class)
+-------------------------------------------------------------------------
+- ``READS``: the ``StepInputs`` fields it reads.
+- ``apply_every``: how many steps of the links above make one step of the links below
+  (``batch_gradients``: its ``num_batches``; 1 otherwise).
+- ``accumulates_micro_batches``: it sums micro-batches across steps (``batch_gradients``
+  with ``num_batches`` > 1), state a loop that accumulates inside one step cannot share.
+- ``clipped_after``: gradient clipping applies to what this link hands down. The run's
+  clipping link goes directly below the lowest such link, else at the top: below loss scaling
+  (unscaled gradients) and the non-finite guard, below the lowest ``batch_gradients``
+  (the accumulated mean, once per update) and below ``thor`` (the preconditioned gradient,
+  MindSpore's order).
+- ``handles_overflow``: an overflowing gradient is expected and skipped here (loss scaling).
+
+Built once
+----------
+``Pipeline(optimizer, clip=...)`` reads the chain of links from the outermost optimizer
+down and places the run's clipping link by the rule above, in its own list: the optimizer
+objects, their ``inner_optimizer`` attributes and what a checkpoint saves stay as the user
+built them. Nothing edits a pipeline afterwards.
+"""
+
+import dataclasses
+from typing import Any, Optional, Tuple
+
+import keras
+import tensorflow as tf
+
+from moxlite import compat
+from moxlite.optimizers import schedules
+
+
+@dataclasses.dataclass(frozen=True)
+class StepInputs:
+    """What one step hands to the links that read it (see the module docstring).
+
+    layer_records: this replica's per-layer records of the step (``LayerRecord``: layer,
+        kernel, inputs, output gradients with the loss scale and the replica division
+        taken out, batch size), for a link that preconditions (thor).
+    checked_gradients: this step's gradients, whose finiteness decides whether its records
+        count (an overflow step's records are dropped).
+    micro_batches: how many steps' records make one update of the receiving link (set by
+        the pipeline from ``apply_every`` of the links above it).
+    record_sums: the sum over an update's micro-batches of the receiving link's
+        ``summarise`` vectors, from a loop that accumulates inside one step (then
+        ``layer_records`` is empty).
+    loss_scale: the factor the step multiplied its loss by (1.0 without loss scaling).
+    """
+
+    layer_records: Tuple[Any, ...] = ()
+    checked_gradients: Tuple[Any, ...] = ()
+    micro_batches: int = 1
+    record_sums: Optional[Any] = None
+    loss_scale: Any = 1.0
+
+
+FIELDS = frozenset(field.name for field in dataclasses.fields(StepInputs))
+
+
+@dataclasses.dataclass(frozen=True)
+class Accumulation:
+    """num_batches micro-batch gradients, averaged, make one update by ``apply_optimizer``.
+
+    What a stack answers (``Link.accumulation``) to a loop that accumulates micro-batches
+    inside one step (the asynchronous loop; see ``moxlite.optimizers.accumulation``).
+    """
+
+    num_batches: int
+    apply_optimizer: Any
+
+    def counting_updates(self):
+        """The scope to apply ``apply_optimizer`` in: its schedule counts one update per num_batches."""
+        return schedules.micro_steps_per_update(self.num_batches)
+
+
+class Link:
+    """What every link of a pipeline answers about itself (see the module docstring).
+
+    A link implements ``_apply_in_cross_replica_context(distribution, grads, variables,
+    reduced, rest)``: transform ``grads`` and call ``rest(distribution, grads, variables,
+    reduced)`` (or not, on a step it does not apply). ``reduced`` says whether the gradients
+    are already the cross-replica sum; a link that needs the total reduces with
+    ``sum_across_replicas`` and hands ``reduced=True`` down.
+    """
+
+    READS = frozenset()
+    apply_every = 1
+    accumulates_micro_batches = False
+    clipped_after = False
+    handles_overflow = False
+
+    def receive(self, inputs):
+        """Replica context, before the step's gradients are applied: this step's ``StepInputs``."""
+
+    def summarise(self, inputs):
+        """Replica context, no cross-replica call: one micro-batch's ``StepInputs`` as one float32
+        vector that adds up over micro-batches (None: nothing to sum)."""
+        return None
+
+    def layer_statistics_request(self):
+        """What per-layer records the step must take for this link (None: none)."""
+        return None
+
+    def accumulation(self):
+        """How a loop that accumulates inside one step applies this stack: (1, itself) unless
+        this link accumulates (``batch_gradients``) or holds state the rest must share."""
+        return Accumulation(1, self)
+
+
+def looked_through(optimizer):
+    """The stack inside a Keras ``LossScaleOptimizer`` (Keras's one wrapper, which the user may
+    put around a moxlite stack), else ``optimizer``."""
+    while isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizer = optimizer.inner_optimizer
+    return optimizer
+
+
+def links_of(optimizer):
+    """(the links of ``optimizer``'s stack, outermost first; the optimizer at the bottom)."""
+    links = []
+    while isinstance(optimizer, Link):
+        links.append(optimizer)
+        optimizer = optimizer.inner_optimizer
+    return links, optimizer
+
+
+class Pipeline:
+    """The links of one optimizer stack in order, and how one step goes through them.
+
+    optimizer: the outermost optimizer (what is built, checkpointed and scheduled).
+    guard: a link placed on top unless a link already ``handles_overflow``; the run's
+        non-finite guard (an apply-if-finite link, which loss scaling holds too).
+    clip: a link placed directly below the lowest link that says ``clipped_after`` (at the
+        top without one); the run's gradient clipping.
+    """
+
+    def __init__(self, optimizer, clip=None, guard=None):
+        self.optimizer = optimizer
+        self.clip = clip
+        links, self.base = links_of(optimizer)
+        # Loss scaling (a link's, or a Keras LossScaleOptimizer's on top) skips non-finite steps itself.
+        self.handles_overflow = (any(link.handles_overflow for link in links)
+                                 or looked_through(optimizer) is not optimizer)
+        if guard is not None and not self.handles_overflow:
+            links.insert(0, guard)
+        if clip is not None:
+            lowest = max((index for index, link in enumerate(links) if link.clipped_after), default=-1)
+            links.insert(lowest + 1, clip)
+        self.links = tuple(links)
+        # A Keras LossScaleOptimizer (or a plain optimizer) on top applies the step itself; the
+        # links inside it still receive the step's inputs.
+        self._receivers = self.links or links_of(looked_through(optimizer))[0]
+        if self.links:
+            install_reduction_switch(self.base)
+
+    # What the step must compute.
+
+    def reads(self):
+        """Every ``StepInputs`` field some link reads."""
+        return frozenset().union(*(link.READS for link in self._receivers))
+
+    def layer_statistics_request(self):
+        """The request of the first link that reads per-layer records (None: none does)."""
+        for link in self._receivers:
+            if "layer_records" in link.READS:
+                return link.layer_statistics_request()
+        return None
+
+    def loss_scale(self):
+        """The factor the stack's loss scaling multiplies a loss by (1.0 without one)."""
+        return self.optimizer.scale_loss(tf.constant(1.0))
+
+    # One step.
+
+    def _per_link(self, inputs):
+        """(link, its inputs) for every link that reads something, ``micro_batches`` set."""
+        micro_batches = inputs.micro_batches
+        for link in self._receivers:
+            if link.READS:
+                yield link, dataclasses.replace(inputs, micro_batches=micro_batches)
+            micro_batches *= link.apply_every
+
+    def receive(self, inputs):
+        """Replica context: hand ``inputs`` to the links that read them."""
+        for link, own in self._per_link(inputs):
+            link.receive(own)
+
+    def summarise(self, inputs):
+        """Replica context: the first reading link's ``summarise`` vector (None: none)."""
+        for link, own in self._per_link(inputs):
+            summary = link.summarise(own)
+            if summary is not None:
+                return summary
+        return None
+
+    def apply_step(self, grads_and_vars, inputs=None):
+        """Hand ``inputs`` to the links, then apply the gradients that exist through the pipeline."""
+        if inputs is not None:
+            self.receive(inputs)
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        if not self.links:
+            self.optimizer.apply_gradients(pairs)
+            return
+        if not pairs:
+            return
+        grads, variables = [dense(g) for g, _ in pairs], [v for _, v in pairs]
+        if not self.optimizer.built:
+            self.optimizer.build(variables)
+        replica_context = tf.distribute.get_replica_context()
+        if replica_context is None:
+            self.apply_in_cross_replica_context(tf.distribute.get_strategy(), grads, variables)
+        else:
+            replica_context.merge_call(self.apply_in_cross_replica_context, args=(grads, variables))
+
+    def apply_in_cross_replica_context(self, distribution, grads, variables):
+        self._rest_from(0)(distribution, list(grads), list(variables), False)
+
+    def _rest_from(self, index):
+        """The pipeline from link ``index`` down, as a function of (distribution, grads, variables, reduced)."""
+        if index == len(self.links):
+            return self._apply_to_base
+
+        def rest(distribution, grads, variables, reduced):
+            self.links[index]._apply_in_cross_replica_context(
+                distribution, list(grads), list(variables), reduced, self._rest_from(index + 1))
+        return rest
+
+    def _apply_to_base(self, distribution, grads, variables, reduced):
+        if not reduced:
+            grads = sum_across_replicas(distribution, grads, variables)
+        apply_to_keras_optimizer(distribution, self.base, grads, variables)
+
+
+def pipeline_of(optimizer):
+    """The pipeline of ``optimizer``'s stack as built (no clipping added), made once per optimizer."""
+    pipeline = getattr(optimizer, "_moxlite_pipeline", None)
+    if pipeline is None or pipeline.optimizer is not optimizer:
+        pipeline = Pipeline(optimizer)
+        object.__setattr__(optimizer, "_moxlite_pipeline", pipeline)
+    return pipeline
+
+
+# The cross-replica arithmetic every link shares.
+
+def sum_across_replicas(distribution, grads, variables):
+    """All-reduce (SUM) per-replica gradients onto the variables' devices, in one call.
+
+    Must run in cross-replica context. Returns values that hold, on each
+    replica, the sum over replicas. With one replica this is the identity.
+    """
+    destinations = [v.value if isinstance(v, keras.Variable) else v for v in variables]
+    return distribution.extended.batch_reduce_to(
+        tf.distribute.ReduceOp.SUM, list(zip(grads, destinations)))
+
+
+def dense(gradient):
+    """Gradients as dense tensors: links accumulate and take norms of them."""
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.convert_to_tensor(gradient)
+    return gradient
+
+
+def install_reduction_switch(optimizer):
+    """Let a plain Keras optimizer skip its own all-reduce when given reduced gradients.
+
+    Keras's TensorFlow optimizer sums the gradients across replicas inside
+    ``apply`` (``_all_reduce_sum_gradients``). The pipeline, which already reduced
+    them, sets ``_moxlite_gradients_reduced`` (in cross-replica context, one
+    thread) around the replica-context call, and this switch then returns
+    them unchanged instead of summing identical copies again.
+    """
+    if getattr(optimizer, "_moxlite_reduction_switch", False):
+        return
+    original = compat.gradient_all_reduce(optimizer)
+
+    def all_reduce_unless_reduced(grads_and_vars):
+        if optimizer._moxlite_gradients_reduced:
+            return list(grads_and_vars)
+        return original(grads_and_vars)
+
+    optimizer._moxlite_gradients_reduced = False
+    compat.replace_gradient_all_reduce(optimizer, all_reduce_unless_reduced)
+    optimizer._moxlite_reduction_switch = True
+
+
+def apply_to_keras_optimizer(distribution, optimizer, grads, variables):
+    """Apply already-reduced per-replica gradients with a plain Keras optimizer."""
+    optimizer._moxlite_gradients_reduced = True
+    try:
+        distribution.extended.call_for_each_replica(optimizer.apply, args=(list(grads), list(variables)))
+    finally:
+        optimizer._moxlite_gradients_reduced = False
