@@ -51,7 +51,7 @@ PROBES = {   # rows whose check is a call: api -> (function, expected exception 
     "mox.get_dataset_meta('svhn')": (lambda: mox.get_dataset_meta("svhn"), errors.ArgumentError),
     "mox.get_model_fn(name='lenet')": (lambda: mox.get_model_fn("lenet", mox.ModeKeys.TRAIN, 10), ValueError),
     "mox.get_optimizer_fn('foo')": (lambda: mox.get_optimizer_fn("foo", 0.1)(), ValueError),
-    "mox.run(fetch_strategy_fn)": (lambda: mox.run(fetch_strategy_fn=None), TypeError),
+    "mox.run(fetch_strategy_fn)": (lambda: mox.run(fetch_strategy_fn=lambda: None), errors.ArgumentError),
     "mox.run(run_mode='invalid')": (lambda: mox.run(run_mode="invalid"), ValueError),
     "mox.PreprocessingKeys": (lambda: mox.PreprocessingKeys.RESNET_V1_50, errors.ArgumentError),
 }

@@ -167,7 +167,7 @@ ROWS = [
             "auto_batch", "log_dir", "max_number_of_steps", "checkpoint_path", "log_every_n_steps",
             "output_every_n_steps", "save_summary_steps", "save_model_secs", "export_model", "save_model_steps"]),
     *_args("mox.run", "moxlite:run", ["fetch_strategy_fn"], "refused",
-           "got an unexpected keyword argument 'fetch_strategy_fn'"),
+           "is not supported (MoXing's documentation gives it no meaning, and moxlite has no session fetches)"),
     Row("mox.run(run_mode='invalid')", "moxlite:run", "exception", "same",
         "a ValueError (moxlite's ArgumentError) naming run_mode"),
     # ------------------------------------------------------------------ import paths
