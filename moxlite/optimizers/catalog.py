@@ -54,6 +54,8 @@ def check_first_values(name, schedule, valid):
     value is accepted by ``valid``. A callable that needs a tensor step is called with one."""
     for step in FIRST_STEPS:
         value = _value_at(name, schedule, step)
+        if value is _SYMBOLIC:
+            return   # called while a graph is traced (no value yet): the run's first step will tell
         if not valid.check(value):
             raise errors.OptimizerError(
                 f"{name}: the schedule {_callable_name(schedule)} gives {errors.describe(value)} at step {step}; "
@@ -77,8 +79,11 @@ def _value_at(name, schedule, step):
                 f"step that returns a number") from None
     try:
         return float(np.asarray(value))
-    except (TypeError, ValueError):
-        return value
+    except (TypeError, ValueError, NotImplementedError):
+        return _SYMBOLIC if hasattr(value, "dtype") and hasattr(value, "shape") else value
+
+
+_SYMBOLIC = object()   # a tensor without a value (graph mode)
 
 
 def _callable_name(schedule):
