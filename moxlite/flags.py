@@ -7,6 +7,7 @@ does not know are left for the script's own parser.
 """
 
 import json
+import math
 import os
 import sys
 
@@ -236,15 +237,15 @@ def parse_loss_scale(value):
             start = float(text.split(":", 1)[1])
         except ValueError:
             start = -1.0
-        if start > 0:
+        if start > 0 and math.isfinite(start):
             return f"dynamic:{start:g}"
-        raise ValueError("'dynamic:<start>' needs a positive starting scale, e.g. dynamic:16777216")
+        raise ValueError("'dynamic:<start>' needs a finite positive starting scale, e.g. dynamic:16777216")
     try:
         scale = float(text)
     except ValueError:
         scale = -1.0
-    if not scale > 0:
-        raise ValueError("use 0 (off), a positive number (a fixed scale) or 'dynamic'")
+    if not (scale > 0 and math.isfinite(scale)):
+        raise ValueError("use 0 (off), a positive number (a fixed scale) or 'dynamic'; the number must be finite")
     return scale
 
 

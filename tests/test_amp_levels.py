@@ -167,7 +167,7 @@ def test_use_fp16_is_o3_in_float16_and_contradictions_are_refused(tmp_path):
     settings = precision.from_flags()
     assert settings.amp_plan == amp.plan_for("O3", "float16") and settings.loss_scale == "dynamic"
     mox.set_flag("amp_level", "O0")
-    with pytest.raises(mox.errors.ArgumentError, match=r"--use_fp16 asks for float16 but --amp_level=O0"):
+    with pytest.raises(mox.errors.ArgumentError, match=r"--use_fp16=True asks for float16 but amp_level O0 for float32; drop one of them"):
         precision.from_flags()
     mox.set_flag("use_fp16", False)
     mox.set_flag("amp_level", "O1")

@@ -8,6 +8,8 @@ The schema's defaults are checked the same way against the flags and the network
 
 import dataclasses
 import inspect
+import os
+import typing
 
 import keras
 import pytest
@@ -114,3 +116,63 @@ def test_a_recipe_that_leaves_a_setting_out_gets_the_moxing_flags_default():
     defaults = {name: flags.FLAG_TABLE[name][1] for name in settings}
     defaults["loss_scale"] = flags.parse_loss_scale(defaults["loss_scale"])
     assert settings == defaults
+
+
+def test_the_keep_fp32_names_are_keras_layer_classes_but_the_base_class():
+    # The recipe loader checks keep_fp32 against this list without importing Keras; "Layer"
+    # is left out on purpose (keeping it would keep every layer in float32).
+    known = {name for name, value in vars(keras.layers).items()
+             if isinstance(value, type) and issubclass(value, keras.layers.Layer)}
+    assert set(schema.KERAS_LAYER_NAMES) == known - {"Layer"}, (
+        f"keras.layers now has {sorted(known - {'Layer'} - set(schema.KERAS_LAYER_NAMES))} more and lacks "
+        f"{sorted(set(schema.KERAS_LAYER_NAMES) - known)}; update schema.KERAS_LAYER_NAMES")
+
+
+def _blocks(cls=schema.Recipe, prefix=""):
+    for field in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(field.type):
+            yield prefix + field.name, field.type
+            yield from _blocks(field.type, prefix + field.name + ".")
+
+
+def test_every_declared_default_is_inside_its_declared_range():
+    image_shapes = {"swin_tiny": [224, 224, 3], "vit_tiny": [224, 224, 3]}
+    for path, cls in _blocks():
+        if any(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+               for f in dataclasses.fields(cls)):
+            continue   # a block with required keys (run, input, ...) has no complete default
+        values = dataclasses.asdict(cls())
+        assert schema.check_values(cls, values, image_shapes.get(path.split(".")[-1])) is None, path
+    for name, table in catalog.WRAPPER_PARAMETERS.items():
+        assert all(parameter.check(parameter.default) for parameter in table.values()), name
+
+
+@pytest.mark.parametrize("kind", sorted(catalog.SCHEDULE_PARAMETERS))
+def test_every_schedule_argument_has_a_declared_range(kind):
+    required, optional = schema.SCHEDULE_ARGUMENTS[kind]
+    assert set(catalog.SCHEDULE_PARAMETERS[kind]) == set(required + optional)
+
+
+# The recipe sections issue 21 lists: every key has a declared range (a Range, choices or a
+# rule), except booleans, which the type check settles.
+CHECKED_SECTIONS = (schema.PrecisionSection, schema.AugmentOptions, schema.SwinTinyOptions, schema.VitTinyOptions)
+
+
+@pytest.mark.parametrize("cls", CHECKED_SECTIONS, ids=lambda cls: cls.__name__)
+def test_every_key_of_the_newer_sections_has_a_declared_range(cls):
+    ruled = {rule.key for rule in schema.RULES.get(cls, ())}
+    unchecked = [f.name for f in dataclasses.fields(cls)
+                 if not (f.metadata.get("valid") or f.metadata.get("choices") or f.name in ruled)
+                 and f.type not in (bool, typing.Optional[bool])]
+    assert unchecked == []
+
+
+def test_the_count_of_keys_with_a_declared_range_matches_the_tool():
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    printed = subprocess.run([sys.executable, os.path.join(root, "tools", "count_ranged_keys.py")], cwd=root,
+                             capture_output=True, text=True, check=True,
+                             env=dict(os.environ, PYTHONPATH=root)).stdout
+    assert f"{len(schema.ranged_keys())} keys with a declared range" in printed

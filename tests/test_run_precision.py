@@ -71,8 +71,8 @@ def test_fp16_computes_in_half_precision_and_keeps_float32_variables(tmp_path):
 
 
 @pytest.mark.parametrize("flag, value, message", [
-    ("loss_scale", "big", r"--loss_scale='big' is not valid; use 0 \(off\), a positive number"),
-    ("gradient_clip", -1.0, r"--gradient_clip=-1.0 is not valid"),
+    ("loss_scale", "big", r"--loss_scale='big' is out of range; expected 0 \(off\), a finite number > 0, 'dynamic'"),
+    ("gradient_clip", -1.0, r"--gradient_clip=-1.0 is out of range; expected a finite number >= 0"),
     ("gradient_clip_type", "value", r"--gradient_clip_type='value' is not valid; use 'global_norm'"),
 ])
 def test_bad_precision_flags_are_refused_before_any_work(tmp_path, flag, value, message):

@@ -52,13 +52,13 @@ def test_explicit_steps_per_epoch_wins_and_polynomial_block_builds(tmp_path):
 
 BAD_SCHEDULES = [
     ("{schedule: thor, lr_init: -1, lr_decay: 4, lr_end_epoch: 50}",
-     "optimizer.learning_rate: thor: lr_init=-1 must be > 0"),
+     "optimizer.learning_rate.lr_init: thor: lr_init=-1 is out of range; expected a finite number > 0"),
     ("{schedule: thor, lr_init: 0.1, lr_decay: 4, lr_end_epoch: 50, decay_epoch: 39}",
      "optimizer.learning_rate.decay_epoch: schedule 'thor' takes no argument 'decay_epoch' (did you mean 'decay_epochs'?)"),
     ("{schedule: thor, lr_init: 0.1, lr_end_epoch: 50}",
      "optimizer.learning_rate.lr_decay: missing: schedule 'thor' needs lr_init, lr_decay, lr_end_epoch, steps_per_epoch"),
     ("{schedule: thor_polynomial, initial_value: 0.1, end_value: 0.0, total_steps: many}",
-     "optimizer.learning_rate: thor_polynomial: total_steps='many' is not an integer"),
+     "optimizer.learning_rate.total_steps: thor_polynomial: total_steps='many' is out of range; expected a whole number > 0"),
     ("{schedule: thorr, lr_init: 0.1}", "'thorr' is not one of"),
 ]
 

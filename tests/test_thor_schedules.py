@@ -115,13 +115,13 @@ def test_schedules_round_trip_through_keras_serialization():
 
 
 @pytest.mark.parametrize("build, fragment", [
-    (lambda: thor_schedules.ThorLearningRate(0, 4.0, 50, 100), "thor: lr_init=0 must be > 0"),
-    (lambda: thor_schedules.ThorLearningRate(0.1, 4.0, 50, "5004"), "thor: steps_per_epoch='5004' is not a number"),
-    (lambda: thor_schedules.ThorLearningRate(0.1, -1.0, 50, 10), "thor: lr_decay=-1 must be >= 0"),
-    (lambda: thor_schedules.ThorDamping(0.03, math.nan, 10), "thor_damping: decay_rate=nan must be finite"),
-    (lambda: thor_schedules.ThorDamping(0.03, 0.5, 0), "thor_damping: steps_per_epoch=0 must be > 0"),
-    (lambda: thor_schedules.ThorPolynomialDecay(1e-3, 1e-5, 10.5), "thor_polynomial: total_steps=10.5 is not an integer"),
-    (lambda: thor_schedules.ThorPolynomialDecay(1e-3, -1.0, 100), "thor_polynomial: end_value=-1 must be >= 0"),
+    (lambda: thor_schedules.ThorLearningRate(0, 4.0, 50, 100), "thor: lr_init=0 is out of range; expected a finite number > 0"),
+    (lambda: thor_schedules.ThorLearningRate(0.1, 4.0, 50, "5004"), "thor: steps_per_epoch='5004' is out of range; expected a finite number > 0"),
+    (lambda: thor_schedules.ThorLearningRate(0.1, -1.0, 50, 10), "thor: lr_decay=-1.0 is out of range; expected a finite number >= 0"),
+    (lambda: thor_schedules.ThorDamping(0.03, math.nan, 10), "thor_damping: decay_rate=nan is out of range; expected a finite number > 0"),
+    (lambda: thor_schedules.ThorDamping(0.03, 0.5, 0), "thor_damping: steps_per_epoch=0 is out of range; expected a finite number > 0"),
+    (lambda: thor_schedules.ThorPolynomialDecay(1e-3, 1e-5, 10.5), "thor_polynomial: total_steps=10.5 is out of range; expected a whole number > 0"),
+    (lambda: thor_schedules.ThorPolynomialDecay(1e-3, -1.0, 100), "thor_polynomial: end_value=-1.0 is out of range; expected a finite number >= 0"),
 ])
 def test_bad_arguments_give_one_line_naming_the_argument(build, fragment):
     with pytest.raises(errors.OptimizerError) as raised:

@@ -30,6 +30,16 @@ class Augmentation:
     value_range: Sequence[float] = (0.0, 1.0)
     seed: int = 0
 
+    def __post_init__(self):
+        # The recipe's input.augment declaration (ranges and rules), so the API and recipes agree.
+        from moxlite import errors
+        from moxlite.recipes import schema
+
+        values = {key: value for key, value in dataclasses.asdict(self).items() if key != "seed"}
+        found = schema.check_values(schema.AugmentOptions, values)
+        if found:
+            raise errors.ArgumentError(f"Augmentation: {found[0]}={found[1]}")
+
     @property
     def active(self):
         return bool(self.rand_augment_ops or self.random_erasing or self.mixup_alpha or self.cutmix_alpha)

@@ -5,18 +5,47 @@
 The network takes its input shape from the first batch model_fn receives.
 """
 
+import dataclasses
+import difflib
+
 from moxlite import errors
 from moxlite.models.classifier import classifier_model_fn
 from moxlite.models.networks import NETWORKS
 
 
 def build_model_fn(name, num_classes, weight_decay=0.0, label_smoothing=0.0, **options):
-    """model_fn(inputs, mode) of built-in network ``name`` with its ``options`` (see moxlite.models.networks)."""
+    """model_fn(inputs, mode) of built-in network ``name`` with its ``options`` (see moxlite.models.networks).
+
+    Arguments and options are checked now against the recipe schema's declaration
+    (moxlite.recipes.schema: each key's range and the rules across keys), so a mistake is
+    an ArgumentError naming it before the run starts; the rules about the image (patch
+    size, Swin's windows) are checked when the first batch gives the image shape, before
+    the network is built.
+    """
     if name not in NETWORKS:
         raise errors.ArgumentError(f"model {name!r} is not built in; choose one of {', '.join(NETWORKS)}")
+    from moxlite.recipes import schema
+
+    options_class = schema.model_options_class(name)
+    accepted = [field.name for field in dataclasses.fields(options_class)]
+    for key in options:
+        if key not in accepted:
+            close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise errors.ArgumentError(f"{name}: unknown option {key!r}{hint}; accepted: {', '.join(accepted)}")
+    arguments = {"num_classes": num_classes, "weight_decay": weight_decay, "label_smoothing": label_smoothing}
+    found = schema.check_values(schema.ModelSection, arguments) or schema.check_values(options_class, options)
+    if found:
+        raise errors.ArgumentError(f"{name}: {found[0]}={found[1]}")
     builder = NETWORKS[name]
-    return classifier_model_fn(lambda image_shape: builder(image_shape, num_classes, **options), weight_decay,
-                               label_smoothing=label_smoothing)
+
+    def build_network(image_shape):
+        problem = schema.check_values(options_class, options, list(image_shape))
+        if problem:
+            raise errors.ArgumentError(f"{name}: {problem[0]}={problem[1]}")
+        return builder(image_shape, num_classes, **options)
+
+    return classifier_model_fn(build_network, weight_decay, label_smoothing=label_smoothing)
 
 
 __all__ = ["NETWORKS", "build_model_fn", "classifier_model_fn"]

@@ -13,7 +13,7 @@ pinned Keras 3.15; tests/test_compat.py compares them with the classes' signatur
 import dataclasses
 from typing import Any, Callable
 
-from moxlite import errors
+from moxlite import errors, ranges
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,54 +37,85 @@ def checked_parameters(owner, table, parameters):
         if not parameter.check(value):
             raise errors.OptimizerError(
                 f"{owner}: {key}={errors.describe(value)} is out of range; expected {parameter.accepted}")
+        if callable(value) and key in CALLABLE_RANGES:
+            check_first_values(f"{owner}: {key}", value, CALLABLE_RANGES[key])
         values[key] = value
     return values
 
 
+# Parameters that may be a schedule (a callable of the step): the range of its values.
+CALLABLE_RANGES = {"damping": ranges.number(minimum=0)}
+# The steps a schedule is evaluated at before training ("its first values").
+FIRST_STEPS = (0, 1)
+
+
+def check_first_values(name, schedule, valid):
+    """Evaluate ``schedule`` at FIRST_STEPS; a one-line OptimizerError naming ``name`` unless each
+    value is accepted by ``valid``. A callable that needs a tensor step is called with one."""
+    for step in FIRST_STEPS:
+        value = _value_at(name, schedule, step)
+        if value is _SYMBOLIC:
+            return   # called while a graph is traced (no value yet): the run's first step will tell
+        if not valid.check(value):
+            raise errors.OptimizerError(
+                f"{name}: the schedule {_callable_name(schedule)} gives {errors.describe(value)} at step {step}; "
+                f"expected {valid.accepted} at every step")
+
+
+def _value_at(name, schedule, step):
+    import numpy as np
+
+    try:
+        value = schedule(step)
+    except Exception:   # noqa: BLE001  (a schedule written for tensors: retry with one)
+        import tensorflow as tf
+
+        try:
+            value = schedule(tf.constant(step, tf.int64))
+        except Exception as error:   # noqa: BLE001
+            raise errors.OptimizerError(
+                f"{name}: calling the schedule {_callable_name(schedule)} at step {step} failed "
+                f"({type(error).__name__}: {' '.join(str(error).split())[:120]}); give a function of the "
+                f"step that returns a number") from None
+    try:
+        return float(np.asarray(value))
+    except (TypeError, ValueError, NotImplementedError):
+        return _SYMBOLIC if hasattr(value, "dtype") and hasattr(value, "shape") else value
+
+
+_SYMBOLIC = object()   # a tensor without a value (graph mode)
+
+
+def _callable_name(schedule):
+    name = getattr(schedule, "__name__", None) or type(schedule).__name__
+    return f"{name!r}"
+
+
 # ----------------------------------------------------------------- parameter checks
 
-def _number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _integer_at_least(minimum):
-    return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-
-
-def _valid_patterns(value):
-    import re
-
-    if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) for p in value):
-        return False
-    try:
-        for pattern in value:
-            re.compile(pattern)
-    except re.error:
-        return False
-    return True
+def _parameter(default, description, valid: ranges.Range):
+    return Parameter(default, description, valid.accepted, valid.check)
 
 
 def number(default, description, minimum=0.0, above=False):
-    """A number >= minimum (> minimum with ``above``)."""
-    accepted = f"a number {'>' if above else '>='} {minimum:g}"
-    return Parameter(default, description, accepted,
-                     lambda v: _number(v) and (v > minimum if above else v >= minimum))
+    """A finite number >= minimum (> minimum with ``above``)."""
+    valid = ranges.number(above=minimum) if above else ranges.number(minimum=minimum)
+    return _parameter(default, description, valid)
 
 
 def integer(default, description, minimum):
     """An integer >= minimum."""
-    return Parameter(default, description, f"an integer >= {minimum}", _integer_at_least(minimum))
+    return _parameter(default, description, ranges.integer(minimum))
 
 
 def patterns(default, description):
     """A list of regular expressions."""
-    return Parameter(default, description, "a list of regular expressions", _valid_patterns)
+    return _parameter(default, description, ranges.patterns())
 
 
 def one_of(default, description, choices):
     """One of ``choices``, of its type (so 1 is not True)."""
-    accepted = " or ".join(repr(c) if isinstance(c, str) else str(c) for c in choices)
-    return Parameter(default, description, accepted, lambda v: any(isinstance(v, type(c)) and v == c for c in choices))
+    return _parameter(default, description, ranges.one_of(choices))
 
 
 # ----------------------------------------------------------------- wrappers
@@ -111,7 +142,8 @@ BATCH_GRADIENTS_PARAMETERS = {
 THOR_PARAMETERS = {
     "damping": Parameter(
         0.03, "lambda added to both factors as sqrt(lambda); a number or a schedule (callable of the step)",
-        "a number >= 0 or a callable step -> number", lambda v: callable(v) or (_number(v) and v >= 0)),
+        "a finite number >= 0 or a callable step -> number (checked at its first steps)",
+        lambda v: callable(v) or ranges.number(minimum=0).check(v)),
     "frequency": integer(100, "refresh factors and inverses once every this many applied updates", 2),
     "block_size": integer(128, "invert diagonal blocks of this size (MindSpore: 128); 0 = the full inverse", 0),
     "weight_decay": number(
@@ -179,3 +211,76 @@ def accepted_arguments(name):
     class_name, fixed, aliases = OPTIMIZERS[name]
     names = [n for n in keras_arguments(class_name) if n not in fixed]
     return sorted(set(names) | set(aliases) | set(IGNORED_ARGUMENTS))
+
+
+# ----------------------------------------------------------------- schedules
+
+_POSITIVE = ranges.number(above=0)
+_AT_LEAST_0 = ranges.number(minimum=0)
+_STEPS = ranges.number(above=0)
+_WHOLE_POSITIVE = ranges.Range("a whole number > 0",
+                               lambda v: ranges.is_number(v) and v > 0 and float(v).is_integer())
+_SWITCH = ranges.one_of((True, False))
+
+# Schedule kind -> its arguments' accepted ranges (the names are schema.SCHEDULE_ARGUMENTS'; the
+# recipe loader and moxlite.optimizers.thor_schedules both check against this table).
+SCHEDULE_PARAMETERS = {
+    "piecewise_constant": {"boundaries": ranges.list_of(_AT_LEAST_0, min_length=0),
+                           "values": ranges.list_of(_AT_LEAST_0)},
+    "cosine": {"initial_learning_rate": _POSITIVE, "decay_steps": _STEPS, "alpha": ranges.probability(),
+               "warmup_target": ranges.either(_POSITIVE, ranges.one_of((None,)), "a finite number > 0 or null"),
+               "warmup_steps": _AT_LEAST_0},
+    "cosine_restarts": {"initial_learning_rate": _POSITIVE, "first_decay_steps": _STEPS, "t_mul": _POSITIVE,
+                        "m_mul": _POSITIVE, "alpha": ranges.probability()},
+    "exponential": {"initial_learning_rate": _POSITIVE, "decay_steps": _STEPS, "decay_rate": _POSITIVE,
+                    "staircase": _SWITCH},
+    "polynomial": {"initial_learning_rate": _POSITIVE, "decay_steps": _STEPS, "end_learning_rate": _AT_LEAST_0,
+                   "power": _AT_LEAST_0, "cycle": _SWITCH},
+    "inverse_time": {"initial_learning_rate": _POSITIVE, "decay_steps": _STEPS, "decay_rate": _AT_LEAST_0,
+                     "staircase": _SWITCH},
+    "thor": {"lr_init": _POSITIVE, "lr_decay": _AT_LEAST_0, "lr_end_epoch": _POSITIVE, "steps_per_epoch": _POSITIVE,
+             "decay_epochs": _AT_LEAST_0},
+    "thor_damping": {"damping_init": _POSITIVE, "decay_rate": _POSITIVE, "steps_per_epoch": _POSITIVE},
+    "thor_polynomial": {"initial_value": _POSITIVE, "end_value": _AT_LEAST_0, "total_steps": _WHOLE_POSITIVE,
+                        "power": _AT_LEAST_0},
+}
+
+
+def schedule_problem(kind, params):
+    """(argument, message) of the first argument of schedule ``kind`` out of its range, or None.
+
+    Checks each given argument against SCHEDULE_PARAMETERS and the rules across them
+    (piecewise_constant: increasing boundaries, one more value than boundaries).
+    """
+    table = SCHEDULE_PARAMETERS[kind]
+    for key, value in params.items():
+        if key in table:
+            problem = table[key].problem(value)
+            if problem:
+                return key, f"{kind}: {key}={problem}"
+    if kind == "piecewise_constant" and "boundaries" in params and "values" in params:
+        boundaries, values = params["boundaries"], params["values"]
+        if any(later <= earlier for earlier, later in zip(boundaries, boundaries[1:])):
+            return "boundaries", f"{kind}: boundaries={ranges.describe(boundaries)} must increase"
+        if len(values) != len(boundaries) + 1:
+            return "values", (f"{kind}: values has {len(values)} entries; expected one more than the "
+                              f"{len(boundaries)} boundaries")
+    return None
+
+
+def check_schedule_arguments(kind, params, accepted):
+    """``params`` of schedule ``kind`` checked: unknown names and ranges, as one-line OptimizerErrors.
+
+    ``accepted``: the argument names the schedule takes (schema.SCHEDULE_ARGUMENTS' or a signature's).
+    """
+    import difflib
+
+    for key in params:
+        if key not in accepted:
+            close = difflib.get_close_matches(key, list(accepted), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise errors.OptimizerError(f"{kind}: unknown argument {key!r}{hint}; accepted: {', '.join(accepted)}")
+    found = schedule_problem(kind, params)
+    if found:
+        raise errors.OptimizerError(found[1])
+    return params

@@ -41,8 +41,8 @@ import contextlib
 import keras
 import tensorflow as tf
 
-from moxlite import context, errors
-from moxlite.optimizers import learning_rates
+from moxlite import context, errors, ranges
+from moxlite.optimizers import catalog, learning_rates
 from moxlite.optimizers.learning_rates import parse_piecewise, piecewise_value  # noqa: F401  (re-exported)
 
 @keras.saving.register_keras_serializable(package="moxlite")
@@ -172,14 +172,21 @@ class GlobalStepLearningRate:
             return schedule
         return cls(schedule, run_context.global_step, config.get("counts", "updates"))
 
+# A schedule's learning rates: finite, and not negative (a warm-up may start at 0).
+LEARNING_RATE_VALUES = ranges.number(minimum=0)
+
 
 def check_learning_rate(learning_rate):
     """Reject learning rates that cannot work, with a message that says why.
 
-    Accepts a positive number, a Keras ``LearningRateSchedule`` or a MoXing
-    epoch string (parsed here so that a typo fails before the run starts).
+    Accepts a positive number, a Keras ``LearningRateSchedule`` whose first values
+    (catalog.FIRST_STEPS) are finite and not negative, or a MoXing epoch string
+    (parsed here so that a typo fails before the run starts).
     """
-    if isinstance(learning_rate, (keras.optimizers.schedules.LearningRateSchedule, GlobalStepLearningRate)):
+    if isinstance(learning_rate, GlobalStepLearningRate):   # bound to a run's step: its schedule was checked
+        return learning_rate
+    if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+        catalog.check_first_values("learning_rate", learning_rate, LEARNING_RATE_VALUES)
         return learning_rate
     return learning_rates.check_number_or_string(learning_rate)
 

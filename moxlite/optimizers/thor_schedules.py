@@ -28,12 +28,11 @@ Values are computed in float64 and returned as float32, as MindSpore builds
 its float64 table and casts it to float32.
 """
 
-import math
-
 import keras
 import tensorflow as tf
 
 from moxlite import errors
+from moxlite.optimizers import catalog
 
 # MindSpore's published configurations, for recipes, docs and the benchmark's plan.
 RESNET50_ASCEND = dict(lr_init=0.05803, lr_decay=4.04839, lr_end_epoch=53, decay_epochs=39,
@@ -44,20 +43,11 @@ BERT_LEARNING_RATE = dict(initial_value=3.4e-3, end_value=3.244e-5, total_steps=
 BERT_DAMPING = dict(initial_value=5e-2, end_value=1e-6, total_steps=30000, power=1.0)
 
 
-def _number(schedule, name, value, minimum=None, above=None, integer=False):
-    """``value`` as a float (or int), or a one-line OptimizerError naming the argument and the range."""
-    kind = "an integer" if integer else "a number"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
-        raise errors.OptimizerError(f"{schedule}: {name}={errors.describe(value)} is not {kind}; give {kind}"
-                                    + (f" > {above:g}" if above is not None else f" >= {minimum:g}" if minimum is not None else ""))
-    value = float(value)
-    if not math.isfinite(value):
-        raise errors.OptimizerError(f"{schedule}: {name}={value!r} must be finite")
-    if above is not None and not value > above:
-        raise errors.OptimizerError(f"{schedule}: {name}={value:g} must be > {above:g}")
-    if minimum is not None and value < minimum:
-        raise errors.OptimizerError(f"{schedule}: {name}={value:g} must be >= {minimum:g}")
-    return int(value) if integer else value
+def _checked(schedule, **arguments):
+    """The arguments as floats, checked against catalog.SCHEDULE_PARAMETERS (the table the recipe
+    loader checks a schedule block against); a one-line OptimizerError naming the first bad one."""
+    catalog.check_schedule_arguments(schedule, arguments, list(arguments))
+    return {key: float(value) for key, value in arguments.items()}
 
 
 def _epoch_at_end_of(step, steps_per_epoch):
@@ -81,11 +71,10 @@ class ThorLearningRate(keras.optimizers.schedules.LearningRateSchedule):
     NAME = "thor"
 
     def __init__(self, lr_init, lr_decay, lr_end_epoch, steps_per_epoch, decay_epochs=100):
-        self.lr_init = _number(self.NAME, "lr_init", lr_init, above=0)
-        self.lr_decay = _number(self.NAME, "lr_decay", lr_decay, minimum=0)
-        self.lr_end_epoch = _number(self.NAME, "lr_end_epoch", lr_end_epoch, above=0)
-        self.steps_per_epoch = _number(self.NAME, "steps_per_epoch", steps_per_epoch, above=0)
-        self.decay_epochs = _number(self.NAME, "decay_epochs", decay_epochs, minimum=0)
+        values = _checked(self.NAME, lr_init=lr_init, lr_decay=lr_decay, lr_end_epoch=lr_end_epoch,
+                          steps_per_epoch=steps_per_epoch, decay_epochs=decay_epochs)
+        self.lr_init, self.lr_decay, self.lr_end_epoch = values["lr_init"], values["lr_decay"], values["lr_end_epoch"]
+        self.steps_per_epoch, self.decay_epochs = values["steps_per_epoch"], values["decay_epochs"]
 
     def __call__(self, step):
         epoch = _epoch_at_end_of(step, self.steps_per_epoch)
@@ -114,9 +103,9 @@ class ThorDamping(keras.optimizers.schedules.LearningRateSchedule):
     NAME = "thor_damping"
 
     def __init__(self, damping_init, decay_rate, steps_per_epoch):
-        self.damping_init = _number(self.NAME, "damping_init", damping_init, above=0)
-        self.decay_rate = _number(self.NAME, "decay_rate", decay_rate, above=0)
-        self.steps_per_epoch = _number(self.NAME, "steps_per_epoch", steps_per_epoch, above=0)
+        values = _checked(self.NAME, damping_init=damping_init, decay_rate=decay_rate, steps_per_epoch=steps_per_epoch)
+        self.damping_init, self.decay_rate = values["damping_init"], values["decay_rate"]
+        self.steps_per_epoch = values["steps_per_epoch"]
 
     def __call__(self, step):
         epoch = _epoch_at_end_of(step, self.steps_per_epoch)
@@ -139,10 +128,10 @@ class ThorPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
     NAME = "thor_polynomial"
 
     def __init__(self, initial_value, end_value, total_steps, power=1.0):
-        self.initial_value = _number(self.NAME, "initial_value", initial_value, above=0)
-        self.end_value = _number(self.NAME, "end_value", end_value, minimum=0)
-        self.total_steps = _number(self.NAME, "total_steps", total_steps, above=0, integer=True)
-        self.power = _number(self.NAME, "power", power, minimum=0)
+        values = _checked(self.NAME, initial_value=initial_value, end_value=end_value, total_steps=total_steps,
+                          power=power)
+        self.initial_value, self.end_value, self.power = values["initial_value"], values["end_value"], values["power"]
+        self.total_steps = int(values["total_steps"])
 
     def __call__(self, step):
         remaining = tf.maximum(1.0 - tf.cast(step, tf.float64) / self.total_steps, 0.0)
@@ -156,12 +145,25 @@ class ThorPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 def bert_thor_learning_rate(**overrides):
     """MindSpore's BERT THOR learning rate (3.4e-3 to 3.244e-5, linear over 30,000 steps), overridable."""
-    return ThorPolynomialDecay(**dict(BERT_LEARNING_RATE, **overrides))
+    return ThorPolynomialDecay(**_overridden("bert_thor_learning_rate", BERT_LEARNING_RATE, overrides))
 
 
 def bert_thor_damping(**overrides):
     """MindSpore's BERT THOR damping (5e-2 to 1e-6, linear over 30,000 steps), overridable."""
-    return ThorPolynomialDecay(**dict(BERT_DAMPING, **overrides))
+    return ThorPolynomialDecay(**_overridden("bert_thor_damping", BERT_DAMPING, overrides))
+
+
+def _overridden(function, defaults, overrides):
+    """``defaults`` with ``overrides``, whose names must be ThorPolynomialDecay's (a moxlite error, not TypeError)."""
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], list(defaults), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise errors.OptimizerError(f"{function}: unknown argument {unknown[0]!r}{hint}; accepted: "
+                                    f"{', '.join(defaults)}")
+    return dict(defaults, **overrides)
 
 
 # Recipe schedule kind -> class; the recipe layer reads the accepted keys from the signatures.

@@ -169,10 +169,6 @@ def _build_input(loaded):
                 return function(mode, **kwargs)
         else:
             input_fn = function
-        if any(dataclasses.asdict(section.augment)[key] for key in
-               ("rand_augment_ops", "random_erasing", "mixup_alpha", "cutmix_alpha")):
-            raise loaded.error(("input", "augment"), "applies to the built-in data sets only; augment inside "
-                                                     "your input_fn (moxlite.data.augment.augmented_input_fn)")
         return input_fn, {"num_samples": section.num_samples}
     from moxlite.data import datasets  # imports TensorFlow: only once the recipe is checked
 

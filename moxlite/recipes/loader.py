@@ -11,13 +11,14 @@ one line as ``file:line: dotted.key: what is wrong; what is accepted``.
 
 import dataclasses
 import difflib
+import math
 import os
 import typing
 from typing import Any, Dict, List, Optional, Union
 
 import yaml
 
-from moxlite import errors, flags
+from moxlite import errors
 from moxlite.data import sources
 from moxlite.distribute import cluster
 from moxlite.optimizers import catalog, learning_rates
@@ -320,7 +321,17 @@ def build(cls, mapping, path, locations):
 
 
 def convert(value, annotation, path, locations, field=None):
-    """``value`` checked against ``annotation`` (and the field's choices); ints widen to floats."""
+    """``value`` checked against ``annotation``, the field's choices and its declared range; ints widen to floats."""
+    value = _convert(value, annotation, path, locations, field)
+    valid = field.metadata.get("valid") if field is not None else None
+    if valid is not None and value is not None:
+        problem = valid.problem(value)
+        if problem:
+            raise locations.error(path, problem)
+    return value
+
+
+def _convert(value, annotation, path, locations, field=None):
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is Union:
@@ -329,7 +340,7 @@ def convert(value, annotation, path, locations, field=None):
         options = [a for a in args if a is not type(None)]
         for option in options:
             if _matches(value, option):
-                return convert(value, option, path, locations, field)
+                return _convert(value, option, path, locations, field)
         raise locations.error(path, f"expected {schema.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
     if dataclasses.is_dataclass(annotation):
         return build(annotation, value, path, locations)
@@ -347,6 +358,9 @@ def convert(value, annotation, path, locations, field=None):
         raise locations.error(path, f"expected {schema.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
     if annotation is float:
         value = float(value)
+        if not math.isfinite(value):
+            raise locations.error(path, f"{value} is not a finite number; give a finite number (YAML .inf and .nan "
+                                        f"are not accepted)")
     choices = field.metadata.get("choices") if field is not None else None
     if choices and value not in choices and not (field.name == "name" and schema.is_reference(value)):
         extra = " or a 'package.module:function' reference" if field.name == "name" else ""
@@ -456,8 +470,21 @@ def check(loaded):
     _check_precision(loaded)
 
 
+def _check_rules(loaded, path, block, image_shape=None):
+    """The rules across the keys of ``block`` (schema.RULES), as a located error on the key a rule names."""
+    found = schema.check_values(type(block), dataclasses.asdict(block), image_shape)
+    if found:
+        raise loaded.error(path + (found[0],), found[1])
+
+
 def _check_data_options(loaded):
     recipe, error = loaded.recipe, loaded.error
+    _check_rules(loaded, ("input", "augment"), recipe.input.augment)
+    augment = recipe.input.augment
+    if schema.is_reference(recipe.input.name) and (augment.rand_augment_ops or augment.random_erasing
+                                                   or augment.mixup_alpha or augment.cutmix_alpha):
+        raise error(("input", "augment"), "applies to the built-in data sets only; augment inside your input_fn "
+                                          "(moxlite.data.augment.augmented_input_fn)")
     synthetic = recipe.input.synthetic
     if len(synthetic.image_shape) not in (1, 2, 3) or min(synthetic.image_shape) < 1:
         raise error(("input", "synthetic", "image_shape"), f"{synthetic.image_shape} must be 1 to 3 positive sizes, e.g. [32, 32, 3]")
@@ -490,17 +517,11 @@ def data_image_shape(recipe):
 def _check_model_options(loaded):
     recipe, error = loaded.recipe, loaded.error
     model = recipe.model
-    depth = model.small_resnet.depth
-    if depth < 8 or (depth - 2) % 6:
-        raise error(("model", "small_resnet", "depth"), f"{depth} must be 6n + 2 with n >= 1 (20, 32, 44, 56, 110)")
-    if model.num_classes is not None and model.num_classes < 2:
-        raise error(("model", "num_classes"), f"{model.num_classes} must be at least 2")
-    for name, value in (("mlp", model.mlp.dropout), ("lenet", model.lenet.dropout)):
-        if not 0.0 <= value < 1.0:
-            raise error(("model", name, "dropout"), f"{value} must be in [0, 1)")
-    if model.weight_decay < 0:
-        raise error(("model", "weight_decay"), f"{model.weight_decay} must be 0 or more")
     image_shape = data_image_shape(recipe)
+    for name in schema.MODEL_NAMES:
+        # Rules between keys of every block; those about the image only for the model that sees it.
+        _check_rules(loaded, ("model", name), getattr(model, name),
+                     image_shape if name == model.name and image_shape and len(image_shape) == 3 else None)
     if model.name == "resnet50" and image_shape is not None and min(image_shape[:2]) < 32:
         raise error(("model", "name"), f"resnet50 needs images of at least 32x32, the data set gives "
                                        f"{image_shape}; use small_resnet, lenet or mlp")
@@ -536,10 +557,12 @@ def _check_optimizer(loaded):
             except errors.UserInputError as problem:
                 raise error(("optimizer", "learning_rate"), str(problem)) from None
         accepted = catalog.accepted_arguments(section.name)
-        for key in section.kwargs:
+        for key, value in section.kwargs.items():
             if key not in accepted:
                 raise error(("optimizer", "kwargs", key), f"{section.name} takes no argument {key!r}"
                                                           f"{_choices(key, accepted)}")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise error(("optimizer", "kwargs", key), f"{value} is not a finite number; give a finite number")
     for index, wrapper in enumerate(section.wrappers):
         _check_wrapper(loaded, ("optimizer", "wrappers", index), wrapper)
 
@@ -583,6 +606,9 @@ def check_schedule(loaded, path, block):
     for name in required:
         if name not in params and name not in derived:
             raise loaded.error(path + (name,), f"missing: schedule {kind!r} needs {', '.join(required)}")
+    found = catalog.schedule_problem(kind, params)
+    if found:
+        raise loaded.error(path + (found[0],), found[1])
 
 
 def _check_distribute(loaded):
@@ -615,16 +641,8 @@ def _check_distribute(loaded):
 
 
 def _check_precision(loaded):
-    recipe, error = loaded.recipe, loaded.error
-    precision = recipe.precision
-    scale = precision.loss_scale
-    try:
-        flags.parse_loss_scale(scale)
-    except ValueError:
-        raise error(("precision", "loss_scale"),
-                    f"{scale!r} must be 0 (off), a number, 'dynamic' or 'dynamic:<start>' (numbers > 0)") from None
-    if precision.gradient_clip < 0:
-        raise error(("precision", "gradient_clip"), f"{precision.gradient_clip} must be 0 (off) or positive")
+    """Ranges were checked key by key (schema.PrecisionSection); here the rules across its keys."""
+    _check_rules(loaded, ("precision",), loaded.recipe.precision)
 
 
 def resolve_references(loaded):

@@ -27,7 +27,10 @@ Nothing here imports TensorFlow: validation and ``--help-recipe`` stay fast.
 """
 
 import dataclasses
+import math
 from typing import Any, Dict, List, Optional, Union
+
+from moxlite import ranges
 
 # The names recipes may use for built-ins. The implementations live in
 # moxlite.data.datasets and moxlite.models; the names are listed here so that
@@ -77,13 +80,15 @@ SCHEDULE_ARGUMENTS = {
 REQUIRED = dataclasses.MISSING
 
 
-def setting(default, help_text, choices=None):
-    """A recipe field: its default, a one-line description and allowed values.
+def setting(default, help_text, choices=None, valid=None):
+    """A recipe field: its default, a one-line description, allowed values and accepted range.
 
     ``default=REQUIRED`` makes the key mandatory. Lists and dicts are copied
-    per instance.
+    per instance. ``valid`` is a ``moxlite.ranges.Range``: the recipe loader and the
+    Python API (``check_values``) both check a value against it; null passes where
+    the key's type allows null.
     """
-    metadata = {"help": help_text, "choices": choices}
+    metadata = {"help": help_text, "choices": choices, "valid": valid}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     if dataclasses.is_dataclass(default):
@@ -125,7 +130,8 @@ def with_defaults(**defaults):
                 raise TypeError(f"{cls.__name__}: with_defaults names {name!r}, which no base class declares")
             field = inherited[name]
             cls.__annotations__[name] = field.type
-            setattr(cls, name, setting(default, field.metadata["help"], field.metadata["choices"]))
+            setattr(cls, name, setting(default, field.metadata["help"], field.metadata["choices"],
+                                       field.metadata.get("valid")))
         return cls
     return set_defaults
 
@@ -157,7 +163,8 @@ class RunSection:
     keep_checkpoint_max: int = setting(5, "Checkpoints kept in log_dir.")
     nonfinite_policy: str = setting("stop", "At a non-finite loss or gradient: stop (nothing saved, the last finite checkpoint kept) or skip the step.", ("stop", "skip"))
     allow_input_restart: bool = setting(True, "Resume with the input restarted when the saved input position no longer fits the input pipeline (false: stop).")
-    max_consecutive_nonfinite: int = setting(10, "With nonfinite_policy: skip, stop after this many non-finite steps in a row.")
+    max_consecutive_nonfinite: int = setting(10, "With nonfinite_policy: skip, stop after this many non-finite steps in a row.",
+                                             valid=ranges.integer(1))
     steps_per_loop: Union[int, str] = setting("auto", "Training steps run inside one traced call; 'auto' runs each call up to the next log line, summary, checkpoint or the end (bounded to about a second).")
     export_model: bool = setting(False, "Export a SavedModel for serving (ExportKeys.TF_SERVING) after the run.")
     inter_mode: Optional[str] = setting(None, "A second mode run interleaved with the main one (e.g. eval during train).", ("eval",))
@@ -193,7 +200,8 @@ class SyntheticOptions:
     num_classes: int = setting(10, "Number of classes.")
     num_samples: int = setting(1024, "Training samples in one epoch.")
     eval_samples: int = setting(256, "Held-out samples for evaluation.")
-    signal: float = setting(1.0, "Scale of the class prototype added to the noise; 0 for pure noise.")
+    signal: float = setting(1.0, "Scale of the class prototype added to the noise; 0 for pure noise.",
+                            valid=ranges.number())
     seed: int = setting(0, "Seed of the prototypes and the noise.")
 
 
@@ -225,14 +233,20 @@ class ImageFolderOptions:
 class AugmentOptions:
     """Training-set augmentation with Keras's layers (moxlite.data.augment); 0 turns a step off."""
 
-    rand_augment_ops: int = setting(0, "RandAugment operations per image (keras.layers.RandAugment num_ops).")
-    rand_augment_magnitude: float = setting(0.5, "RandAugment strength in [0, 1] (its factor; timm's m9 is 0.9).")
-    random_erasing: float = setting(0.0, "Probability of erasing a rectangle (keras.layers.RandomErasing factor).")
-    mixup_alpha: float = setting(0.0, "MixUp's alpha (keras.layers.MixUp); labels become class distributions.")
-    cutmix_alpha: float = setting(0.0, "CutMix's alpha (keras.layers.CutMix factor).")
-    switch_prob: float = setting(0.5, "With MixUp and CutMix both on: probability of CutMix for a batch.")
-    mix_batch: int = setting(64, "Consecutive samples mixed with each other.")
-    value_range: List[float] = setting([0.0, 1.0], "Range of the pixel values.")
+    rand_augment_ops: int = setting(0, "RandAugment operations per image (keras.layers.RandAugment num_ops).",
+                                    valid=ranges.integer(0))
+    rand_augment_magnitude: float = setting(0.5, "RandAugment strength in [0, 1] (its factor; timm's m9 is 0.9).",
+                                            valid=ranges.probability())
+    random_erasing: float = setting(0.0, "Probability of erasing a rectangle (keras.layers.RandomErasing factor).",
+                                    valid=ranges.probability())
+    mixup_alpha: float = setting(0.0, "MixUp's alpha (keras.layers.MixUp); labels become class distributions.",
+                                 valid=ranges.number(minimum=0))
+    cutmix_alpha: float = setting(0.0, "CutMix's alpha (keras.layers.CutMix factor).", valid=ranges.number(minimum=0))
+    switch_prob: float = setting(0.5, "With MixUp and CutMix both on: probability of CutMix for a batch.",
+                                 valid=ranges.probability())
+    mix_batch: int = setting(64, "Consecutive samples mixed with each other.", valid=ranges.integer(2))
+    value_range: List[float] = setting([0.0, 1.0], "Range of the pixel values, [low, high] with low < high.",
+                                       valid=ranges.list_of(ranges.number(), length=2))
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -254,19 +268,21 @@ class InputSection:
 class MlpOptions:
     """A multi-layer perceptron on the flattened image."""
 
-    hidden_units: List[int] = setting([128], "Units of each hidden layer.")
+    hidden_units: List[int] = setting([128], "Units of each hidden layer.",
+                                      valid=ranges.list_of(ranges.integer(1), min_length=0))
     activation: str = setting("relu", "Activation of the hidden layers (a Keras activation name).")
-    dropout: float = setting(0.0, "Dropout rate after each hidden layer.")
+    dropout: float = setting(0.0, "Dropout rate after each hidden layer.", valid=ranges.fraction())
 
 
 @dataclasses.dataclass(kw_only=True)
 class LenetOptions:
     """A LeNet-style CNN: conv-pool blocks, then a dense layer."""
 
-    filters: List[int] = setting([32, 64], "Filters of each 5x5 convolution (each followed by 2x2 max-pooling).")
-    kernel_size: int = setting(5, "Side of the convolution kernels.")
-    dense_units: int = setting(256, "Units of the dense layer before the classifier.")
-    dropout: float = setting(0.0, "Dropout rate before the classifier.")
+    filters: List[int] = setting([32, 64], "Filters of each 5x5 convolution (each followed by 2x2 max-pooling).",
+                                 valid=ranges.list_of(ranges.integer(1)))
+    kernel_size: int = setting(5, "Side of the convolution kernels.", valid=ranges.integer(1))
+    dense_units: int = setting(256, "Units of the dense layer before the classifier.", valid=ranges.integer(1))
+    dropout: float = setting(0.0, "Dropout rate before the classifier.", valid=ranges.fraction())
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -280,8 +296,12 @@ class Resnet50Options:
 class SmallResnetOptions:
     """A CIFAR-style ResNet for small (e.g. 32x32) images: depth = 6n + 2 (He et al. 2016)."""
 
-    depth: int = setting(20, "Layers; 6n + 2 (20, 32, 44, 56, 110).")
-    base_width: int = setting(16, "Filters of the first stage (doubled at each of the three stages).")
+    depth: int = setting(20, "Layers; 6n + 2 (20, 32, 44, 56, 110).",
+                         valid=ranges.Range("6n + 2 with n >= 1 (20, 32, 44, 56, 110)",
+                                            lambda v: ranges.is_integer(v) and v >= 8 and (v - 2) % 6 == 0,
+                                            lambda v: f"{ranges.describe(v)} must be 6n + 2"))
+    base_width: int = setting(16, "Filters of the first stage (doubled at each of the three stages).",
+                              valid=ranges.integer(1))
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -289,9 +309,11 @@ class VisionTransformerOptions:
     """The options every built-in vision transformer takes; each model states its sizes with with_defaults."""
 
     # No size defaults here: a model that does not state its own fails when this module is imported.
-    patch_size: int = setting(REQUIRED, "Side of the square patches.")
-    mlp_ratio: float = setting(4.0, "MLP width over the channels.")
-    drop_path: float = setting(REQUIRED, "Stochastic-depth rate of the last block (linear from 0).")
+    patch_size: int = setting(REQUIRED, "Side of the square patches; it divides the image's height and width.",
+                              valid=ranges.integer(1))
+    mlp_ratio: float = setting(4.0, "MLP width over the channels.", valid=ranges.number(above=0))
+    drop_path: float = setting(REQUIRED, "Stochastic-depth rate of the last block (linear from 0).",
+                               valid=ranges.fraction())
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -299,10 +321,13 @@ class VisionTransformerOptions:
 class SwinTinyOptions(VisionTransformerOptions):
     """Swin Transformer, Swin-T sizes by default (moxlite.models.vision_transformers.swin)."""
 
-    embed_dim: int = setting(96, "Channels of the first stage (doubled at each patch merging).")
-    depths: List[int] = setting([2, 2, 6, 2], "Blocks per stage.")
-    num_heads: List[int] = setting([3, 6, 12, 24], "Attention heads per stage.")
-    window_size: int = setting(7, "Side of the attention windows.")
+    embed_dim: int = setting(96, "Channels of the first stage (doubled at each patch merging).",
+                             valid=ranges.integer(1))
+    depths: List[int] = setting([2, 2, 6, 2], "Blocks per stage.", valid=ranges.list_of(ranges.integer(1)))
+    num_heads: List[int] = setting([3, 6, 12, 24], "Attention heads per stage (one per stage; each divides its "
+                                   "stage's channels).", valid=ranges.list_of(ranges.integer(1)))
+    window_size: int = setting(7, "Side of the attention windows (each stage's tokens must be a multiple of it).",
+                               valid=ranges.integer(1))
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -310,9 +335,9 @@ class SwinTinyOptions(VisionTransformerOptions):
 class VitTinyOptions(VisionTransformerOptions):
     """Vision Transformer, ViT-Ti sizes by default (moxlite.models.vision_transformers.vit)."""
 
-    embed_dim: int = setting(192, "Token channels.")
-    depth: int = setting(12, "Transformer blocks.")
-    num_heads: int = setting(3, "Attention heads.")
+    embed_dim: int = setting(192, "Token channels.", valid=ranges.integer(1))
+    depth: int = setting(12, "Transformer blocks.", valid=ranges.integer(1))
+    num_heads: int = setting(3, "Attention heads (they divide embed_dim).", valid=ranges.integer(1))
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -323,9 +348,12 @@ class ModelSection:
 
     name: str = setting(REQUIRED, "A built-in model, or 'package.module:function' naming your model_fn(inputs, mode).", MODEL_NAMES)
     kwargs: Dict[str, Any] = setting({}, "Keyword arguments for your model_fn (only with a module:function name).")
-    num_classes: Optional[int] = setting(None, "Classes of a built-in model; null takes the data set's.")
-    weight_decay: float = setting(0.0, "L2 penalty on the kernels of a built-in model, added to the loss.")
-    label_smoothing: float = setting(0.0, "Label smoothing of a built-in model's cross-entropy.")
+    num_classes: Optional[int] = setting(None, "Classes of a built-in model; null takes the data set's.",
+                                         valid=ranges.integer(2))
+    weight_decay: float = setting(0.0, "L2 penalty on the kernels of a built-in model, added to the loss.",
+                                  valid=ranges.number(minimum=0))
+    label_smoothing: float = setting(0.0, "Label smoothing of a built-in model's cross-entropy.",
+                                     valid=ranges.fraction())
 
 
 # ----------------------------------------------------------------- optimizer
@@ -376,18 +404,79 @@ class DistributeSection:
     log_first_clone: bool = setting(True, "Log the first replica's log_info (true) or the mean over replicas (false).")
 
 
+# Keras 3.15's layer classes (keras.layers), for precision.keep_fp32 without importing Keras;
+# tests/test_catalog.py compares the list with keras.layers. "Layer" itself is left out: it is
+# the base of every layer, so keeping it would keep the whole network in float32. "GELU" names
+# an Activation layer computing GELU (moxlite.training.amp).
+KERAS_LAYER_NAMES = (
+    "Activation", "ActivityRegularization", "AdaptiveAveragePooling1D", "AdaptiveAveragePooling2D",
+    "AdaptiveAveragePooling3D", "AdaptiveMaxPooling1D", "AdaptiveMaxPooling2D", "AdaptiveMaxPooling3D", "Add",
+    "AdditiveAttention", "AlphaDropout", "Attention", "AugMix", "AutoContrast", "Average", "AveragePooling1D",
+    "AveragePooling2D", "AveragePooling3D", "AvgPool1D", "AvgPool2D", "AvgPool3D", "BatchNormalization",
+    "Bidirectional", "CategoryEncoding", "CenterCrop", "Concatenate", "ContrastLimitedAdaptiveHistogramEqualization",
+    "Conv1D", "Conv1DTranspose", "Conv2D", "Conv2DTranspose", "Conv3D", "Conv3DTranspose", "ConvLSTM1D",
+    "ConvLSTM2D", "ConvLSTM3D", "Convolution1D", "Convolution1DTranspose", "Convolution2D",
+    "Convolution2DTranspose", "Convolution3D", "Convolution3DTranspose", "Cropping1D", "Cropping2D", "Cropping3D",
+    "CutMix", "Dense", "DepthwiseConv1D", "DepthwiseConv2D", "Discretization", "Dot", "Dropout", "ELU",
+    "EinsumDense", "Embedding", "Equalization", "Flatten", "FlaxLayer", "GRU", "GRUCell", "GaussianDropout",
+    "GaussianNoise", "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalAveragePooling3D",
+    "GlobalAvgPool1D", "GlobalAvgPool2D", "GlobalAvgPool3D", "GlobalMaxPool1D", "GlobalMaxPool2D",
+    "GlobalMaxPool3D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D", "GroupNormalization",
+    "GroupQueryAttention", "HashedCrossing", "Hashing", "Identity", "InputLayer", "IntegerLookup", "JaxLayer",
+    "LSTM", "LSTMCell", "Lambda", "LayerNormalization", "LeakyReLU", "Masking", "MaxNumBoundingBoxes",
+    "MaxPool1D", "MaxPool2D", "MaxPool3D", "MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "Maximum",
+    "MelSpectrogram", "Minimum", "MixUp", "MultiHeadAttention", "Multiply", "Normalization", "PReLU", "Permute",
+    "Pipeline", "RMSNormalization", "RNN", "RandAugment", "RandomBrightness", "RandomColorDegeneration",
+    "RandomColorJitter", "RandomContrast", "RandomCrop", "RandomElasticTransform", "RandomErasing", "RandomFlip",
+    "RandomGaussianBlur", "RandomGrayscale", "RandomHue", "RandomInvert", "RandomPerspective",
+    "RandomPosterization", "RandomRotation", "RandomSaturation", "RandomSharpness", "RandomShear",
+    "RandomTranslation", "RandomZoom", "ReLU", "RepeatVector", "Rescaling", "Reshape", "Resizing",
+    "ReversibleEmbedding", "STFTSpectrogram", "SeparableConv1D", "SeparableConv2D", "SeparableConvolution1D",
+    "SeparableConvolution2D", "SimpleRNN", "SimpleRNNCell", "Softmax", "Solarization", "SpatialDropout1D",
+    "SpatialDropout2D", "SpatialDropout3D", "SpectralNormalization", "StackedRNNCells", "StringLookup",
+    "Subtract", "TFSMLayer", "TextVectorization", "TimeDistributed", "TorchModuleWrapper", "UnitNormalization",
+    "UpSampling1D", "UpSampling2D", "UpSampling3D", "Wrapper", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D",
+)
+KEEP_FP32_NAMES = KERAS_LAYER_NAMES + ("GELU",)
+
+
+def nearest_layer_name(name):
+    """The name of KEEP_FP32_NAMES nearest to ``name`` (a prefix match first: 'Layernorm'), or None."""
+    import difflib
+
+    name = str(name).strip()
+    lowered = {candidate.lower(): candidate for candidate in KEEP_FP32_NAMES}
+    prefixed = [c for c in KEEP_FP32_NAMES if c.lower().startswith(name.lower())] if name else []
+    near = prefixed[:1] or [lowered[m] for m in difflib.get_close_matches(name.lower(), list(lowered), n=1)]
+    return near[0] if near else None
+
+
+def _is_loss_scale(value):
+    from moxlite import flags   # the one reading of the value (recipes and the --loss_scale flag)
+
+    try:
+        flags.parse_loss_scale(value)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclasses.dataclass(kw_only=True)
 class PrecisionSection:
     """Numeric precision and gradient clipping flags."""
 
     amp_level: str = setting("", "O0 float32, O1 mixed with the keep_fp32 list, O2 all but BatchNorm, O3 all ('' is O0, or O3 with use_fp16).", AMP_LEVELS)
     compute_dtype: str = setting("float16", "Compute dtype of O1-O3; bfloat16 needs no loss scaling.", ("float16", "bfloat16"))
-    keep_fp32: Optional[List[str]] = setting(None, "Keras layer classes computed in float32 (null: the level's list; O1's is Softmax, LayerNormalization, BatchNormalization, GroupNormalization, GELU).")
+    keep_fp32: Optional[List[str]] = setting(None, "Keras layer classes computed in float32 (null: the level's list; O1's is Softmax, LayerNormalization, BatchNormalization, GroupNormalization, GELU).",
+                                             valid=ranges.names_in(KEEP_FP32_NAMES, "Keras layer class names (or GELU)",
+                                                                   "a Keras layer class name", nearest_layer_name))
     keep_batchnorm_fp32: Optional[bool] = setting(None, "Keep BatchNormalization in float32 (null: the level's default, O2 true, O3 false).")
     use_fp16: bool = setting(False, "Alias of amp_level O3 with compute_dtype float16.")
-    loss_scale: Union[float, str] = setting(0, "0 (off; dynamic with float16), a fixed number that never changes, or 'dynamic'.")
+    loss_scale: Union[float, str] = setting(0, "0 (off; dynamic with float16), a fixed number that never changes, or 'dynamic'.",
+                                            valid=ranges.Range("0 (off), a finite number > 0, 'dynamic' or "
+                                                               "'dynamic:<start>' (start > 0)", _is_loss_scale))
     drop_overflow_update: bool = setting(True, "Skip a step whose gradients overflow; false (fixed scale only) applies it.")
-    gradient_clip: float = setting(0.0, "Clip threshold; 0 disables clipping.")
+    gradient_clip: float = setting(0.0, "Clip threshold; 0 disables clipping.", valid=ranges.number(minimum=0))
     gradient_clip_type: str = setting("global_norm", "How gradients are clipped.", ("global_norm", "norm"))
 
 
@@ -402,6 +491,212 @@ class Recipe:
     optimizer: OptimizerSection = setting(OptimizerSection(), OptimizerSection.__doc__)
     distribute: DistributeSection = setting(DistributeSection(), DistributeSection.__doc__)
     precision: PrecisionSection = setting(PrecisionSection(), PrecisionSection.__doc__)
+
+
+# ----------------------------------------------------------------- rules across keys
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A rule between keys of one block: ``problem(values, image_shape)`` is None or a message about ``key``.
+
+    ``values`` maps the block's keys to their values; ``image_shape`` is [height, width,
+    channels] when known (rules with ``needs_image`` are skipped when it is not). A message
+    starts with the value of ``key``, so that it reads after 'dotted.key: ' and after 'key='.
+    """
+
+    key: str
+    problem: Any
+    needs_image: bool = False
+
+
+def _heads_divide_embed_dim(values, image_shape):
+    if values["embed_dim"] % values["num_heads"]:
+        return (f"{values['num_heads']} does not divide embed_dim={values['embed_dim']}; use a divisor of it "
+                f"(each head gets embed_dim / num_heads channels)")
+    return None
+
+
+def _patch_divides_image(values, image_shape):
+    patch, (height, width) = values["patch_size"], image_shape[:2]
+    if height % patch or width % patch:
+        return (f"{patch} does not divide the {height}x{width} images; use a patch side that divides both "
+                f"(e.g. {_common_divisor_hint(height, width)})")
+    return None
+
+
+def _common_divisor_hint(height, width):
+    divisors = [d for d in range(2, min(height, width) + 1) if height % d == 0 and width % d == 0]
+    return ", ".join(str(d) for d in divisors[:4]) or "1"
+
+
+def _stage_lengths_agree(values, image_shape):
+    if len(values["depths"]) != len(values["num_heads"]):
+        return (f"{values['num_heads']} has {len(values['num_heads'])} stages, depths {values['depths']} has "
+                f"{len(values['depths'])}; give one head count per stage")
+    return None
+
+
+def _stage_heads_divide_channels(values, image_shape):
+    for stage, heads in enumerate(values["num_heads"]):
+        channels = values["embed_dim"] * 2 ** stage
+        if channels % heads:
+            return (f"{values['num_heads']}: stage {stage} has {channels} channels (embed_dim x 2^{stage}), which "
+                    f"{heads} heads do not divide; use a divisor of each stage's channels")
+    return None
+
+
+def _swin_stages(values, image_shape):
+    """(stage, token height, token width) of each stage: tokens halve at each patch merging."""
+    height, width = image_shape[0] // values["patch_size"], image_shape[1] // values["patch_size"]
+    for stage in range(len(values["depths"])):
+        yield stage, height, width
+        height, width = height // 2, width // 2
+
+
+def _swin_tokens_merge(values, image_shape):
+    last = len(values["depths"]) - 1
+    for stage, height, width in _swin_stages(values, image_shape):
+        if stage < last and (height % 2 or width % 2):
+            side = values["patch_size"] * 2 ** last
+            return (f"{values['patch_size']} gives {height}x{width} tokens at stage {stage} of "
+                    f"{image_shape[0]}x{image_shape[1]} images, which patch merging cannot halve; use images "
+                    f"whose sides are multiples of patch_size x 2^{last} = {side}, or fewer stages")
+    return None
+
+
+def _swin_windows_fit(values, image_shape):
+    for stage, height, width in _swin_stages(values, image_shape):
+        window = min(values["window_size"], height, width)
+        if height % window or width % window:
+            return (f"{values['window_size']} does not fit stage {stage}'s {height}x{width} tokens (the window, "
+                    f"{window}, must divide both); choose a window_size that divides every stage's tokens")
+    return None
+
+
+def _value_range_ordered(values, image_shape):
+    low, high = values["value_range"]
+    if not low < high:
+        return f"{values['value_range']} must be [low, high] with low < high, e.g. [0.0, 1.0] or [0.0, 255.0]"
+    return None
+
+
+def _fp16_with_float32_level(values, image_shape):
+    if values["use_fp16"] and str(values["amp_level"]).strip().upper() == "O0":
+        return ("True asks for float16 but amp_level O0 for float32; drop one of them "
+                "(use_fp16 is an alias of amp_level O3 with compute_dtype float16)")
+    if values["use_fp16"] and values["compute_dtype"] != "float16":
+        return (f"True asks for float16 but compute_dtype is {values['compute_dtype']!r}; use amp_level with "
+                f"compute_dtype {values['compute_dtype']!r} instead of use_fp16")
+    return None
+
+
+def _no_drop_needs_fixed_scale(values, image_shape):
+    if values["drop_overflow_update"] or not _is_loss_scale(values["loss_scale"]):
+        return None
+    from moxlite import flags
+
+    scale = flags.parse_loss_scale(values["loss_scale"])
+    if scale is None or str(scale).startswith("dynamic"):
+        return (f"False needs a fixed loss_scale (a number); with loss_scale {values['loss_scale']!r} "
+                f"overflowing steps are always dropped")
+    return None
+
+
+RULES = {
+    VitTinyOptions: (Rule("num_heads", _heads_divide_embed_dim),
+                     Rule("patch_size", _patch_divides_image, needs_image=True)),
+    SwinTinyOptions: (Rule("num_heads", _stage_lengths_agree), Rule("num_heads", _stage_heads_divide_channels),
+                      Rule("patch_size", _patch_divides_image, needs_image=True),
+                      Rule("patch_size", _swin_tokens_merge, needs_image=True),
+                      Rule("window_size", _swin_windows_fit, needs_image=True)),
+    AugmentOptions: (Rule("value_range", _value_range_ordered),),
+    PrecisionSection: (Rule("use_fp16", _fp16_with_float32_level),
+                       Rule("drop_overflow_update", _no_drop_needs_fixed_scale)),
+}
+
+
+def model_options_class(name):
+    """The options block of built-in model ``name`` (one of MODEL_NAMES), e.g. VitTinyOptions."""
+    return {field.name: field.type for field in dataclasses.fields(ModelSection)}[name]
+
+
+def field_range(cls, name):
+    """The declared Range of key ``name`` of block ``cls`` (None when it has none)."""
+    return cls.__dataclass_fields__[name].metadata.get("valid")
+
+
+def check_values(cls, values, image_shape=None):
+    """(key, message) of the first value of block ``cls`` outside its declared range or breaking a rule; else None.
+
+    ``values`` maps keys of ``cls`` to values (keys left out take the defaults for the
+    rules). The recipe loader and the Python API call this, so both read the one
+    declaration: the ``valid`` of each ``setting`` and the block's ``RULES``.
+    """
+    for field in dataclasses.fields(cls):
+        valid = field.metadata.get("valid")
+        if valid is None or field.name not in values or values[field.name] is None:
+            continue
+        problem = valid.problem(values[field.name])
+        if problem:
+            return field.name, problem
+    complete = {**_defaults(cls), **values}
+    for rule in RULES.get(cls, ()):
+        if rule.needs_image and image_shape is None:
+            continue
+        problem = rule.problem(complete, image_shape)
+        if problem:
+            return rule.key, problem
+    return None
+
+
+def _defaults(cls):
+    result = {}
+    for field in dataclasses.fields(cls):
+        if field.default is not dataclasses.MISSING:
+            result[field.name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            result[field.name] = field.default_factory()
+    return result
+
+
+def ranged_keys():
+    """The dotted recipe keys with a declared range: a ``valid`` Range, ``choices``, or a rule about them.
+
+    Wrapper parameters and schedule arguments (moxlite.optimizers.catalog) are counted as
+    ``optimizer.wrappers[].<wrapper>.<key>`` and ``<schedule block>.<kind>.<argument>``.
+    """
+    from moxlite.optimizers import catalog
+
+    keys = []
+    _ranged(Recipe, "", keys)
+    keys += [f"optimizer.wrappers[].{name}.{key}" for name, table in catalog.WRAPPER_PARAMETERS.items()
+             for key in table]
+    keys += [f"schedule.{kind}.{key}" for kind, table in catalog.SCHEDULE_PARAMETERS.items() for key in table]
+    return keys
+
+
+def _ranged(cls, prefix, keys):
+    ruled = {rule.key for rule in RULES.get(cls, ())}
+    for field in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(field.type):
+            _ranged(field.type, prefix + field.name + ".", keys)
+        elif field.metadata.get("valid") or field.metadata.get("choices") or field.name in ruled:
+            keys.append(prefix + field.name)
+
+
+def leaf_keys():
+    """Every dotted recipe key that holds a value (not a block), wrapper and schedule parameters left out."""
+    keys = []
+
+    def walk(cls, prefix):
+        for field in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(field.type):
+                walk(field.type, prefix + field.name + ".")
+            elif not field.metadata.get("rest"):
+                keys.append(prefix + field.name)
+
+    walk(Recipe, "")
+    return keys
 
 
 def is_reference(name):

@@ -30,7 +30,6 @@ are left as they are: they belong to the input pipeline, not to the network.
 
 import contextlib
 import dataclasses
-import difflib
 from typing import Optional, Tuple
 
 import keras
@@ -103,22 +102,16 @@ def plan_for(level, compute_dtype="float16", keep_fp32=None, keep_batchnorm_fp32
 
 
 def check_layer_name(name):
-    """``name`` if it names a Keras layer class (or GELU); an error with the nearest name otherwise."""
+    """``name`` if the recipe schema's KEEP_FP32_NAMES holds it (Keras's layer classes but the base
+    ``Layer``, which would keep every layer, and GELU); an error with the nearest name otherwise."""
+    from moxlite.recipes import schema   # the list the recipe loader checks, so the two agree
+
     name = str(name).strip()
-    known = _keras_layer_names()
-    if name == GELU or name in known:
+    if name in schema.KEEP_FP32_NAMES:
         return name
-    candidates = sorted(known) + [GELU]
-    lowered = {candidate.lower(): candidate for candidate in candidates}
-    prefixed = [c for c in candidates if c.lower().startswith(name.lower())]   # "Layernorm"
-    near = prefixed[:1] or [lowered[m] for m in difflib.get_close_matches(name.lower(), list(lowered), n=1)]
-    hint = f"; did you mean {near[0]!r}?" if near else "; give Keras layer class names, e.g. LayerNormalization"
+    near = schema.nearest_layer_name(name)
+    hint = f"; did you mean {near!r}?" if near else "; give Keras layer class names, e.g. LayerNormalization"
     raise errors.ArgumentError(f"keep_fp32: {name!r} is not a Keras layer class{hint}")
-
-
-def _keras_layer_names():
-    return {name for name, value in vars(keras.layers).items()
-            if isinstance(value, type) and issubclass(value, keras.layers.Layer)}
 
 
 def _is_gelu_activation(layer):

@@ -84,8 +84,22 @@ def from_flags():
     return from_values({name: flags.get_flag(name) for name in FLAG_NAMES})
 
 
+def _check_declared(values):
+    """The recipe schema's precision ranges and rules (schema.PrecisionSection), on the flags' values."""
+    from moxlite.recipes import schema
+
+    declared = {"use_fp16": bool(values["use_fp16"]), "amp_level": str(values["amp_level"]).strip().upper(),
+                "compute_dtype": str(values["compute_dtype"]).strip().lower(), "loss_scale": values["loss_scale"],
+                "drop_overflow_update": bool(values["drop_overflow_update"]),
+                "gradient_clip": values["gradient_clip"]}
+    found = schema.check_values(schema.PrecisionSection, declared)
+    if found:
+        raise errors.ArgumentError(f"--{found[0]}={found[1]}")
+
+
 def from_values(values):
     """The precision settings ``values`` (the flags of FLAG_NAMES, by name, as the flags hold them) ask for, checked."""
+    _check_declared(values)
     plan = _amp_plan(values)
     loss_scale = _loss_scale(values["loss_scale"])
     if loss_scale is None and plan.mixed and plan.compute_dtype == "float16":

@@ -1,0 +1,53 @@
+"""Count the recipe keys that have a declared range, from the declaration itself.
+
+A key has a declared range when its schema field carries ``valid`` (a moxlite.ranges.Range)
+or ``choices``, or a rule of schema.RULES names it; wrapper parameters and schedule arguments
+count from moxlite.optimizers.catalog's tables. Written so that it also runs on a tree from
+before issue 21 (no ``valid``, no RULES, no SCHEDULE_PARAMETERS), to give the "before" figure:
+
+    PYTHONPATH=. python tools/count_ranged_keys.py [--list]
+"""
+
+import dataclasses
+import sys
+
+from moxlite.optimizers import catalog
+from moxlite.recipes import schema
+
+
+def ranged_keys():
+    keys, unranged = [], []
+    rules = getattr(schema, "RULES", {})
+
+    def walk(cls, prefix):
+        ruled = {rule.key for rule in rules.get(cls, ())}
+        for field in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(field.type):
+                walk(field.type, prefix + field.name + ".")
+            elif field.metadata.get("rest"):
+                continue
+            elif field.metadata.get("valid") or field.metadata.get("choices") or field.name in ruled:
+                keys.append(prefix + field.name)
+            else:
+                unranged.append(prefix + field.name)
+
+    walk(schema.Recipe, "")
+    keys += [f"optimizer.wrappers[].{name}.{key}" for name, table in catalog.WRAPPER_PARAMETERS.items()
+             for key in table]
+    schedules = getattr(catalog, "SCHEDULE_PARAMETERS", {})
+    keys += [f"schedule.{kind}.{key}" for kind, table in schedules.items() for key in table]
+    return keys, unranged
+
+
+def main(argv):
+    keys, unranged = ranged_keys()
+    print(f"{len(keys)} keys with a declared range; {len(unranged)} schema keys without one")
+    if "--list" in argv:
+        print("without a declared range:")
+        for key in unranged:
+            print("  " + key)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
