@@ -28,7 +28,7 @@ def nonfinite_reported(log_dir):
     except nonfinite.NonFiniteStep as stop:
         raise nonfinite.NonFiniteError(nonfinite.stop_message(
             stop.step, stop.loss, log_dir, checkpoints.latest_checkpoint(log_dir), stop.consecutive,
-            stop.in_weights, stop.since)) from None
+            stop.in_weights, stop.since, stop.overflow_scale)) from None
 
 
 class TrainingJob:
@@ -96,7 +96,8 @@ class TrainingJob:
 
     def _overflow_monitors(self, optimizers, summaries):
         """A log-line hook per loss-scaled optimizer: scale changes, skipped steps, their scalars."""
-        return [loss_scaling.OverflowMonitor(optimizer, self.logger, summaries)
+        return [loss_scaling.OverflowMonitor(optimizer, self.logger, summaries,
+                                             max_consecutive=self.config.nonfinite_policy.max_consecutive)
                 for optimizer in optimizers if loss_scaling.find(optimizer) is not None]
 
     def _make_trainer(self, global_step, train_step, log_keys, summaries, skip_steps):
@@ -173,8 +174,9 @@ class TrainingJob:
             else:
                 if evaluate is not None:
                     evaluate(step)
-                for hook in hooks:
-                    hook(step, logs)
+                with nonfinite_reported(config.log_dir):   # a fixed loss scale stuck since the last log line
+                    for hook in hooks:
+                        hook(step, logs)
         finally:
             interrupt.restore()
             trainer.close()
