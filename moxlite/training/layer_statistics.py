@@ -125,6 +125,14 @@ class _Recorder:
                 self._empty = tf.zeros([0])
         return self._empty
 
+    def unseen_everywhere(self):
+        """A kernel with one unseen call is unseen in all: Keras's RNN calls its cell once before
+        its while loop (for the output structure), and that call alone would be half a statistic."""
+        unseen = {id(record.kernel): record.unseen for record in self.records if record.unseen}
+        for record in self.records:
+            if id(record.kernel) in unseen and not record.unseen:
+                record.inputs, record.probe, record.unseen = self.empty(), None, unseen[id(record.kernel)]
+
     def around(self, call, args, kwargs, proceed):
         layer = call.layer
         kind = kind_of(layer)
@@ -177,6 +185,7 @@ def recording(tape, kinds):
     recorder = _Recorder(tape, kinds)
     with interception.intercepting(recorder, threads="this"):
         yield recorder.records
+    recorder.unseen_everywhere()
 
 
 def probes_of(records):

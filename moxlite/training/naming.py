@@ -1,8 +1,10 @@
 """Stable checkpoint keys for model_fn's variables.
 
 A checkpoint keys each variable by its name without ``:0``: the name given to
-``get_variable`` under its ``variable_scope`` (``net/W``), or the Keras layer
-path (``head/kernel``, ``encoder/block/dense/kernel``). Names the user gave
+``get_variable`` under its ``variable_scope`` (``net/W``), or the Keras path of
+the Keras variable around it (``head/kernel``, ``block0/attention/query/kernel``;
+TensorFlow names every variable of a composite layer after the outer layer, so
+the Keras path is the one that tells them apart). Names the user gave
 are kept as they are. Names Keras made up for unnamed layers (``dense``,
 ``dense_3``) depend on how many layers the process created before, so they
 differ between a TRAIN and an EVAL run in one process; each such name is
