@@ -279,3 +279,20 @@ def test_a_fixed_loss_scale_that_overflows_on_every_step_stops_the_run(tmp_path)
     assert message.startswith("3 steps in a row overflowed the fixed loss scale 1024 and were skipped"), message
     assert "up to global step 3" in message and "--loss_scale=dynamic" in message
     assert tf.train.latest_checkpoint(str(tmp_path / "run")) is None   # nothing saved
+
+
+def test_the_dry_run_table_reports_the_sub_layers_of_a_kept_layer_in_float32():
+    from moxlite.training import amp
+
+    attention = keras.layers.MultiHeadAttention(2, 4, name="attention")
+    lstm = keras.layers.LSTM(4, name="lstm")
+    dense = keras.layers.Dense(3, name="dense")
+    x = tf.ones((2, 3, 8))
+    with amp.layer_policies(amp.plan_for("O3", keep_fp32=["MultiHeadAttention", "LSTM"])):
+        dense(lstm(attention(x, x)))
+        rows = {row[0]: row[2] for row in amp.layer_dtypes(amp.configured_layers())}
+    for name in ("attention", "attention/query", "attention/key", "attention/value", "attention/attention_output",
+                 "lstm", "lstm/lstm_cell"):
+        assert rows[name] == "float32", rows
+    assert rows["dense"] == "float16"
+    assert attention._query_dense.compute_dtype == "float32" and dense.compute_dtype == "float32"   # as before

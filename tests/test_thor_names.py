@@ -135,3 +135,53 @@ def test_a_dense_inside_an_rnn_cell_gets_the_plain_gradient_under_thor_and_is_na
     np.testing.assert_allclose(thor[0], plain[0], atol=1e-6)
     assert np.max(np.abs(thor[2] - plain[2])) > 1e-4
     assert all(np.all(np.isfinite(w)) for w in thor)
+
+
+class OptedIn(keras.layers.Layer):
+    """A custom projection that asks THOR to treat it as a Dense (the documented opt-in)."""
+
+    moxlite_layer_kind = "Dense"
+
+    def __init__(self, units, seed, **kwargs):
+        super().__init__(**kwargs)
+        self.units, self.seed = units, seed
+        self.activation = keras.activations.get(None)
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(shape=(input_shape[-1], self.units), name="kernel",
+                                      initializer=keras.initializers.GlorotUniform(seed=self.seed))
+        self.bias = self.add_weight(shape=(self.units,), name="bias", initializer="zeros")
+
+    def call(self, x):
+        return self.activation(keras.ops.matmul(x, self.kernel) + self.bias)
+
+
+class Bypassing(keras.layers.Dense):
+    """A Dense subclass whose call never applies self.activation: THOR cannot see its output."""
+
+    def call(self, x):
+        return keras.ops.matmul(x, self.kernel) + self.bias
+
+
+def test_a_custom_layer_opted_in_is_preconditioned_as_a_dense_and_a_bypassing_subclass_is_named(tmp_path, capsys):
+    inputs = thorlib.small_digits(BATCH * 2)
+
+    def model_fn_with(head):
+        def model_fn(inputs, mode):
+            x, y = inputs
+            h = Bypassing(12, name="bypass", kernel_initializer=keras.initializers.GlorotUniform(seed=1))(x)
+            return runlib.spec_for(x, y, head()(h))
+        return model_fn
+
+    optimizer_fn = _sgd_thor(damping=0.05, frequency=2)
+    custom = _run(tmp_path / "custom", model_fn_with(lambda: OptedIn(10, seed=2, name="head")), optimizer_fn,
+                  inputs, 3)
+    dense = _run(tmp_path / "dense", model_fn_with(lambda: keras.layers.Dense(
+        10, name="head", kernel_initializer=keras.initializers.GlorotUniform(seed=2))), optimizer_fn, inputs, 3)
+    out = capsys.readouterr().out
+    lines = _preconditioned(out)
+    assert len(lines) == 2 and all(l.startswith("thor: preconditioning 1 layer(s): head/kernel (Dense") for l in lines)
+    plain = [l for l in out.splitlines() if "thor: plain gradient" in l]
+    assert all("bypass/kernel (Dense: its call never applied self.activation)" in l for l in plain), plain
+    for got, want in zip(custom, dense):
+        np.testing.assert_allclose(got, want, atol=1e-6)

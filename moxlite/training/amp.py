@@ -2,7 +2,8 @@
 
 The levels, with ``c`` the compute dtype (float16, or bfloat16):
 
-- ``O0``: every layer computes and stores in float32.
+- ``O0``: every layer computes and stores in float32, whatever global policy the user
+  set (a mixed one is overridden for the run, with one log line, and restored after).
 - ``O1``: every layer computes in ``c`` except the keep-list, whose layers compute in
   float32: by default Apex O1's list, the one the Swin reproduction needed to match
   PyTorch: Softmax, LayerNormalization, BatchNormalization, GroupNormalization and GELU.
@@ -18,13 +19,15 @@ every level: moxlite casts it, and Keras ``Loss`` objects compute in float32.
 
 A keep-list layer gets Keras's ``float32`` policy, so its inputs are cast up, and its
 floating outputs are cast back to ``c`` (the Swin reproduction's ``OutputTo16``),
-so the next operation sees the compute dtype whatever it is. "GELU" names any
+so the next operation sees the compute dtype whatever it is. Its sub-layers (a
+MultiHeadAttention's projections and softmax, an LSTM's cell) compute in float32
+with it, and hand float32 on inside it. "GELU" names any
 ``Activation`` layer whose function is GELU (Keras has no GELU layer class); a GELU
 fused into another layer (``Dense(activation="gelu")``) computes with that layer.
 
 Layers are configured when they are first called inside ``run`` (see
 ``layer_policies``), which covers layers built in the body and a Keras model
-closed over, built or not. Keras's preprocessing layers (RandAugment, MixUp, ...)
+closed over, built or not; after the run each has its previous policy again. Keras's preprocessing layers (RandAugment, MixUp, ...)
 are left as they are: they belong to the input pipeline, not to the network.
 """
 
