@@ -270,6 +270,12 @@ def layer_policies(plan: Optional[AmpPlan], record=False):
         _active.update(plan=None, original_call=None, layers=None)
 
 
+def mixed_level_in_force():
+    """True inside a ``layer_policies`` block of a mixed level (O1-O3)."""
+    plan = _active["plan"]
+    return plan is not None and plan.mixed
+
+
 def configured_layers():
     """The layers configured by the active ``layer_policies`` so far (empty outside one)."""
     return list(_active["layers"] or [])

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from moxlite import compat, errors, graph_collections
 from moxlite.contract import ExportSpec, ModelSpec
-from moxlite.training import interception, naming
+from moxlite.training import amp, interception, naming
 from moxlite.training.calling import call_with_accepted_kwargs
 
 
@@ -147,7 +147,9 @@ class ModelTemplate:
             raise errors.ModelFnTypeError(
                 f"model_fn returned {errors.describe(spec)}; it must return "
                 f"moxlite.ModelSpec(loss=..., log_info=...)")
-        return in_float32(spec)
+        # Inside a run at a mixed level what model_fn returns reaches moxlite in float32. Outside
+        # one, or at O0, a model_fn that casts to float16 itself (MoXing's idiom) is left alone.
+        return in_float32(spec) if amp.mixed_level_in_force() else spec
 
     @contextlib.contextmanager
     def _reuse_scope(self):
@@ -213,8 +215,8 @@ def _float32(value):
 def in_float32(spec):
     """``spec`` with its half-precision loss, log_info, output_info and export outputs in float32.
 
-    What model_fn hands moxlite is float32 at every precision level (MindSpore's O2/O3 cast a
-    network's outputs back to float32): logged and averaged values, PREDICT's outputs and the
+    What model_fn hands moxlite is float32 at every mixed precision level (MindSpore's O2/O3
+    cast a network's outputs back to float32): logged and averaged values, PREDICT's outputs and the
     exported SavedModel's signature do not depend on the level. Export inputs stay as given.
     """
     def cast(structure):
