@@ -37,7 +37,6 @@ and its start-up lines use names that are the same in any process and run.
 
 import contextlib
 import dataclasses
-import itertools
 import threading
 from typing import Any, Callable, Optional, Tuple
 
@@ -57,9 +56,8 @@ class LayerCall:
 _lock = threading.Lock()
 _local = threading.local()
 _installed = {"count": 0, "original": None, "restore": None}
-_run_handlers = []    # (order, owner thread id, handler), process-wide
-_order = itertools.count()
-_run_names = []       # (owner thread id, names function)
+# Process-wide, replaced (never mutated) under _lock, so that a layer call reads a consistent tuple.
+_shared = {"run_handlers": (), "run_names": ()}   # (owner thread id, handler) / (owner thread id, names)
 
 
 def _this_thread():
@@ -72,13 +70,13 @@ def _own_handlers():
 
 def _handlers_for_this_thread():
     """The handlers that see a call made now on this thread, outermost first."""
-    run_handlers = _run_handlers
+    run_handlers = _shared["run_handlers"]
     if run_handlers:
         me = _this_thread()
-        mine = [entry for entry in run_handlers if entry[1] == me]
+        mine = [entry for entry in run_handlers if entry[0] == me]
         # A thread with no run handler of its own (a replica thread) sees every run's.
         chosen = mine or run_handlers
-        handlers = [handler for _, _, handler in chosen]
+        handlers = [handler for _, handler in chosen]
     else:
         handlers = []
     return handlers + list(_own_handlers())
@@ -134,6 +132,18 @@ def _run_chain(handlers, original, layer, args, kwargs):
     return proceed_from(0)(args, kwargs)
 
 
+def _share(key, entry):
+    with _lock:
+        _shared[key] = _shared[key] + (entry,)
+
+
+def _unshare(key, entry):
+    with _lock:
+        entries = list(_shared[key])
+        entries.remove(entry)
+        _shared[key] = tuple(entries)
+
+
 def original_layer_call():
     """``Layer.__call__`` as Keras defines it (the interception's own while one is installed)."""
     return _installed["original"] or keras.layers.Layer.__call__
@@ -147,14 +157,12 @@ def intercepting(handler, threads="this"):
     _install()
     try:
         if threads == "run":
-            entry = (next(_order), _this_thread(), handler)
-            with _lock:
-                _run_handlers.append(entry)
+            entry = (_this_thread(), handler)
+            _share("run_handlers", entry)
             try:
                 yield handler
             finally:
-                with _lock:
-                    _run_handlers.remove(entry)
+                _unshare("run_handlers", entry)
         else:
             previous = _own_handlers()
             _local.handlers = tuple(previous) + (handler,)
@@ -237,19 +245,17 @@ def on_this_thread(layer, attribute, replacement):
 def run_scope(names: Callable[[Any], Optional[str]]):
     """While the body (one ``run``) runs, ``stable_name`` answers with ``names(variable)``."""
     entry = (_this_thread(), names)
-    with _lock:
-        _run_names.append(entry)
+    _share("run_names", entry)
     try:
         yield
     finally:
-        with _lock:
-            _run_names.remove(entry)
+        _unshare("run_names", entry)
 
 
 def stable_name(variable, default=None):
     """``variable``'s checkpoint key in the run in progress (this thread's, else the only or latest
     one: replica threads), else ``default`` (else its own name without ``:0``)."""
-    entries = list(_run_names)
+    entries = _shared["run_names"]
     me = _this_thread()
     mine = [names for owner, names in entries if owner == me]
     candidates = mine or [names for _, names in entries]
