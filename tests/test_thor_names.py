@@ -12,7 +12,7 @@ import numpy as np
 
 import moxlite as mox
 from tests import runlib, thorlib
-from tests.test_precision_semantics import make_model
+from tests.precisionlib import make_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH = 16
