@@ -242,11 +242,11 @@ def replace_layer_method(layer_class, name, method):
     """Set ``layer_class.<name>`` (e.g. ``Dense.call``, ``Layer.__call__``) to ``method``.
 
     Returns a function of no arguments that puts the class back exactly as it
-    was (an inherited method is inherited again). moxlite wraps Keras's
-    forward pass at class level for the length of a ``with`` block:
-    ``Layer.__call__`` (every layer call goes through it) for per-layer
-    precision, and the ``call`` of the layers THOR records. Keras has no
-    public per-call hook for either.
+    was (an inherited method is inherited again). moxlite's interception
+    (``moxlite.training.interception``) wraps ``Layer.__call__``, which every
+    layer call goes through, while a run is in progress: Keras has no public
+    per-call hook, and layers built inside model_fn are new objects on every
+    trace, so no per-instance wrapping can reach them before they run.
     """
     if not callable(getattr(layer_class, name, None)):
         raise _missing(layer_class.__name__, f"method {name}",
@@ -262,20 +262,22 @@ def replace_layer_method(layer_class, name, method):
     return restore
 
 
-@contextlib.contextmanager
-def activation_replaced(layer, activation):
-    """Within the block, ``layer.activation`` is ``activation`` (Keras's attribute tracking bypassed).
+def set_untracked_attribute(layer, name, value):
+    """``layer.<name> = value`` without Keras's attribute tracking (``object.__setattr__``).
 
-    Dense, Conv2D and EinsumDense read ``self.activation`` at call time and
-    apply it last, so the replacement sees the pre-activation output: there is
-    no public way to reach that tensor inside the layer.
+    moxlite replaces a layer's ``call`` or ``activation`` on the instance for the length of
+    one call (THOR's recording): Keras's ``Layer.__setattr__`` would track the value as
+    layer state (and refuse to track a plain function). Keras reads both on the instance
+    at call time: ``Operation.__call__`` calls ``self.call``, and Dense, Conv2D and
+    EinsumDense apply ``self.activation`` last, to the pre-activation output, which no
+    public API reaches.
     """
-    previous = layer.activation
-    object.__setattr__(layer, "activation", activation)
-    try:
-        yield
-    finally:
-        object.__setattr__(layer, "activation", previous)
+    object.__setattr__(layer, name, value)
+
+
+def delete_untracked_attribute(layer, name):
+    """Remove the instance attribute ``set_untracked_attribute`` set (the class's shows again)."""
+    object.__delattr__(layer, name)
 
 
 # TF1 optimizers ----------------------------------------------------------------------------------

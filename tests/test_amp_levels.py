@@ -68,12 +68,16 @@ def train(log_dir, model_fn, steps=STEPS):
                    batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=steps)
 
 
-def check_table(layers, level, compute):
+def table(layers):
+    """Each layer's (class, dtype row) now: taken inside the run, where the level's policies hold."""
     rows = {row[0]: row for row in amp.layer_dtypes(layers.values())}
-    for name, layer in layers.items():
-        cls = "LayerNormalization" if isinstance(layer, ProbedLayerNorm) else type(layer).__name__
+    return {name: ("LayerNormalization" if isinstance(layer, ProbedLayerNorm) else type(layer).__name__,
+                   rows[getattr(layer, "path", None) or layer.name]) for name, layer in layers.items()}
+
+
+def check_table(snapshot, level, compute):
+    for name, (cls, row) in snapshot.items():
         want = expected(level, compute, name, cls)
-        row = rows[getattr(layer, "path", None) or layer.name]
         got = (row[2], row[3] if row[3] != "-" else "float32")
         assert got == want, f"{level}/{compute}: {name} ({cls}) is {got}, the level says {want}"
 
@@ -89,13 +93,14 @@ def test_layers_built_inside_model_fn_follow_the_level(tmp_path, level, compute)
         outputs = {}
         logits = forward(captured["layers"], images, mode == mox.ModeKeys.TRAIN, outputs)
         captured["outputs"] = outputs
+        captured["table"] = table(captured["layers"])
         return runlib.spec_for(images, labels, logits)
 
     ProbedLayerNorm.seen.clear()
     mox.set_flag("amp_level", level)
     mox.set_flag("compute_dtype", compute)
     train(tmp_path, model_fn)
-    check_table(captured["layers"], level, compute)
+    check_table(captured["table"], level, compute)
     mixed = level != "O0"
     # A keep-list layer gets its inputs in float32 and hands the compute dtype on.
     layer_norm_kept = level in ("O0", "O1")
@@ -114,14 +119,18 @@ def test_a_keras_model_closed_over_follows_the_level(tmp_path):
     outputs = {}
     model = keras.Model(inputs, forward(layers, inputs, None, outputs))   # built in float32, before run
 
+    captured = {}
+
     def model_fn(inputs, mode):
         images, labels = inputs
-        return runlib.spec_for(images, labels, tf.cast(model(images, training=mode == mox.ModeKeys.TRAIN),
-                                                       tf.float32))
+        logits = tf.cast(model(images, training=mode == mox.ModeKeys.TRAIN), tf.float32)
+        captured["table"] = table(layers)
+        return runlib.spec_for(images, labels, logits)
 
     mox.set_flag("amp_level", "O1")
     train(tmp_path, model_fn)
-    check_table(layers, "O1", "float16")
+    check_table(captured["table"], "O1", "float16")
+    check_table(table(layers), "O0", "float16")    # and as built (float32) again after the run
 
 
 def test_keep_list_flags_replace_the_default_and_switch_batchnorm(tmp_path):
@@ -136,12 +145,14 @@ def test_keep_list_flags_replace_the_default_and_switch_batchnorm(tmp_path):
     def model_fn(inputs, mode):
         images, labels = inputs
         captured["layers"] = build_layers()
-        return runlib.spec_for(images, labels, forward(captured["layers"], images, True, {}))
+        logits = forward(captured["layers"], images, True, {})
+        captured["compute"] = {name: layer.compute_dtype for name, layer in captured["layers"].items()}
+        return runlib.spec_for(images, labels, logits)
 
     mox.set_flag("amp_level", "O3")
     mox.set_flag("keep_fp32", "Dense,Softmax")
     train(tmp_path, model_fn)
-    compute = {name: layer.compute_dtype for name, layer in captured["layers"].items()}
+    compute = captured["compute"]
     assert compute == {"dense": "float32", "logits": "float32", "softmax": "float32", "gelu": "float16",
                        "relu": "float16", "layer_norm": "float16", "batch_norm": "float16",
                        "group_norm": "float16"}

@@ -190,7 +190,7 @@ def test_replaced_layer_call_and_dunder_call_see_every_call_until_put_back():
 
 
 @pytest.mark.parametrize("kind", ["Dense", "Conv2D", "EinsumDense"])
-def test_a_replaced_activation_sees_the_pre_activation_output(kind):
+def test_an_untracked_activation_sees_the_pre_activation_output(kind):
     layer, inputs = {
         "Dense": (keras.layers.Dense(3, activation="relu"), np.random.rand(2, 4)),
         "Conv2D": (keras.layers.Conv2D(3, 1, activation="relu"), np.random.rand(2, 5, 5, 4)),
@@ -202,11 +202,29 @@ def test_a_replaced_activation_sees_the_pre_activation_output(kind):
     kernel, bias = (np.asarray(w) for w in layer.weights)
     expected = inputs @ kernel.reshape(-1, 3)[-inputs.shape[-1]:] + bias
     seen = []
-    with compat.activation_replaced(layer, lambda x: (seen.append(np.asarray(x)), x)[1]):
+    previous = layer.activation
+    compat.set_untracked_attribute(layer, "activation", lambda x: (seen.append(np.asarray(x)), x)[1])
+    try:
         outputs = layer(inputs)
+    finally:
+        compat.set_untracked_attribute(layer, "activation", previous)
     np.testing.assert_allclose(seen[0], expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-5)   # no relu: the replacement is all
     assert layer.activation is keras.activations.relu
+
+
+def test_an_untracked_instance_call_is_what_keras_calls_and_deleting_it_restores_the_class_call():
+    layer = keras.layers.Dense(2, kernel_initializer="ones")
+    layer(tf.ones((1, 2)))
+    seen = []
+    original = layer.call
+    compat.set_untracked_attribute(layer, "call", lambda inputs, *a, **k: (seen.append(inputs.shape), original(inputs))[1])
+    try:
+        outputs = layer(tf.ones((3, 2)))
+    finally:
+        compat.delete_untracked_attribute(layer, "call")
+    assert seen == [tf.TensorShape((3, 2))] and outputs.shape == (3, 2)
+    assert "call" not in vars(layer) and layer.call.__func__ is keras.layers.Dense.call
 
 
 @pytest.mark.parametrize("name, arguments", [

@@ -151,8 +151,10 @@ THOR_PARAMETERS = {
     "weight_decay_exclude": patterns(
         DEFAULT_EXCLUDE, "regular expressions; variables whose path matches one get no weight decay"),
     "include": patterns(
-        (), "regular expressions; if given, only layers whose name or kernel path matches one are preconditioned"),
-    "exclude": patterns((), "regular expressions; layers whose name or kernel path matches one get the plain gradient"),
+        (), "regular expressions; if given, only layers whose kernel's checkpoint name (a full path such as "
+            "block0/attention/query/kernel) matches one are preconditioned"),
+    "exclude": patterns((), "regular expressions; layers whose kernel's checkpoint name matches one get the plain "
+                            "gradient"),
     "loss_reduction": one_of("mean", "how model_fn's loss reduces over the batch (G needs per-sample gradients)",
                              ("mean", "sum")),
 }

@@ -62,6 +62,7 @@ from moxlite import compat, context, logs
 from moxlite.optimizers import catalog, schedules, thor_factors, thor_inverse
 from moxlite.optimizers import wrapper as wrapper_lib
 from moxlite.optimizers.lars import variable_path
+from moxlite.training import interception
 
 
 TRACKED_KINDS = ("Dense", "Conv2D", "Embedding", "EinsumDense", "LayerNormalization")
@@ -221,22 +222,24 @@ class THOR(wrapper_lib.OptimizerWrapper):
         """This update rebuilds the factors (the first, then one every ``frequency``)."""
         return tf.equal(self._updates.value % self.frequency, 0)
 
-    def _chosen(self, record, path):
-        names = (path, getattr(record.layer, "name", ""))
-        if self._exclude is not None and any(self._exclude.search(n) for n in names):
+    def _chosen(self, path):
+        """include/exclude, matched against the kernel's stable name (its checkpoint key, the same
+        in every run and process), never against Keras's made-up layer names."""
+        if self._exclude is not None and self._exclude.search(path):
             return False
-        return self._include is None or any(self._include.search(n) for n in names)
+        return self._include is None or bool(self._include.search(path))
 
     def _slot_for(self, record):
         """The slot of ``record``'s layer (created on first sight), or None: plain gradient."""
         for identity in _identities(record.kernel):
             if identity in self._slot_of_identity:
                 return self._slot_of_identity[identity]
-        path = variable_path(record.kernel)
+        path = getattr(record, "name", None) or variable_path(record.kernel)
         if path in self._skipped:
             return None
-        geometry, reason = thor_factors.geometry_of(record)
-        if geometry is not None and not self._chosen(record, path):
+        unseen = getattr(record, "unseen", None)
+        geometry, reason = (None, unseen) if unseen else thor_factors.geometry_of(record)
+        if geometry is not None and not self._chosen(path):
             geometry, reason = None, "excluded by include/exclude"
         if geometry is None:
             self._skipped[path] = f"{record.kind}: {reason}"
@@ -520,7 +523,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
         self._announced = True
         chosen = [f"{slot.name} ({slot.kind}: {slot.geometry.describe()}{self._blocks_note(slot)})"
                   for slot in self._slots]
-        plain = [variable_path(v) for v in variables if self._slot_covering(v) is None]
+        plain = [interception.stable_name(v, default=variable_path(v)) for v in variables
+                 if self._slot_covering(v) is None]
         logger = logs.get_logger()
         if not self._slots:
             logger.warning("thor: no layer statistics reached the optimizer; every variable gets the plain "

@@ -25,14 +25,15 @@ def layer_dtype_lines(plan):
     input_fn = plan.run_arguments["input_fn"]
     sample = _zeros_like(input_fn(ModeKeys.TRAIN).element_spec)
     model_fn = plan.make_model_fn()
+    # The table is read inside the block: the policies are the run's only there.
     with amp.layer_policies(level, record=True):
         model_fn(sample, ModeKeys.TRAIN)
         layers = amp.configured_layers()
-    network = getattr(model_fn, "network", None)
-    if network is not None and network() is not None:   # a built-in model: every layer, nested ones too
-        layers = list(_walk(network()))
-    return [header, "Layers (compute dtype, variable dtypes):",
-            *("  " + line for line in amp.describe_layers(layers).splitlines())]
+        network = getattr(model_fn, "network", None)
+        if network is not None and network() is not None:   # a built-in model: every layer, nested ones too
+            layers = list(_walk(network()))
+        table = amp.describe_layers(layers)
+    return [header, "Layers (compute dtype, variable dtypes):", *("  " + line for line in table.splitlines())]
 
 
 def _walk(layer, prefix=""):

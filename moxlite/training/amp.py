@@ -2,7 +2,8 @@
 
 The levels, with ``c`` the compute dtype (float16, or bfloat16):
 
-- ``O0``: every layer computes and stores in float32.
+- ``O0``: every layer computes and stores in float32, whatever global policy the user
+  set (a mixed one is overridden for the run, with one log line, and restored after).
 - ``O1``: every layer computes in ``c`` except the keep-list, whose layers compute in
   float32: by default Apex O1's list, the one the Swin reproduction needed to match
   PyTorch: Softmax, LayerNormalization, BatchNormalization, GroupNormalization and GELU.
@@ -18,18 +19,21 @@ every level: moxlite casts it, and Keras ``Loss`` objects compute in float32.
 
 A keep-list layer gets Keras's ``float32`` policy, so its inputs are cast up, and its
 floating outputs are cast back to ``c`` (the Swin reproduction's ``OutputTo16``),
-so the next operation sees the compute dtype whatever it is. "GELU" names any
+so the next operation sees the compute dtype whatever it is. Its sub-layers (a
+MultiHeadAttention's projections and softmax, an LSTM's cell) compute in float32
+with it, and hand float32 on inside it. "GELU" names any
 ``Activation`` layer whose function is GELU (Keras has no GELU layer class); a GELU
 fused into another layer (``Dense(activation="gelu")``) computes with that layer.
 
 Layers are configured when they are first called inside ``run`` (see
 ``layer_policies``), which covers layers built in the body and a Keras model
-closed over, built or not. Keras's preprocessing layers (RandAugment, MixUp, ...)
+closed over, built or not; after the run each has its previous policy again. Keras's preprocessing layers (RandAugment, MixUp, ...)
 are left as they are: they belong to the input pipeline, not to the network.
 """
 
 import contextlib
 import dataclasses
+import threading
 from typing import Optional, Tuple
 
 import keras
@@ -123,6 +127,7 @@ def _is_gelu_activation(layer):
 
 # ---- applying a plan to layers -----------------------------------------------------------------
 
+# Outside a run "plan" is None; inside one, the plan in force (tests look).
 _active = {"plan": None, "original_call": None, "layers": None}
 
 
@@ -137,13 +142,89 @@ def _cast_back(value, dtype):
     return value
 
 
-def configure(layer, plan):
-    """Give ``layer`` the plan's policy for it (and nothing else: variables stay as built)."""
-    policy = plan.policy_for(layer)
-    if layer.dtype_policy.name != policy:
-        layer.dtype_policy = policy
-    # Set without Keras's attribute tracking (plain bookkeeping, not layer state).
-    object.__setattr__(layer, "_moxlite_amp", (plan, plan.keeps(layer)))
+def _is_data_layer(layer):
+    """Keras's preprocessing layers (RandAugment, MixUp, Rescaling, ...) share a DataLayer base."""
+    return any(cls.__name__ == "DataLayer" for cls in type(layer).__mro__)
+
+
+class PolicyHandler:
+    """The interception handler of one plan (``moxlite.training.interception``).
+
+    At a layer's first call in the run it gets its policy: float32 when the plan keeps it,
+    or when it is a sub-layer of a kept layer (every sub-layer, found by structure at the
+    kept layer's first call and by the call chain after, so a MultiHeadAttention's
+    projections and an LSTM's cell compute in float32 with it); else the level's. Its
+    previous policy is kept and put back by ``restore``. At O0 only layers with a mixed
+    policy (a global policy the user set, a model built under it) are set to float32.
+
+    A kept layer called from outside any kept layer (the boundary) gets its floating
+    inputs in float32 and hands its floating outputs on in the compute dtype (the Swin
+    reproduction's ``OutputTo16``); inside a kept layer tensors stay float32.
+    """
+
+    def __init__(self, plan):
+        self.plan = plan
+        self.compute = tf.as_dtype(plan.compute_dtype)
+        self._lock = threading.Lock()
+        self._state = {}      # id(layer) -> kept (bool)
+        self._previous = {}   # id(layer) -> (layer, policy before the run)
+        self.layers = []      # configured, in first-call order
+
+    def _target(self, layer, kept):
+        if not self.plan.mixed:
+            return "float32" if layer.dtype_policy.name.startswith("mixed_") else None
+        return "float32" if kept else self.plan.policy_name
+
+    def _configure(self, layer, kept):
+        with self._lock:
+            if id(layer) in self._state:
+                return
+            self._state[id(layer)] = kept
+            self._previous[id(layer)] = (layer, layer.dtype_policy)
+            self.layers.append(layer)
+        target = self._target(layer, kept)
+        if target is not None and layer.dtype_policy.name != target:
+            layer.dtype_policy = target
+        if kept:
+            for child in _sublayers(layer):
+                self._configure(child, True)
+
+    def kept(self, layer):
+        return self._state.get(id(layer))
+
+    def around(self, call, args, kwargs, proceed):
+        layer = call.layer
+        if _is_data_layer(layer):   # preprocessing/augmentation: input pipeline, not the network
+            return proceed(args, kwargs)
+        inside_kept = any(self._state.get(id(parent)) for parent in call.parents)
+        if id(layer) not in self._state:
+            self._configure(layer, inside_kept or self.plan.keeps(layer))
+        if not self.plan.mixed or not self._state[id(layer)]:
+            return proceed(args, kwargs)
+        # Cast up here rather than trust the policy: layers that opt out of Keras's input
+        # autocasting (LayerNormalization, BatchNormalization) would otherwise see float16.
+        args = tf.nest.map_structure(lambda value: _cast_back(value, tf.float32), args)
+        kwargs = tf.nest.map_structure(lambda value: _cast_back(value, tf.float32), kwargs)
+        outputs = proceed(args, kwargs)
+        if inside_kept:
+            return outputs
+        return tf.nest.map_structure(lambda value: _cast_back(value, self.compute), outputs)
+
+    def restore(self):
+        """Every configured layer back to the policy it had before the run."""
+        with self._lock:
+            previous, self._previous = self._previous, {}
+            self._state = {}
+        for layer, policy in previous.values():
+            if layer.dtype_policy is not policy:
+                layer.dtype_policy = policy
+
+
+def _sublayers(layer):
+    try:
+        return compat.direct_sublayers(layer)
+    except compat.CompatibilityError:
+        return []
 
 
 @contextlib.contextmanager
@@ -151,50 +232,41 @@ def layer_policies(plan: Optional[AmpPlan], record=False):
     """While the body runs, the plan's global policy and each layer configured at its first call.
 
     Keras fixes a layer's policy at construction; a keep-list needs it per layer class, and
-    a model closed over was constructed before this plan existed. So ``Layer.__call__`` is
-    wrapped for the duration: a layer not yet configured for ``plan`` gets its policy
-    first, and a keep-list layer's floating outputs are cast back to the compute dtype.
-    Outside the body, Keras is untouched. ``record`` installs the wrapper at O0 too, so
-    that ``configured_layers`` lists the layers called (for ``--dry-run``).
+    a model closed over was constructed before this plan existed. So a ``PolicyHandler``
+    intercepts every layer call for the duration (``moxlite.training.interception``).
+    Afterwards the global policy and every layer's policy are as before, also after an
+    error or an interrupt. At O0 a global policy other than float32 is replaced by float32
+    for the run, with one log line. ``record`` is accepted for callers that only want
+    ``configured_layers`` (the handler always records).
     """
-    if plan is None or (not plan.mixed and not record) or _active["plan"] is not None:
+    del record
+    if plan is None or _active["plan"] is not None:
         yield
         return
+    from moxlite import logs
+    from moxlite.training import interception
+
     previous_policy = keras.config.dtype_policy()
-    original_call = keras.layers.Layer.__call__
-    compute = tf.as_dtype(plan.compute_dtype)
-    seen = []
-
-    def call(layer, *args, **kwargs):
-        if _is_data_layer(layer):   # preprocessing/augmentation: input pipeline, not the network
-            return original_call(layer, *args, **kwargs)
-        state = getattr(layer, "_moxlite_amp", None)
-        if state is None or state[0] is not plan:
-            configure(layer, plan)
-            seen.append(layer)
-            state = layer._moxlite_amp
-        if not state[1]:
-            return original_call(layer, *args, **kwargs)
-        # Cast up here rather than trust the policy: layers that opt out of Keras's input
-        # autocasting (LayerNormalization, BatchNormalization) would otherwise see float16.
-        args = tf.nest.map_structure(lambda value: _cast_back(value, tf.float32), args)
-        outputs = original_call(layer, *args, **kwargs)
-        return tf.nest.map_structure(lambda value: _cast_back(value, compute), outputs)
-
+    if not plan.mixed and previous_policy.name != "float32":
+        logs.get_logger().info("amp_level O0 computes in float32: the global Keras dtype policy %r is "
+                               "overridden for this run and restored after it", previous_policy.name)
+    handler = PolicyHandler(plan)
     keras.config.set_dtype_policy(plan.policy_name)
-    restore_call = compat.replace_layer_method(keras.layers.Layer, "__call__", call)
-    _active.update(plan=plan, original_call=original_call, layers=seen)
+    _active.update(plan=plan, original_call=None, layers=handler.layers)
     try:
-        yield
+        with interception.intercepting(handler, threads="run"):
+            _active["original_call"] = interception.original_layer_call()
+            yield handler
     finally:
-        restore_call()
+        handler.restore()
         keras.config.set_dtype_policy(previous_policy)
         _active.update(plan=None, original_call=None, layers=None)
 
 
-def _is_data_layer(layer):
-    """Keras's preprocessing layers (RandAugment, MixUp, Rescaling, ...) share a DataLayer base."""
-    return any(cls.__name__ == "DataLayer" for cls in type(layer).__mro__)
+def mixed_level_in_force():
+    """True inside a ``layer_policies`` block of a mixed level (O1-O3)."""
+    plan = _active["plan"]
+    return plan is not None and plan.mixed
 
 
 def configured_layers():

@@ -1,29 +1,36 @@
 """Recording per-layer inputs and output gradients while model_fn runs (the loop's side of
 ``moxlite.optimizers.wrapper``'s layer-statistics interface).
 
-Layers built inside model_fn are new Python objects on every trace, so they
-cannot be hooked one by one: while a step traces model_fn, the ``call`` of
-each requested Keras layer class is replaced (process-wide, reference-counted,
-active only for the thread that asked) by one that records the layer's input
+While a step traces model_fn, a ``_Recorder`` handler of ``moxlite.training.interception``
+sees every layer call on this thread, sub-layers of composite layers included. For a
+requested kind (Dense, Conv2D, EinsumDense, Embedding, LayerNormalization, or a custom
+layer that declares ``moxlite_layer_kind``) it replaces, for that call and this thread
+only, the layer's instance ``call`` by one that records the input the layer computes on
 and adds a zero "probe" tensor, watched by the step's gradient tape, to the
-pre-activation output (Dense, Conv2D, EinsumDense: inside ``activation``, where
-Keras has already added the bias) or to the output (Embedding). The gradient of
-the loss with respect to a probe is the gradient with respect to that output,
-and the probe leaves every other gradient unchanged.
+pre-activation output (Dense, Conv2D, EinsumDense: inside ``activation``, where the bias
+is already added) or to the output (Embedding). The gradient of the loss with respect to
+a probe is the gradient with respect to that output; the probe leaves every other
+gradient unchanged. Both instance attributes are put back when the call returns.
 
-Records are keyed by the layer's kernel variable, never by layer name: a layer
-built inside model_fn gets a new name on each trace but the same variables.
+A call the recorder cannot use is recorded as ``unseen`` with the reason, so that the
+wrapper gives that layer the plain gradient and names it at start-up: a layer called
+inside a loop or branch of its own (an RNN cell runs in a ``tf.while_loop``, whose
+tensors the step cannot read), or one whose ``call`` never applied ``self.activation``.
+
+Records are keyed by the layer's kernel variable, never by layer name (a layer built
+inside model_fn gets a new name on each trace but the same variables), and named by
+that variable's checkpoint key (``interception.stable_name``).
 """
 
 import contextlib
 import dataclasses
-import threading
 from typing import Any, List, Optional
 
 import keras
 import tensorflow as tf
 
 from moxlite import compat
+from moxlite.training import interception
 
 _KINDS = {
     "Dense": keras.layers.Dense,
@@ -34,11 +41,17 @@ _KINDS = {
 }
 # Layers whose statistics are only the batch size (no probe).
 _NO_PROBE = ("LayerNormalization",)
+# The class attribute by which a custom layer asks to be recorded as one of _KINDS.
+KIND_ATTRIBUTE = "moxlite_layer_kind"
 
 
 @dataclasses.dataclass
 class LayerRecord:
-    """One call of a tracked layer: what it is, its kernel, its input and output gradient."""
+    """One call of a tracked layer: what it is, its kernel, its input and output gradient.
+
+    ``name`` is the kernel's checkpoint key; ``unseen`` (when set) why the call could not
+    be recorded: the layer then gets the plain gradient.
+    """
 
     kind: str
     layer: Any
@@ -47,6 +60,8 @@ class LayerRecord:
     probe: Optional[tf.Tensor] = None
     output_gradients: Optional[tf.Tensor] = None
     batch_size: Optional[tf.Tensor] = None   # samples model_fn's loss averages over (this replica)
+    name: Optional[str] = None
+    unseen: Optional[str] = None
 
 
 def underlying_variable(variable):
@@ -54,84 +69,113 @@ def underlying_variable(variable):
     return compat.backing_variable(variable)
 
 
+def kind_of(layer):
+    """The kind ``layer`` is recorded as (its ``moxlite_layer_kind``, else its Keras class), or None."""
+    declared = getattr(type(layer), KIND_ATTRIBUTE, None)
+    if declared is not None:
+        return declared if declared in _KINDS else None
+    for kind, cls in _KINDS.items():
+        if isinstance(layer, cls):
+            return kind
+    return None
+
+
 def _kernel_of(layer, kind):
-    if kind == "Embedding":
-        kernel = compat.layer_weight_variable(layer, "embeddings")
-    elif kind == "LayerNormalization":
+    if kind == "LayerNormalization":
         kernel = layer.gamma if layer.gamma is not None else layer.beta
     else:
-        kernel = compat.layer_weight_variable(layer, "kernel")
+        name = "embeddings" if kind == "Embedding" else "kernel"
+        kernel = compat.layer_weight_variable(layer, name)
+        if kernel is None:
+            kernel = _public_weight(layer, name)
     if kernel is None or getattr(layer, "lora_enabled", False):
         return None
     return underlying_variable(kernel)
 
 
+def _public_weight(layer, name):
+    """A custom layer's ``kernel`` / ``embeddings`` attribute, if it is a variable."""
+    value = layer.__dict__.get(name)
+    return value if isinstance(value, (keras.Variable, tf.Variable)) else None
+
+
+def _symbolic(structure):
+    return any(isinstance(value, keras.KerasTensor) for value in tf.nest.flatten(structure))
+
+
 class _Recorder:
+    """The interception handler of one traced step on one thread."""
+
     def __init__(self, tape, kinds):
         self.tape = tape
         self.kinds = set(kinds)
         self.records: List[LayerRecord] = []
+        self.graph = tf.compat.v1.get_default_graph()
+        self._empty = None
 
     def probe(self, tensor):
         probe = tf.zeros_like(tensor)
         self.tape.watch(probe)
         return probe
 
+    def empty(self):
+        """A tensor of the step's own graph that stands for an unseen call's inputs."""
+        if self._empty is None:
+            with self.graph.as_default():
+                self._empty = tf.zeros([0])
+        return self._empty
 
-_local = threading.local()
-_patch_lock = threading.Lock()
-_patch_count = 0
-_restorers = {}   # kind -> puts that class's call back
+    def unseen_everywhere(self):
+        """A kernel with one unseen call is unseen in all: Keras's RNN calls its cell once before
+        its while loop (for the output structure), and that call alone would be half a statistic."""
+        unseen = {id(record.kernel): record.unseen for record in self.records if record.unseen}
+        for record in self.records:
+            if id(record.kernel) in unseen and not record.unseen:
+                record.inputs, record.probe, record.unseen = self.empty(), None, unseen[id(record.kernel)]
 
+    def around(self, call, args, kwargs, proceed):
+        layer = call.layer
+        kind = kind_of(layer)
+        if kind is None or kind not in self.kinds or _symbolic((args, kwargs)):
+            return proceed(args, kwargs)
+        recorder = self
 
-def _active_recorder():
-    return getattr(_local, "recorder", None)
+        def recording_call(inputs, *call_args, **call_kwargs):
+            return recorder._record(layer, kind, original_call, inputs, call_args, call_kwargs)
 
+        original_call = interception.unrouted(layer, "call")
+        with interception.on_this_thread(layer, "call", recording_call):
+            return proceed(args, kwargs)
 
-def _recording_call(kind, original):
-    def call(self, inputs, *args, **kwargs):
-        recorder = _active_recorder()
-        if recorder is None or kind not in recorder.kinds:
-            return original(self, inputs, *args, **kwargs)
-        kernel = _kernel_of(self, kind)
+    def _record(self, layer, kind, original, inputs, args, kwargs):
+        kernel = _kernel_of(layer, kind)
         if kernel is None:
-            return original(self, inputs, *args, **kwargs)
-        record = LayerRecord(kind, self, kernel, inputs)
-        recorder.records.append(record)
+            return original(inputs, *args, **kwargs)
+        name = interception.stable_name(kernel)
+        if tf.compat.v1.get_default_graph() is not self.graph:
+            self.records.append(LayerRecord(kind, layer, kernel, self.empty(), name=name, unseen=(
+                "called inside a loop or branch of its own, e.g. an RNN cell's tf.while_loop")))
+            return original(inputs, *args, **kwargs)
+        record = LayerRecord(kind, layer, kernel, inputs, name=name)
+        self.records.append(record)
         if kind in _NO_PROBE:
-            return original(self, inputs, *args, **kwargs)
+            return original(inputs, *args, **kwargs)
         if kind == "Embedding":
-            outputs = original(self, inputs, *args, **kwargs)
-            record.probe = recorder.probe(outputs)
+            outputs = original(inputs, *args, **kwargs)
+            record.probe = self.probe(outputs)
             return outputs + record.probe
-        activation = self.activation
+        activation = interception.unrouted(layer, "activation")
 
         def probed_activation(x):
-            record.probe = recorder.probe(x)
+            record.probe = self.probe(x)
             x = x + record.probe
             return activation(x) if activation is not None else x
 
-        with compat.activation_replaced(self, probed_activation):
-            return original(self, inputs, *args, **kwargs)
-    return call
-
-
-def _install():
-    global _patch_count
-    with _patch_lock:
-        if _patch_count == 0:
-            for kind, cls in _KINDS.items():
-                _restorers[kind] = compat.replace_layer_method(cls, "call", _recording_call(kind, cls.call))
-        _patch_count += 1
-
-
-def _uninstall():
-    global _patch_count
-    with _patch_lock:
-        _patch_count -= 1
-        if _patch_count == 0:
-            for kind, cls in _KINDS.items():
-                _restorers.pop(kind)()
+        with interception.on_this_thread(layer, "activation", probed_activation):
+            outputs = original(inputs, *args, **kwargs)
+        if record.probe is None:
+            record.inputs, record.unseen = self.empty(), "its call never applied self.activation"
+        return outputs
 
 
 @contextlib.contextmanager
@@ -139,14 +183,9 @@ def recording(tape, kinds):
     """Within this block, calls of layers of ``kinds`` on this thread append LayerRecords
     to the yielded list; probes are watched by ``tape``."""
     recorder = _Recorder(tape, kinds)
-    previous = _active_recorder()
-    _install()
-    _local.recorder = recorder
-    try:
+    with interception.intercepting(recorder, threads="this"):
         yield recorder.records
-    finally:
-        _local.recorder = previous
-        _uninstall()
+    recorder.unseen_everywhere()
 
 
 def probes_of(records):

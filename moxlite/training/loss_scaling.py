@@ -13,7 +13,10 @@ across replicas, so every replica and every worker takes the same branch).
   (True) or applied anyway (False). The dynamic rule always skips, as MindSpore's.
 
 Skipped steps are counted in ``skipped_steps``; ``last_skipped_step`` is the global
-step (1-based, as in the log lines) of the latest one. ``iterations`` counts applied
+step (1-based, as in the log lines) of the latest one; ``overflows_in_a_row`` counts
+the overflowing steps since the last clean one. A fixed scale that overflows
+``max_consecutive_nonfinite`` steps in a row (all of them skipped) would train no
+further: ``OverflowMonitor`` stops the run there, the way the non-finite policy does. ``iterations`` counts applied
 updates only, as in Keras and MindSpore; moxlite's global step counts every step.
 """
 
@@ -95,7 +98,7 @@ class LossScale(wrapper_lib.OptimizerWrapper):
         if owner is not None:
             if not owner.built:
                 owner.build(variables)
-            for name in ("scale", "clean_steps", "skipped_steps", "last_skipped_step"):
+            for name in ("scale", "clean_steps", "skipped_steps", "last_skipped_step", "overflows_in_a_row"):
                 object.__setattr__(self, name, getattr(owner, name))
             return
 
@@ -106,6 +109,7 @@ class LossScale(wrapper_lib.OptimizerWrapper):
         self.clean_steps = scalar("clean_steps", "int64", 0)
         self.skipped_steps = scalar("skipped_steps", "int64", 0)
         self.last_skipped_step = scalar("last_skipped_step", "int64", 0)
+        self.overflows_in_a_row = scalar("overflows_in_a_row", "int64", 0)
 
     def scale_loss(self, loss):
         return self.inner_optimizer.scale_loss(loss * tf.cast(self.scale, loss.dtype))
@@ -128,6 +132,8 @@ class LossScale(wrapper_lib.OptimizerWrapper):
 
     def _update_state(self, overflow):
         """The scale and the counters after a step (cross-replica context)."""
+        self.assign(self.overflows_in_a_row, tf.where(overflow, self.overflows_in_a_row + 1,
+                                                      tf.constant(0, tf.int64)))
         if self.dynamic:
             grow = tf.logical_and(tf.logical_not(overflow), self.clean_steps + 1 >= self.growth_steps)
             factor = tf.where(overflow, 0.5, tf.where(grow, 2.0, 1.0))
@@ -152,11 +158,14 @@ class OverflowMonitor:
     """Logs each change of the loss scale and each skipped step, and writes both as scalars.
 
     Called at log lines (``hook(global_step, values)``); skips between two calls are
-    reported together, with the step of the last one.
+    reported together, with the step of the last one. With a fixed scale that drops
+    overflowing steps, ``max_consecutive`` overflows in a row (seen at a log line) stop the
+    run: ``NonFiniteStep``, reported by ``run`` in one line, nothing saved.
     """
 
-    def __init__(self, loss_scale, logger, summaries=None):
+    def __init__(self, loss_scale, logger, summaries=None, max_consecutive=None):
         self.loss_scale = loss_scale
+        self.max_consecutive = max_consecutive
         self.logger = logger
         self.summaries = summaries
         self._scale = float(loss_scale.scale.numpy())
@@ -174,7 +183,19 @@ class OverflowMonitor:
         elif scale != self._scale:
             self.logger.info("loss scale %g -> %g at step %d", self._scale, scale, step)
         self._scale, self._skipped = scale, skipped
+        self._stop_if_stuck(step)
         # Hooks are also called once at the end, possibly at the step of the last log line.
         if self.summaries is not None and step != self._written_step:
             self.summaries.scalars(step, {"loss_scale": scale, "skipped_steps": float(skipped)})
             self._written_step = step
+
+    def _stop_if_stuck(self, step):
+        loss_scale = self.loss_scale
+        if self.max_consecutive is None or loss_scale.dynamic or not loss_scale.drop_overflow_update:
+            return
+        in_a_row = int(loss_scale.overflows_in_a_row.numpy())
+        if in_a_row >= self.max_consecutive:
+            from moxlite.training import nonfinite
+
+            raise nonfinite.NonFiniteStep(step, None, consecutive=in_a_row,
+                                          overflow_scale=float(loss_scale.scale.numpy()))

@@ -1,8 +1,10 @@
 """Stable checkpoint keys for model_fn's variables.
 
 A checkpoint keys each variable by its name without ``:0``: the name given to
-``get_variable`` under its ``variable_scope`` (``net/W``), or the Keras layer
-path (``head/kernel``, ``encoder/block/dense/kernel``). Names the user gave
+``get_variable`` under its ``variable_scope`` (``net/W``), or the Keras path of
+the Keras variable around it (``head/kernel``, ``block0/attention/query/kernel``;
+TensorFlow names every variable of a composite layer after the outer layer, so
+the Keras path is the one that tells them apart). Names the user gave
 are kept as they are. Names Keras made up for unnamed layers (``dense``,
 ``dense_3``) depend on how many layers the process created before, so they
 differ between a TRAIN and an EVAL run in one process; each such name is
@@ -101,14 +103,19 @@ def stable_key(name, renamed):
     return "/".join(renamed.get(part, part) for part in name.split("/"))
 
 
-def keyed(variables, renamed):
+def keyed(variables, renamed, paths=None):
     """(ordered {key: variable}, sorted names shared by several variables).
+
+    ``paths``: {id of a variable: the Keras path of the Keras variable around it}; a Keras
+    path (``block0/attention/query/kernel``) is the name where there is one, since
+    TensorFlow names every variable of a composite layer after the outer layer.
 
     A name shared by several variables (unnamed ``tf.Variable`` s, two layers given the
     same name) cannot say which is which: each gets ``name~k`` by creation order, and
     the name is reported as ambiguous so that a warm start refuses to guess.
     """
-    keys = [stable_key(variable_name(v), renamed) for v in variables]
+    paths = paths or {}
+    keys = [stable_key(paths.get(id(v)) or variable_name(v), renamed) for v in variables]
     counts = collections.Counter(keys)
     seen = collections.Counter()
     result = {}

@@ -120,7 +120,14 @@ def variables_finite(variables):
     return _sum_is_finite(variables) if variables else tf.constant(True)
 
 
-def stop_message(step, loss, log_dir, last_checkpoint, consecutive=None, in_weights=False, since=None):
+def stop_message(step, loss, log_dir, last_checkpoint, consecutive=None, in_weights=False, since=None,
+                 overflow_scale=None):
+    kept = f"the last finite checkpoint is kept: {last_checkpoint}" if last_checkpoint else \
+        f"nothing was saved to log_dir={log_dir!r}"
+    if overflow_scale is not None:
+        return (f"{consecutive} steps in a row overflowed the fixed loss scale {overflow_scale:g} and were "
+                f"skipped (max_consecutive_nonfinite reached) up to global step {step}: training stopped, "
+                f"{kept}; lower --loss_scale, use --loss_scale=dynamic, or check input_fn's data for NaN/Inf")
     if consecutive:
         what = (f"{consecutive} non-finite steps in a row (nonfinite_policy=skip, max_consecutive_nonfinite="
                 f"{consecutive}) up to global step {step} (loss={loss})")
@@ -131,8 +138,6 @@ def stop_message(step, loss, log_dir, last_checkpoint, consecutive=None, in_weig
                 f"variables are not (log_every_n_steps=1 checks them after every step)")
     else:
         what = f"non-finite loss or gradient at global step {step} (loss={loss})"
-    kept = f"the last finite checkpoint is kept: {last_checkpoint}" if last_checkpoint else \
-        f"nothing was saved to log_dir={log_dir!r}"
     return (f"{what}: training stopped, {kept}; lower the learning rate or set gradient_clip, "
             f"check input_fn's data for NaN/Inf, or skip such steps with --nonfinite_policy=skip "
             f"(moxlite.set_flag('nonfinite_policy', 'skip'), recipe run.nonfinite_policy: skip)")
@@ -160,7 +165,8 @@ class NonFiniteStep(Exception):
     (``in_weights``, with the last step checked before, ``since``, when known); ``run``
     reports it as ``NonFiniteError``."""
 
-    def __init__(self, step, loss, consecutive=None, in_weights=False, since=None):
+    def __init__(self, step, loss, consecutive=None, in_weights=False, since=None, overflow_scale=None):
         super().__init__(f"non-finite step {step}")
         self.step, self.loss, self.consecutive = step, loss, consecutive
         self.in_weights, self.since = in_weights, since
+        self.overflow_scale = overflow_scale   # a fixed loss scale that overflowed ``consecutive`` times

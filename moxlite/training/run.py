@@ -12,7 +12,7 @@ import dataclasses
 from moxlite import distribute, errors
 from moxlite.contract import ModeKeys
 from moxlite.file import training_cache
-from moxlite.training import checkpoints, precision
+from moxlite.training import checkpoints, interception, precision
 from moxlite.training import config as config_lib
 from moxlite.training.inference_job import InferenceJob
 from moxlite.training.workload import Workload
@@ -69,7 +69,8 @@ def _run_checked(config):
     workload = Workload(config, setup)
     job = TrainingJob(workload) if mode == ModeKeys.TRAIN else InferenceJob(workload)
     try:
-        with precision.compute_policy(config.precision):
+        # Stable names for what intercepts layers (THOR's include/exclude); the level's policies.
+        with interception.run_scope(workload.template.stable_name), precision.compute_policy(config.precision):
             return job.execute()
     except errors.MoxliteError:
         raise

@@ -12,6 +12,7 @@ create (or one of another shape) is a model_fn bug and fails loudly.
 """
 
 import contextlib
+import dataclasses
 import inspect
 import weakref
 
@@ -19,8 +20,8 @@ import keras
 import tensorflow as tf
 
 from moxlite import compat, errors, graph_collections
-from moxlite.contract import ModelSpec
-from moxlite.training import naming
+from moxlite.contract import ExportSpec, ModelSpec
+from moxlite.training import amp, interception, naming
 from moxlite.training.calling import call_with_accepted_kwargs
 
 
@@ -46,6 +47,8 @@ class ModelTemplate:
         self._external_variables = []
         self._built = False
         self._made_up_names = {}
+        self._paths = {}    # id of a variable -> the Keras path of the Keras variable around it
+        self._names_by_identity = None
         self._stores = weakref.WeakKeyDictionary()
         # The last moxlite error raised inside a traced call: AutoGraph re-raises it wrapped in
         # its own StagingError, and run() unwraps it so the user sees our one-line message.
@@ -60,7 +63,24 @@ class ModelTemplate:
     def checkpoint_keys(self):
         """({stable name: variable} for ``variables``, names shared by several variables);
         see ``moxlite.training.naming``."""
-        return naming.keyed(self.variables, self._made_up_names)
+        return naming.keyed(self.variables, self._made_up_names, self._paths)
+
+    def stable_name(self, variable):
+        """``variable``'s checkpoint key (it, a component of it or the Keras variable around it),
+        or None for a variable model_fn does not use: the names THOR's include/exclude match."""
+        if self._names_by_identity is None:
+            if not self._built:
+                return None
+            names = {}
+            for key, known in self.checkpoint_keys()[0].items():
+                for identity in _identities(known):
+                    names[identity] = key
+            self._names_by_identity = names
+        variable = _backing_variable(variable)
+        for identity in _identities(variable):
+            if identity in self._names_by_identity:
+                return self._names_by_identity[identity]
+        return None
 
     def slot_order(self, variables):
         """``variables`` (trainable ones, shards counted apart) in the order of their checkpoint
@@ -87,9 +107,12 @@ class ModelTemplate:
         the Keras layers that model_fn references by name.
         """
         names_before = naming.keras_name_counters()
-        with tf.GradientTape() as tape:
+        seen = _LayersSeen()
+        with tf.GradientTape() as tape, interception.intercepting(seen):
             spec = self(inputs, mode, **kwargs)
         self._made_up_names = naming.made_up_names(names_before, naming.keras_name_counters())
+        self._paths = seen.variable_paths()
+        self._names_by_identity = None
         known = set()
         for variable in self._variables:
             known.update(_identities(variable))
@@ -126,7 +149,9 @@ class ModelTemplate:
             raise errors.ModelFnTypeError(
                 f"model_fn returned {errors.describe(spec)}; it must return "
                 f"moxlite.ModelSpec(loss=..., log_info=...)")
-        return spec
+        # Inside a run at a mixed level what model_fn returns reaches moxlite in float32. Outside
+        # one, or at O0, a model_fn that casts to float16 itself (MoXing's idiom) is left alone.
+        return in_float32(spec) if amp.mixed_level_in_force() else spec
 
     @contextlib.contextmanager
     def _reuse_scope(self):
@@ -180,6 +205,56 @@ class ModelTemplate:
                 f"create the same variables, in the same order, on every call")
         cursor[0] = index + 1
         return variable
+
+
+def _float32(value):
+    """A float16/bfloat16 tensor as float32; anything else as it is."""
+    if tf.is_tensor(value) and value.dtype in (tf.float16, tf.bfloat16):
+        return tf.cast(value, tf.float32)
+    return value
+
+
+def in_float32(spec):
+    """``spec`` with its half-precision loss, log_info, output_info and export outputs in float32.
+
+    What model_fn hands moxlite is float32 at every mixed precision level (MindSpore's O2/O3
+    cast a network's outputs back to float32): logged and averaged values, PREDICT's outputs and the
+    exported SavedModel's signature do not depend on the level. Export inputs stay as given.
+    """
+    def cast(structure):
+        return None if structure is None else tf.nest.map_structure(_float32, structure)
+
+    changes = {"loss": cast(spec.loss), "log_info": cast(spec.log_info), "output_info": cast(spec.output_info)}
+    if isinstance(spec.export_spec, ExportSpec) and spec.export_spec.outputs_dict is not None:
+        changes["export_spec"] = dataclasses.replace(spec.export_spec,
+                                                     outputs_dict=cast(spec.export_spec.outputs_dict))
+    return dataclasses.replace(spec, **changes)
+
+
+class _LayersSeen:
+    """An interception handler that notes the layers model_fn calls (sub-layers included)."""
+
+    def __init__(self):
+        self.layers = {}
+
+    def around(self, call, args, kwargs, proceed):
+        self.layers.setdefault(id(call.layer), call.layer)
+        return proceed(args, kwargs)
+
+    def variable_paths(self):
+        """{id of a variable (and of its components): the Keras path of the variable around it}.
+
+        A layer's Keras path (``block0/attention/query/kernel``) names every variable of a
+        composite layer apart, where TensorFlow names all of them after the outer layer.
+        """
+        paths = {}
+        for layer in self.layers.values():
+            for weight in layer.weights:
+                path = getattr(weight, "path", None)
+                if path:
+                    for identity in _identities(_backing_variable(weight)):
+                        paths.setdefault(identity, path)
+        return paths
 
 
 def _is_sharded(variable):

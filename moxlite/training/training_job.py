@@ -30,7 +30,7 @@ def nonfinite_reported(log_dir):
     except nonfinite.NonFiniteStep as stop:
         raise nonfinite.NonFiniteError(nonfinite.stop_message(
             stop.step, stop.loss, log_dir, checkpoints.latest_checkpoint(log_dir), stop.consecutive,
-            stop.in_weights, stop.since)) from None
+            stop.in_weights, stop.since, stop.overflow_scale)) from None
 
 
 class TrainingJob:
@@ -102,7 +102,9 @@ class TrainingJob:
         if self.config.precision.loss_scale is None:
             return []
         # precision.loss_scaled put a LossScale on top of each stack.
-        return [loss_scaling.OverflowMonitor(optimizer, self.logger, summaries) for optimizer in optimizers]
+        return [loss_scaling.OverflowMonitor(optimizer, self.logger, summaries,
+                                             max_consecutive=self.config.nonfinite_policy.max_consecutive)
+                for optimizer in optimizers]
 
     def _make_trainer(self, global_step, train_step, log_keys, summaries, skip_steps):
         dataset_fn = self.workload.dataset_fn(ModeKeys.TRAIN, skip_steps=skip_steps)
@@ -182,8 +184,9 @@ class TrainingJob:
             else:
                 if evaluate is not None:
                     evaluate(step)
-                for hook in hooks:
-                    hook(step, logs)
+                with nonfinite_reported(config.log_dir):   # a fixed loss scale stuck since the last log line
+                    for hook in hooks:
+                        hook(step, logs)
         finally:
             interrupt.restore()
             trainer.close()
