@@ -1,10 +1,11 @@
 """Stable checkpoint keys for model_fn's variables.
 
 A checkpoint keys each variable by its name without ``:0``: the name given to
-``get_variable`` under its ``variable_scope`` (``net/W``), or the Keras path of
-the Keras variable around it (``head/kernel``, ``block0/attention/query/kernel``;
-TensorFlow names every variable of a composite layer after the outer layer, so
-the Keras path is the one that tells them apart). Names the user gave
+``get_variable`` under its ``variable_scope`` (``net/W``), or the Keras layer
+path (``head/kernel``, ``encoder/block/dense/kernel``). TensorFlow names every
+variable of a composite layer after the outer layer (``block0/kernel`` six
+times); those are keyed by the Keras path of the Keras variable around each
+(``block0/attention/query/kernel``). Names the user gave
 are kept as they are. Names Keras made up for unnamed layers (``dense``,
 ``dense_3``) depend on how many layers the process created before, so they
 differ between a TRAIN and an EVAL run in one process; each such name is
@@ -106,16 +107,22 @@ def stable_key(name, renamed):
 def keyed(variables, renamed, paths=None):
     """(ordered {key: variable}, sorted names shared by several variables).
 
-    ``paths``: {id of a variable: the Keras path of the Keras variable around it}; a Keras
-    path (``block0/attention/query/kernel``) is the name where there is one, since
-    TensorFlow names every variable of a composite layer after the outer layer.
+    ``paths``: {id of a variable: the Keras path of the Keras variable around it}. Where
+    several variables share a TensorFlow name (TensorFlow names every variable of a
+    composite layer after the outer layer) each is keyed by its Keras path
+    (``block0/attention/query/kernel``); elsewhere the name is kept.
 
     A name shared by several variables (unnamed ``tf.Variable`` s, two layers given the
     same name) cannot say which is which: each gets ``name~k`` by creation order, and
     the name is reported as ambiguous so that a warm start refuses to guess.
     """
     paths = paths or {}
-    keys = [stable_key(paths.get(id(v)) or variable_name(v), renamed) for v in variables]
+    names = [stable_key(variable_name(v), renamed) for v in variables]
+    shared = collections.Counter(names)
+    # A Keras path only where TensorFlow's name is shared: a Keras variable around a reused
+    # variable (a layer rebuilt on a later call) carries the new layer's path, the name does not.
+    keys = [stable_key(paths[id(v)], renamed) if shared[name] > 1 and paths.get(id(v)) else name
+            for v, name in zip(variables, names)]
     counts = collections.Counter(keys)
     seen = collections.Counter()
     result = {}
