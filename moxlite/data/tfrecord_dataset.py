@@ -15,10 +15,16 @@ order and the runner's per-worker shards are disjoint and complete.
 import tensorflow as tf
 
 from moxlite import errors
+from moxlite.data import probe
 from moxlite.data.feature_dataset import FeatureDataset, positive_int_or_none
 from moxlite.file import data_cache
 
 DEFAULT_SHUFFLE_BUFFER = 10000
+
+
+def _failure(owner):
+    """``fail(message)`` for the probes: an ArgumentError that names ``owner``."""
+    return lambda message: errors.ArgumentError(f"{owner}: {message}")
 
 
 class ImageClassificationTFRecordMetadata:
@@ -30,9 +36,13 @@ class ImageClassificationTFRecordMetadata:
         counting them would read every file).
     num_classes: optional, for scripts that read ``meta.num_classes``.
     redirect_dir: accepted for MoXing's signature; moxlite reads data_dir directly.
+    allow_single_class: accept ``num_classes`` below 2 (otherwise an error).
+
+    Every matched file must start a TFRecord (checked on its first 12 bytes).
     """
 
-    def __init__(self, data_dir, file_pattern, num_samples=None, num_classes=None, redirect_dir=None):
+    def __init__(self, data_dir, file_pattern, num_samples=None, num_classes=None, redirect_dir=None,
+                 allow_single_class=False):
         if not data_dir or not isinstance(data_dir, str):
             raise errors.ArgumentError(
                 f"ImageClassificationTFRecordMetadata: data_dir={errors.describe(data_dir)} must be a folder path")
@@ -49,6 +59,11 @@ class ImageClassificationTFRecordMetadata:
             raise errors.ArgumentError(
                 f"ImageClassificationTFRecordMetadata: file_pattern {file_pattern!r} matches no file in "
                 f"{data_dir!r}; give a glob of TFRecord files relative to data_dir")
+        fail = _failure("ImageClassificationTFRecordMetadata")
+        if num_classes is not None and num_classes < 2 and not allow_single_class:
+            raise fail(f"num_classes={errors.describe(num_classes)}; a classifier needs at least 2 classes: "
+                       f"give their number, or pass allow_single_class=True if one class is meant")
+        probe.check_tfrecord_paths(self.file_paths, fail)
 
 
 class BaseTFRecordDataset(FeatureDataset):
@@ -79,6 +94,20 @@ class BaseTFRecordDataset(FeatureDataset):
         self.shuffle = bool(shuffle)
         self.shuffle_buffer_size = shuffle_buffer_size
         self.seed = seed
+        self._probe_parse()
+
+    def _probe_parse(self):
+        """Parse the first records of the first files with the feature specs, now: a file that is not
+        TFRecord, or whose records lack a key, fails here, named, before run() writes anything."""
+        fail = _failure(type(self).__name__)
+        specs = dict(zip(self.feature_keys, self.feature_values))
+        for path, index, record in probe.first_records(getattr(self.meta, "file_paths", []), fail):
+            try:
+                tf.io.parse_single_example(record, specs)
+            except (tf.errors.InvalidArgumentError, ValueError, TypeError) as error:
+                raise fail(f"record {index} of {path!r} does not parse with feature_keys {self.feature_keys} and "
+                           f"their feature_values ({probe.first_line(error)}); make them match the records' "
+                           f"features") from None
 
     def _records(self):
         paths = list(self.meta.file_paths)
