@@ -132,6 +132,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         self._summed_slots = []      # slots of layer_statistics_sums, for set_layer_statistics_sums
         run_context = context.current()
         self._global_step = run_context.global_step if run_context is not None else None
+        self._forced_refresh = None  # an update that refreshes whatever its count (a resume's carried change)
 
     # Own state.
 
@@ -194,8 +195,20 @@ class THOR(wrapper_lib.OptimizerWrapper):
                                                   collecting=self._is_collecting)
 
     def _is_collecting(self):
-        """This update rebuilds the factors (the first, then one every ``frequency``)."""
-        return tf.equal(self._updates.value % self.frequency, 0)
+        """This update rebuilds the factors (the first, then one every ``frequency``, and a forced one)."""
+        collecting = tf.equal(self._updates.value % self.frequency, 0)
+        if self._forced_refresh is not None:
+            collecting = tf.logical_or(collecting, tf.equal(self._updates.value, self._forced_refresh))
+        return collecting
+
+    def refresh_at_next_update(self):
+        """Make the next applied update rebuild the factors and inverses, whatever its count.
+
+        For a resumed run whose stored inverses do not fit (a new ``block_size``): called after
+        the restore and before the first step is traced. Returns that update's number.
+        """
+        self._forced_refresh = int(self._updates.numpy())
+        return self._forced_refresh
 
     def _chosen(self, record, path):
         names = (path, getattr(record.layer, "name", ""))
