@@ -62,7 +62,7 @@ REFUSED = {
                    "optimizer stack SGD in the checkpoint, thor > SGD in this run;"),
     "o0_to_o1": (dict(optimizer=optimizer_fn()), dict(optimizer=optimizer_fn(), amp_level="O1"),
                  "precision level O0 (float32) in the checkpoint, O1 (float16) in this run; loss scale none in the "
-                 "checkpoint, loss_scale(dynamic, initial 32768, growth every 2000 steps) in this run;"),
+                 "checkpoint, dynamic in this run;"),
     "thor_layers": (dict(optimizer=optimizer_fn(THOR)), dict(optimizer=optimizer_fn(dict(THOR, exclude=["dense_1"]))),
                     "THOR layers (exclude) [] in the checkpoint, ['dense_1'] in this run; the checkpoint's thor "
                     "preconditioned dense/kernel:0, dense_1/kernel:0;"),

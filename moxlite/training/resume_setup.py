@@ -52,6 +52,14 @@ def _precision_text(settings):
     return f"{plan.level} ({plan.compute_dtype})"
 
 
+def _loss_scale_text(scale):
+    """A loss scale's kind: a dynamic scale's restored value carries on whatever its start (a
+    hyperparameter); a fixed one is the scale itself, which the restore would silently replace."""
+    if scale is None:
+        return "none"
+    return "dynamic" if scale.dynamic else f"fixed {scale.initial_scale:g}"
+
+
 class TrainingSetup:
     """The set-up of this run's optimizers and precision, as recorded and as compared."""
 
@@ -67,7 +75,7 @@ class TrainingSetup:
             stack = hyperparameters.optimizer_stack(optimizer)
             lines.append(f"{prefix}optimizer_stack={' > '.join(_member_name(m) for m in stack)}")
             scale = loss_scaling.find(optimizer)
-            lines.append(f"{prefix}loss_scale={scale.describe() if scale is not None else 'none'}")
+            lines.append(f"{prefix}loss_scale={_loss_scale_text(scale)}")
             for depth, thor in enumerate(_thor_members(optimizer)):
                 key = f"{prefix}thor" if depth == 0 else f"{prefix}thor_{depth}"
                 lines.append(f"{key}.block_size={thor.block_size}")
