@@ -527,6 +527,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
                  (("A", slot.a_layout), ("G", slot.g_layout)) if blocks > 1 and slot.kind != "Embedding"]
         return f"; {', '.join(split)}" if split else ""
 
+    def preconditioned_layers(self):
+        """The kernel paths of the layers preconditioned so far (known once the first step is traced)."""
+        return [slot.name for slot in self._slots]
+
     def fallback_counts(self):
         """(inversions retried, inversions that kept the previous inverse, statistics dropped as non-finite)."""
         return int(self._retries.numpy()), int(self._kept.numpy()), int(self._dropped.numpy())

@@ -82,7 +82,7 @@ class TrainingSetup:
                 lines.append(f"{key}.include={list(thor.include)}")
                 lines.append(f"{key}.exclude={list(thor.exclude)}")
                 if with_layers:
-                    lines.append(f"{key}.layers={', '.join(slot.name for slot in thor._slots) or 'none'}")
+                    lines.append(f"{key}.layers={', '.join(thor.preconditioned_layers()) or 'none'}")
         return lines
 
     # ---- comparing
