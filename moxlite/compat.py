@@ -349,11 +349,13 @@ class SavedStrings(tf.__internal__.tracking.Trackable):
     """
 
     def __init__(self, strings):
-        self._strings = list(strings) or [""]
+        """``strings``: a list, or a callable giving the list at each save (what is known only then)."""
+        self._strings = strings if callable(strings) else (list(strings) or [""])
 
     def _serialize_to_tensors(self):
+        strings = (list(self._strings()) or [""]) if callable(self._strings) else self._strings
         with tf.device("/cpu:0"):
-            return {"VARIABLE_VALUE": tf.constant(self._strings, dtype=tf.string)}
+            return {"VARIABLE_VALUE": tf.constant(strings, dtype=tf.string)}
 
     def _restore_from_tensors(self, restored_tensors):
         return tf.no_op()

@@ -259,6 +259,16 @@ def test_saved_strings_are_written_by_a_checkpoint_and_read_back_by_its_reader(t
     tf.train.Checkpoint(order=compat.SavedStrings(["other"]), step=tf.Variable(0)).restore(path).assert_consumed()
 
 
+def test_saved_strings_from_a_callable_are_read_at_each_save(tmp_path):
+    values = ["first"]
+    checkpoint = tf.train.Checkpoint(setup=compat.SavedStrings(lambda: list(values)))
+    first = checkpoint.save(str(tmp_path / "ckpt"))
+    values[:] = ["second", "line"]
+    second = checkpoint.save(str(tmp_path / "ckpt"))
+    read = [list(tf.train.load_checkpoint(p).get_tensor("setup/.ATTRIBUTES/VARIABLE_VALUE")) for p in (first, second)]
+    assert read == [[b"first"], [b"second", b"line"]]
+
+
 @pytest.mark.parametrize("distributed", [False, True])
 def test_a_flat_call_runs_the_traced_function_on_the_same_iterator(distributed, two_device_strategy):
     dataset = tf.data.Dataset.range(100).map(lambda i: tf.cast(i, tf.float32)).batch(4)

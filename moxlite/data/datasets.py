@@ -132,16 +132,21 @@ def _decode_image(data, image_shape, image_format):
 
 def tfrecord(train_files, eval_files, image_shape=(224, 224, 3), num_classes=1000, num_samples=None,
              image_key="image/encoded", label_key="image/class/label", image_format="encoded", label_offset=0,
-             epochs=None, shuffle_buffer=10000, seed=0):
+             allow_single_class=False, epochs=None, shuffle_buffer=10000, seed=0):
     """tf.train.Example records with an image and an integer label.
 
     ``image_format='encoded'`` decodes JPEG/PNG bytes and resizes them to
     ``image_shape``; ``'raw'`` reads uint8 bytes of exactly ``image_shape``.
     ``label_offset`` is added to each label (ImageNet files count from 1).
+    ``num_classes`` below 2 is an error unless ``allow_single_class``.
+    The first records of the first files are read and decoded here
+    (``_probe_records``), so a file that is not what these options say fails
+    now, with its name, and not inside the run.
     """
-    train_paths = sources.tfrecord_files(train_files, "train_files")
-    eval_paths = sources.tfrecord_files(eval_files, "eval_files")
+    train_paths, eval_paths = sources.tfrecord_inputs(train_files, eval_files, num_classes, allow_single_class)
     shape = tuple(int(s) for s in image_shape)
+    for paths, option in ((train_paths, "train_files"), (eval_paths, "eval_files")):
+        _probe_records(paths, option, shape, num_classes, image_key, label_key, image_format, label_offset)
     features = {image_key: tf.io.FixedLenFeature([], tf.string), label_key: tf.io.FixedLenFeature([], tf.int64)}
 
     def parse(record):
@@ -154,6 +159,33 @@ def tfrecord(train_files, eval_files, image_shape=(224, 224, 3), num_classes=100
 
     return DataSet(_make_input_fn(lambda: read(train_paths), lambda: read(eval_paths), epochs, shuffle_buffer, seed),
                    image_shape=shape, num_classes=num_classes, num_samples=num_samples, num_eval_samples=None)
+
+
+def _probe_records(paths, option, shape, num_classes, image_key, label_key, image_format, label_offset):
+    """Read and decode the first records of ``paths`` as ``tfrecord`` will (DataOptionError naming the file)."""
+    from moxlite.data import probe
+
+    def fail_on(name):
+        return lambda message: DataOptionError(name, message)
+
+    fail = fail_on(option)
+    for path, index, record in probe.first_records(paths, fail):
+        example = probe.parse_example(path, index, record, fail)
+        data = probe.feature_value(example, image_key, "bytes", path, index, "image_key", fail_on("image_key"))
+        label = probe.feature_value(example, label_key, "int64", path, index, "label_key", fail_on("label_key"))
+        where = f"record {index} of {path!r}: its {image_key!r} bytes"
+        if image_format == "raw":
+            problem = probe.raw_size_problem(data, shape)
+            if problem:
+                raise DataOptionError("image_shape", f"{where} {problem}")
+        else:
+            problem = sources.image_header_problem(data[:8]) or probe.decode_problem(
+                lambda tensor: _decode_image(tensor, shape, image_format), data)
+            if problem:
+                problem = problem[len("is "):] if problem.startswith("is ") else f"fail to decode ({problem})"
+                raise DataOptionError(option, f"{where} are {problem}; expected encoded images, or set "
+                                              f"image_format: raw for uint8 pixels of image_shape")
+        probe.check_label(label, label_offset, num_classes, path, index, fail_on("num_classes"))
 
 
 def write_tfrecords(path, images, labels, image_format="encoded", image_key="image/encoded",
@@ -172,15 +204,22 @@ def write_tfrecords(path, images, labels, image_format="encoded", image_key="ima
 
 # ----------------------------------------------------------------- image folder
 
-def image_folder(train_dir, eval_dir, image_shape=(224, 224, 3), epochs=None, shuffle_buffer=10000, seed=0):
+def image_folder(train_dir, eval_dir, image_shape=(224, 224, 3), allow_single_class=False, epochs=None,
+                 shuffle_buffer=10000, seed=0):
     """Images in ``<dir>/<class name>/<file>``; classes are numbered in sorted folder order.
 
-    The held-out folder must use class names of the training folder.
+    The held-out folder must use class names of the training folder. Every
+    class folder must hold an image, and one class folder is an error unless
+    ``allow_single_class``. The first image of each class is decoded here, so
+    a file that is not an image fails now, with its name.
     """
-    class_names = sources.image_folder_classes(train_dir, eval_dir)
-    train_paths, train_labels = sources.list_images(train_dir, class_names, "train_dir")
-    eval_paths, eval_labels = sources.list_images(eval_dir, class_names, "eval_dir")
+    from moxlite.data import probe
+
+    class_names, (train_paths, train_labels), (eval_paths, eval_labels) = sources.image_folder_inputs(
+        train_dir, eval_dir, allow_single_class)
     shape = tuple(int(s) for s in image_shape)
+    for paths, labels, option in ((train_paths, train_labels, "train_dir"), (eval_paths, eval_labels, "eval_dir")):
+        probe.check_images_decode(paths, labels, shape[2], lambda message, name=option: DataOptionError(name, message))
 
     def load(path, label):
         return _decode_image(tf.io.read_file(path), shape, "encoded"), label

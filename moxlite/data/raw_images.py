@@ -11,6 +11,7 @@ then passed through ``augmentation_fn``), ``label`` (int32) and
 import tensorflow as tf
 
 from moxlite import errors
+from moxlite.data import probe, sources
 from moxlite.data.sources import IMAGE_EXTENSIONS
 from moxlite.data.feature_dataset import FeatureDataset, positive_int_or_none
 from moxlite.file import data_cache
@@ -22,9 +23,15 @@ class ImageClassificationRawMetadata:
     labels: the class names (sub-folder names, sorted); label i is labels[i].
     num_classes, total_num_samples: counts.
     file_paths, label_ids: every image and its label, in folder then file-name order.
+    allow_single_class: accept a folder with one class folder (otherwise an error: a
+        classifier needs two classes).
+
+    Every class folder must hold an image, and the first ones of each must start
+    like one (JPEG, PNG, BMP or GIF), checked here before a run writes anything.
     """
 
-    def __init__(self, base_dir, redirect_dir=None, labels_filename="labels.txt", **unused):
+    def __init__(self, base_dir, redirect_dir=None, labels_filename="labels.txt", allow_single_class=False,
+                 **unused):
         if isinstance(base_dir, str):
             base_dir = data_cache.local_copy(base_dir)  # s3:// / obs://: TF reads a local copy
         if not base_dir or not isinstance(base_dir, str) or not tf.io.gfile.isdir(base_dir):
@@ -40,16 +47,30 @@ class ImageClassificationRawMetadata:
         self.labels_to_names = dict(enumerate(self.labels))
         self.names_to_labels = {name: index for index, name in self.labels_to_names.items()}
         self.file_paths, self.label_ids = [], []
+        empty = []
         for label_id, label in enumerate(self.labels):
             folder = tf.io.gfile.join(base_dir, label)
-            for file_name in sorted(tf.io.gfile.listdir(folder)):
-                if file_name.lower().endswith(IMAGE_EXTENSIONS):
-                    self.file_paths.append(tf.io.gfile.join(folder, file_name))
-                    self.label_ids.append(label_id)
+            found = [tf.io.gfile.join(folder, name) for name in sorted(tf.io.gfile.listdir(folder))
+                     if name.lower().endswith(IMAGE_EXTENSIONS)]
+            if not found:
+                empty.append(folder)
+            self.file_paths.extend(found)
+            self.label_ids.extend([label_id] * len(found))
         if not self.file_paths:
             raise errors.ArgumentError(
                 f"ImageClassificationRawMetadata: {base_dir!r} holds no {'/'.join(IMAGE_EXTENSIONS)} image in "
                 "class sub-folders; lay it out as base_dir/<class name>/<image>")
+        if empty:
+            raise errors.ArgumentError(
+                f"ImageClassificationRawMetadata: class folder {empty[0]!r} holds no "
+                f"{'/'.join(IMAGE_EXTENSIONS)} image; add images or remove the folder")
+        fail = _failure("ImageClassificationRawMetadata")
+        try:
+            sources.check_class_count(len(self.labels), allow_single_class, "base_dir",
+                                      f"{base_dir!r} has {len(self.labels)} class folder ({self.labels[0]!r})")
+            sources.check_image_headers(self.file_paths, self.label_ids, "base_dir", read=probe.gfile_head)
+        except sources.DataOptionError as error:
+            raise fail(str(error).replace("allow_single_class", "allow_single_class=True")) from None
         self.num_classes = len(self.labels)
         self.total_num_samples = len(self.file_paths)
 
@@ -67,6 +88,11 @@ def _label_order(base_dir, labels_filename, folders):
             f"ImageClassificationRawMetadata: {labels_filename} in {base_dir!r} names {names} with ids "
             f"{sorted(labels)}; it must give ids 0..{len(folders) - 1} to exactly the sub-folders {folders}")
     return names
+
+
+def _failure(owner):
+    """``fail(message)`` for the probes: an ArgumentError that names ``owner``."""
+    return lambda message: errors.ArgumentError(f"{owner}: {message}")
 
 
 class AsyncRawGenerator:
@@ -116,6 +142,10 @@ class ImageClassificationRawDataset(FeatureDataset):
         self.augmentation_fn = augmentation_fn
         self.seed = seed
         self.channels = channels
+        # Decode the first image of each class now: a file that is not one fails here, named,
+        # before run() writes anything (not as an IteratorGetNext traceback inside the run).
+        probe.check_images_decode(metadata.file_paths, metadata.label_ids, channels,
+                                  _failure(type(self).__name__))
 
     def _records(self):
         records = tf.data.Dataset.from_tensor_slices(

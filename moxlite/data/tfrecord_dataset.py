@@ -23,6 +23,7 @@ order and the runner's per-worker shards are disjoint and complete.
 import tensorflow as tf
 
 from moxlite import errors, logs
+from moxlite.data import probe
 from moxlite.data.feature_dataset import FeatureDataset, positive_int_or_none
 from moxlite.file import data_cache
 
@@ -51,6 +52,11 @@ def read_labels_file(path):
     return labels
 
 
+def _failure(owner):
+    """``fail(message)`` for the probes: an ArgumentError that names ``owner``."""
+    return lambda message: errors.ArgumentError(f"{owner}: {message}")
+
+
 class ImageClassificationTFRecordMetadata:
     """Where the TFRecord files are and how many samples they hold.
 
@@ -61,10 +67,13 @@ class ImageClassificationTFRecordMetadata:
     num_classes: optional; else the number of names in ``label_map_file``, else 0.
     redirect_dir: accepted for MoXing's signature; moxlite reads base_dir (a local copy when remote).
     label_map_file: ``labels.txt`` in base_dir, ``0: name`` per line, read into ``labels_to_names``.
+    allow_single_class: accept a known ``num_classes`` of 1 (otherwise an error: a classifier needs two).
+
+    Every matched file must start a TFRecord (checked on its first 12 bytes) before anything else reads it.
     """
 
     def __init__(self, base_dir=None, file_pattern=None, num_samples=None, redirect_dir=None, num_classes=0,
-                 label_map_file="labels.txt", data_dir=None, file_patterns=None):
+                 label_map_file="labels.txt", data_dir=None, file_patterns=None, allow_single_class=False):
         base_dir = base_dir if base_dir is not None else data_dir
         file_pattern = file_pattern if file_pattern is not None else file_patterns
         if not base_dir or not isinstance(base_dir, str):
@@ -85,6 +94,8 @@ class ImageClassificationTFRecordMetadata:
             raise errors.ArgumentError(
                 f"ImageClassificationTFRecordMetadata: file_pattern {file_pattern!r} matches no file in "
                 f"{base_dir!r}; give a glob of TFRecord files relative to base_dir")
+        fail = _failure("ImageClassificationTFRecordMetadata")
+        probe.check_tfrecord_paths(self.file_paths, fail)
         if num_samples is None:
             logs.get_logger().info("Counting the records of %d TFRecord file(s) in %s; pass num_samples to skip this",
                                    len(self.file_paths), base_dir)
@@ -94,6 +105,9 @@ class ImageClassificationTFRecordMetadata:
         labels = read_labels_file(base_dir.rstrip("/") + "/" + label_map_file) if label_map_file else None
         self.labels_to_names = labels
         self.num_classes = int(num_classes or (len(labels) if labels else 0))
+        if 0 < self.num_classes < 2 and not allow_single_class:   # 0: not known
+            raise fail(f"num_classes={self.num_classes}; a classifier needs at least 2 classes: "
+                       f"give their number, or pass allow_single_class=True if one class is meant")
 
 
 def _own_hooks(cls):
@@ -156,6 +170,23 @@ class BaseTFRecordDataset(FeatureDataset):
         self.shuffle_buffer_size = shuffle_buffer_size
         self.seed = seed
         self._parsed_names = list(feature_keys)
+        self._probe_parse()
+
+    def _probe_parse(self):
+        """Parse the first records of the first files with the feature specs, now: a file that is not
+        TFRecord, or whose records lack a key, fails here, named, before run() writes anything. A
+        subclass with its own ``_parser`` and no feature specs gets the TFRecord check alone."""
+        fail = _failure(type(self).__name__)
+        specs = dict(zip(self.feature_keys, self.feature_values))
+        for path, index, record in probe.first_records(getattr(self.meta, "file_paths", []), fail):
+            if not specs:
+                continue
+            try:
+                tf.io.parse_single_example(record, specs)
+            except (tf.errors.InvalidArgumentError, ValueError, TypeError) as error:
+                raise fail(f"record {index} of {path!r} does not parse with feature_keys {self.feature_keys} and "
+                           f"their feature_values ({probe.first_line(error)}); make them match the records' "
+                           f"features") from None
 
     def _records(self):
         paths = list(self.meta.file_paths)

@@ -141,6 +141,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         self._summed_slots = []      # slots of _summed_records, for _take_record_sums
         run_context = context.current()
         self._global_step = run_context.global_step if run_context is not None else None
+        self._forced_refresh = None  # an update that refreshes whatever its count (a resume's carried change)
 
     # Own state.
 
@@ -219,8 +220,20 @@ class THOR(wrapper_lib.OptimizerWrapper):
                                                   collecting=self._is_collecting)
 
     def _is_collecting(self):
-        """This update rebuilds the factors (the first, then one every ``frequency``)."""
-        return tf.equal(self._updates.value % self.frequency, 0)
+        """This update rebuilds the factors (the first, then one every ``frequency``, and a forced one)."""
+        collecting = tf.equal(self._updates.value % self.frequency, 0)
+        if self._forced_refresh is not None:
+            collecting = tf.logical_or(collecting, tf.equal(self._updates.value, self._forced_refresh))
+        return collecting
+
+    def refresh_at_next_update(self):
+        """Make the next applied update rebuild the factors and inverses, whatever its count.
+
+        For a resumed run whose stored inverses do not fit (a new ``block_size``): called after
+        the restore and before the first step is traced. Returns that update's number.
+        """
+        self._forced_refresh = int(self._updates.numpy())
+        return self._forced_refresh
 
     def _chosen(self, path):
         """include/exclude, matched against the kernel's stable name (its checkpoint key, the same
@@ -541,6 +554,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
         split = [f"{name} in {blocks} blocks of {side}" for name, (blocks, side) in
                  (("A", slot.a_layout), ("G", slot.g_layout)) if blocks > 1 and slot.kind != "Embedding"]
         return f"; {', '.join(split)}" if split else ""
+
+    def preconditioned_layers(self):
+        """The kernel paths of the layers preconditioned so far (known once the first step is traced)."""
+        return [slot.name for slot in self._slots]
 
     def fallback_counts(self):
         """(inversions retried, inversions that kept the previous inverse, statistics dropped as non-finite)."""

@@ -218,6 +218,7 @@ class TFRecordOptions:
     label_key: str = setting("image/class/label", "Feature holding the integer label.")
     image_format: str = setting("encoded", "'encoded' (JPEG/PNG bytes) or 'raw' (uint8 bytes of image_shape).", ("encoded", "raw"))
     label_offset: int = setting(0, "Added to every label (-1 for ImageNet files whose labels start at 1).")
+    allow_single_class: bool = setting(False, "Accept num_classes below 2 (a one-class data set is otherwise an error).")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -227,6 +228,7 @@ class ImageFolderOptions:
     train_dir: str = setting("", "Folder of training images, one sub-folder per class.")
     eval_dir: str = setting("", "Folder of evaluation images with the same class sub-folders.")
     image_shape: List[int] = setting([224, 224, 3], "Images are decoded, resized to [height, width] and given this many channels.")
+    allow_single_class: bool = setting(False, "Accept a train_dir with one class folder (otherwise an error).")
 
 
 @dataclasses.dataclass(kw_only=True)

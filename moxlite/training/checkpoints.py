@@ -17,7 +17,7 @@ import time
 import tensorflow as tf
 
 from moxlite import compat, errors
-from moxlite.training import hyperparameters, input_resume, naming, nonfinite
+from moxlite.training import hyperparameters, input_resume, naming, nonfinite, resume_setup
 from moxlite.training.reporting import get_logger
 
 CHECKPOINT_NAME = "model.ckpt"
@@ -152,11 +152,13 @@ class Checkpointer:
 
     def __init__(self, log_dir, global_step, variables, optimizers=(), iterator=None,
                  save_model_secs=None, save_model_steps=None, keep_checkpoint_max=5,
-                 is_chief=True, ambiguous=(), slots_by_name=True):
+                 is_chief=True, ambiguous=(), slots_by_name=True, setup=None):
         """``variables``: {stable key: variable} (see ``ModelTemplate.checkpoint_keys``), or a
         list keyed by the variables' own names; ``ambiguous``: keys shared by several;
         ``slots_by_name``: the optimizers were built with their variables in key order (False
-        only to keep resuming a log_dir whose slots are in creation order, see ``legacy_slot_order``)."""
+        only to keep resuming a log_dir whose slots are in creation order, see ``legacy_slot_order``);
+        ``setup``: this run's ``resume_setup.TrainingSetup``, recorded in each checkpoint and
+        compared with the record of the one resumed before anything is restored."""
         self.log_dir = log_dir
         self._training = bool(optimizers)
         self.global_step = global_step
@@ -171,11 +173,15 @@ class Checkpointer:
         trackables[ORDER_KEY] = order
         if optimizers and slots_by_name:
             trackables[SLOTS_BY_NAME_KEY] = _KeyList(["sorted by checkpoint key"])
+        self._setup = setup if optimizers else None
+        if self._setup is not None:
+            trackables[resume_setup.SETUP_KEY] = _KeyList(self._setup.record)
         self.iterator_mismatch = None
         for index, optimizer in enumerate(optimizers):
             trackables["optimizer" if index == 0 else f"optimizer_{index}"] = optimizer
-        self._state = {k: v for k, v in trackables.items() if k not in (ORDER_KEY, SLOTS_BY_NAME_KEY)}
-        self._markers = {k: v for k, v in trackables.items() if k in (ORDER_KEY, SLOTS_BY_NAME_KEY)}
+        markers = (ORDER_KEY, SLOTS_BY_NAME_KEY, resume_setup.SETUP_KEY)
+        self._state = {k: v for k, v in trackables.items() if k not in markers}
+        self._markers = {k: v for k, v in trackables.items() if k in markers}
         self._optimizers = list(optimizers)
         self._iterator = iterator
         if iterator is not None:
@@ -203,6 +209,8 @@ class Checkpointer:
         """
         own = latest_checkpoint(self.log_dir) if self.log_dir else None
         if own:
+            # Before anything is read: a set-up this run cannot go on from is one line, not TF's warnings.
+            carried = self._setup.check(own, self.log_dir) if self._setup is not None else []
             if checkpoint_path:
                 get_logger().info("Ignoring --checkpoint_path because a checkpoint already exists in %s",
                                   self.log_dir)
@@ -214,6 +222,8 @@ class Checkpointer:
                 self._read(tf.train.Checkpoint(**trackables), own, partial=not self._training)
             if self._iterator is not None:
                 self._read_iterator(own)
+            if carried:
+                self._setup.carry_across(carried, own)
             self._last_saved_step = int(self.global_step.numpy())
             return own
         if not checkpoint_path:

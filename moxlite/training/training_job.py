@@ -13,7 +13,7 @@ from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.optimizers import tf1_adapter
 from moxlite.optimizers.schedules import current_learning_rate
 from moxlite.training import (checkpoints, export, interrupts, loss_scaling, nonfinite, precision, reporting,
-                              steps, validation)
+                              resume_setup, steps, validation)
 from moxlite.training.apply_if_finite import ApplyIfFinite
 from moxlite.training.controller import AUTO_STEPS_ACROSS_WORKERS, Cadence, train
 from moxlite.training.evaluation import Evaluator
@@ -128,7 +128,8 @@ class TrainingJob:
         return checkpoints.Checkpointer(
             config.log_dir, global_step, keyed, optimizers, ambiguous=ambiguous, iterator=iterator,
             save_model_secs=save_secs, save_model_steps=save_steps, keep_checkpoint_max=config.keep_checkpoint_max,
-            is_chief=self.workload.is_chief, slots_by_name=self._slots_by_name)
+            is_chief=self.workload.is_chief, slots_by_name=self._slots_by_name,
+            setup=resume_setup.TrainingSetup(optimizers, config.precision))
 
     def _iterator_is_checkpointable(self):
         """TF saves iterator state only for single-device input (not distributed iterators)."""
