@@ -65,7 +65,7 @@ REFUSED = {
                  "checkpoint, dynamic in this run;"),
     "thor_layers": (dict(optimizer=optimizer_fn(THOR)), dict(optimizer=optimizer_fn(dict(THOR, exclude=["dense_1"]))),
                     "THOR layers (exclude) [] in the checkpoint, ['dense_1'] in this run; the checkpoint's thor "
-                    "preconditioned dense/kernel:0, dense_1/kernel:0;"),
+                    "preconditioned dense/kernel, dense_1/kernel;"),
 }
 
 

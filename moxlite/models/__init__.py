@@ -13,14 +13,15 @@ from moxlite.models.classifier import classifier_model_fn
 from moxlite.models.networks import NETWORKS
 
 
-def build_model_fn(name, num_classes, weight_decay=0.0, label_smoothing=0.0, **options):
+def build_model_fn(name, num_classes, weight_decay=0.0, label_smoothing=0.0, allow_single_class=False, **options):
     """model_fn(inputs, mode) of built-in network ``name`` with its ``options`` (see moxlite.models.networks).
 
     Arguments and options are checked now against the recipe schema's declaration
     (moxlite.recipes.schema: each key's range and the rules across keys), so a mistake is
     an ArgumentError naming it before the run starts; the rules about the image (patch
     size, Swin's windows) are checked when the first batch gives the image shape, before
-    the network is built.
+    the network is built. ``allow_single_class`` accepts ``num_classes=1``, for a data set that
+    says one class is meant (its own ``allow_single_class``).
     """
     if name not in NETWORKS:
         raise errors.ArgumentError(f"model {name!r} is not built in; choose one of {', '.join(NETWORKS)}")
@@ -33,7 +34,9 @@ def build_model_fn(name, num_classes, weight_decay=0.0, label_smoothing=0.0, **o
             close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise errors.ArgumentError(f"{name}: unknown option {key!r}{hint}; accepted: {', '.join(accepted)}")
-    arguments = {"num_classes": num_classes, "weight_decay": weight_decay, "label_smoothing": label_smoothing}
+    arguments = {"weight_decay": weight_decay, "label_smoothing": label_smoothing}
+    if not (allow_single_class and num_classes == 1):
+        arguments["num_classes"] = num_classes
     found = schema.check_values(schema.ModelSection, arguments) or schema.check_values(options_class, options)
     if found:
         raise errors.ArgumentError(f"{name}: {found[0]}={found[1]}")

@@ -183,8 +183,9 @@ def _build_input(loaded):
     from moxlite.data import augment
 
     augmentation = augment.Augmentation(**dataclasses.asdict(section.augment), seed=seed)
-    return augment.augmented_input_fn(data.input_fn, data.num_classes, augmentation), {"num_samples": num_samples, "image_shape": data.image_shape,
-                           "num_classes": data.num_classes}
+    facts = {"num_samples": num_samples, "image_shape": data.image_shape, "num_classes": data.num_classes,
+             "allow_single_class": bool(options.get("allow_single_class"))}
+    return augment.augmented_input_fn(data.input_fn, data.num_classes, augmentation), facts
 
 
 def _check_kwargs(loaded, path, function, kwargs):
@@ -226,8 +227,10 @@ def _build_model(loaded, data_facts):
     options = dataclasses.asdict(getattr(section, section.name))
     from moxlite import models
 
+    single_class = bool(data_facts.get("allow_single_class"))
     return lambda: models.build_model_fn(section.name, num_classes, weight_decay=section.weight_decay,
-                                         label_smoothing=section.label_smoothing, **options)
+                                         label_smoothing=section.label_smoothing,
+                                         allow_single_class=single_class, **options)
 
 
 # ----------------------------------------------------------------- optimizer

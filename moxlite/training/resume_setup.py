@@ -52,6 +52,11 @@ def _precision_text(settings):
     return f"{plan.level} ({plan.compute_dtype})"
 
 
+def _loss_scale_of(stack):
+    """The stack's loss-scaling link (the one that says it ``handles_overflow``), or None."""
+    return next((member for member in stack if getattr(member, "handles_overflow", False)), None)
+
+
 def _loss_scale_text(scale):
     """A loss scale's kind: a dynamic scale's restored value carries on whatever its start (a
     hyperparameter); a fixed one is the scale itself, which the restore would silently replace."""
@@ -74,7 +79,7 @@ class TrainingSetup:
             prefix = "" if index == 0 else f"optimizer_{index}."
             stack = hyperparameters.optimizer_stack(optimizer)
             lines.append(f"{prefix}optimizer_stack={' > '.join(_member_name(m) for m in stack)}")
-            scale = loss_scaling.find(optimizer)
+            scale = _loss_scale_of(stack)
             lines.append(f"{prefix}loss_scale={_loss_scale_text(scale)}")
             for depth, thor in enumerate(_thor_members(optimizer)):
                 key = f"{prefix}thor" if depth == 0 else f"{prefix}thor_{depth}"
