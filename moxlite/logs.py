@@ -103,7 +103,11 @@ def tensorflow_load_filtered():
         yield
         return
     sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        saved = os.dup(2)
+    except OSError:   # no file descriptor 2 (a daemon): nothing to filter
+        yield
+        return
     with tempfile.TemporaryFile(mode="w+b") as held:
         os.dup2(held.fileno(), 2)
         try:
