@@ -65,3 +65,17 @@ def launches():
     yield launch
     for one in started:
         one.kill()
+
+
+# Under pytest-xdist (the README's test command: -n 2 --dist loadgroup), the tests that
+# start a multi-process cluster on loopback run one at a time, in one xdist group, while
+# the other workers take the rest. Two clusters at once on two cores would each run at
+# half speed against their bounded waits. A test is in the group if it uses the
+# `launches` fixture or is marked `cluster` (it starts one through tests.distlib itself).
+CLUSTER_GROUP = "clusters"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "launches" in item.fixturenames or item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.xdist_group(CLUSTER_GROUP))

@@ -38,6 +38,7 @@ def test_two_replica_batchnorm_recipe_run_exits_by_itself_and_runs_atexit(tmp_pa
     assert finished.stdout.rstrip().endswith("ATEXIT RAN")
 
 
+@pytest.mark.cluster   # two workers through tests.distlib, without the launches fixture
 def test_multi_worker_run_with_py_function_input_exits_by_itself(tmp_path):
     # Each worker's shell prints its exit code; a worker that hung would be killed by the
     # launcher after the chief's exit and print nothing.

@@ -8,6 +8,11 @@ on the held-out split and prints a final ``[RESULT]`` line with the accuracy.
 A user mistake (moxlite.errors.UserInputError, from the recipe or from the
 run) prints one line and exits with code 2; ``--debug`` shows the traceback.
 Nothing is written before the whole recipe has been checked.
+
+TensorFlow's C++ start-up log is kept off the first screen: ``TF_CPP_MIN_LOG_LEVEL``
+is set to 3 unless the user set it, and the lines TensorFlow's libraries write
+before their logging honours it are filtered by the same level
+(``moxlite.logs.quiet_tensorflow_startup``, ``tensorflow_load_filtered``).
 """
 
 import argparse
@@ -16,7 +21,7 @@ import os
 import signal
 import sys
 
-from moxlite import errors
+from moxlite import errors, logs
 from moxlite.recipes import loader, schema
 
 RECIPE_FILE_NAME = "recipe.yaml"
@@ -42,6 +47,7 @@ def _parser():
 
 def main(argv=None):
     """Entry point of ``moxlite-run`` and ``python -m moxlite``; returns the exit code."""
+    logs.quiet_tensorflow_startup()   # before anything imports TensorFlow
     return _main_returning(argv)
 
 
@@ -129,9 +135,10 @@ def _main(arguments):
     if arguments.mode:
         overrides.append(f"run.mode={arguments.mode}")
     loaded = loader.load(arguments.recipes, overrides)
-    loader.resolve_references(loaded)
-
-    from moxlite.recipes import builders, execution  # these import TensorFlow
+    with logs.tensorflow_load_filtered():   # a referenced module may import TensorFlow
+        loader.resolve_references(loaded)
+        import tensorflow  # noqa: F401  (here, so that its start-up lines are filtered)
+        from moxlite.recipes import builders, execution
 
     plan = builders.build_plan(loaded)
     if arguments.dry_run:
