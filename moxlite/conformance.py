@@ -259,3 +259,32 @@ def counts(rows):
     for row in rows:
         found.setdefault(row.api, dict.fromkeys(STATUSES, 0))[row.status] += 1
     return found
+
+
+# The documented examples (Getting Started, the flowers, TFRecord and user-manual scripts),
+# each ported as a script under tests/moxing_ports/ and run by a test that checks its result
+# against numpy or MoXing's documented output: (port, source in ModelArts-Lab, status, note).
+EXAMPLES = [
+    ("getting_started_train.py", "docs/moxing_api_doc/MoXing_API_GettingStarted.md", "same",
+     "no batch_size, get_next() of a generator of 100-sample batches: 40 steps, until the data ends"),
+    ("getting_started_eval.py", "docs/moxing_api_doc/MoXing_API_GettingStarted.md", "same",
+     "EVAL over all 1,000 test samples, [VALIDATION METRICS] as documented"),
+    ("modelarts_mox_flowers.py", "docs/moxing_api_doc/scripts/mox_flowers.py", "same",
+     "zoo ResNet-50 on a raw image folder, piecewise learning rate"),
+    ("modelarts_mox_flowers_advanced.py", "docs/moxing_api_doc/scripts/mox_flowers_advanced.py", "same",
+     "fine-tuning from a checkpoint, fp16 compute with fp32 variables, export"),
+    ("modelarts_train_iceberg.py", "official_examples/Using_MoXing_to_Create_a_Iceberg_Images_Classification_"
+     "Application/codes/train_iceberg.py", "same", "TFRecords through tfrecord_common, TRAIN, EVAL, PREDICT "
+     "with output_fn, on obs://"),
+    ("modelarts_train_mnist_tf.py", "official_examples/Using_TensorFlow_to_Create_a_MNIST_Dataset_Recognition_"
+     "Application/codes/train_mnist_tf.py", "same", "mox.file.copy_parallel in both directions"),
+    ("moxing_doc_early_stopping.py", "docs/moxing_api_doc/MoXing_API_UserInstructions.md", "same",
+     "EarlyStoppingHook stops where the documented rule says"),
+    ("moxing_doc_predict_output_fn.py", "docs/moxing_api_doc/MoXing_API_UserInstructions.md", "same",
+     "PREDICT with output_fn"),
+    ("moxing_doc_export_tf_serving.py", "docs/moxing_api_doc/MoXing_API_UserInstructions.md", "different",
+     "export goes to log_dir/model/<version> where the documentation says log_dir/<version>; ExportSpec "
+     "takes the model's inputs, not tensors computed inside model_fn"),
+    ("moxing_doc_resnet50_basic.py", "docs/moxing_api_doc/MoXing_API_UserInstructions.md", "same",
+     "the basic program"),
+]

@@ -1,0 +1,33 @@
+"""moxlite/CONFORMANCE.md is what tools/conformance_table.py prints, and its examples exist.
+
+The rows themselves are checked against the code by test_conformance_file.py and
+test_conformance_rows.py; this keeps the published table from drifting from those rows.
+"""
+
+import importlib.util
+import pathlib
+
+from moxlite import conformance
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("conformance_table", ROOT / "tools" / "conformance_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_published_table_is_what_the_tool_prints():
+    published = (ROOT / "moxlite" / "CONFORMANCE.md").read_text()
+    assert published == _tool().document(), (
+        "moxlite/CONFORMANCE.md is stale: run python tools/conformance_table.py --write moxlite/CONFORMANCE.md")
+
+
+def test_every_ported_example_has_its_script_and_a_test_that_runs_it():
+    tests = "".join(path.read_text() for path in (ROOT / "tests").glob("test_moxing_ports*.py"))
+    for port, source, status, note in conformance.EXAMPLES:
+        assert (ROOT / "tests" / "moxing_ports" / port).is_file(), port
+        assert port.removesuffix(".py") in tests, f"no test runs {port}"
+        assert status in conformance.STATUSES and (status == "same" or note)
