@@ -494,6 +494,7 @@ def _check_data_options(loaded):
     if not 0.0 < recipe.input.mnist.validation_fraction < 1.0:
         raise error(("input", "mnist", "validation_fraction"), f"{recipe.input.mnist.validation_fraction} must be between 0 and 1")
     for block in ("tfrecord", "image_folder"):
+        _check_rules(loaded, ("input", block), getattr(recipe.input, block))
         shape = getattr(recipe.input, block).image_shape
         if len(shape) != 3 or min(shape) < 1 or shape[2] not in (1, 3):
             raise error(("input", block, "image_shape"), f"{shape} must be [height, width, channels] with 1 or 3 channels")

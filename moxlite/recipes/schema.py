@@ -211,9 +211,11 @@ class TFRecordOptions:
 
     train_files: List[str] = setting([], "Glob patterns of the training files.")
     eval_files: List[str] = setting([], "Glob patterns of the evaluation files.")
-    image_shape: List[int] = setting([224, 224, 3], "Images are decoded, resized to [height, width] and given this many channels.")
-    num_classes: int = setting(1000, "Number of classes.")
-    num_samples: Optional[int] = setting(None, "Training samples in one epoch, for steps per epoch and epoch-based learning rates (null: unknown).")
+    image_shape: List[int] = setting([224, 224, 3], "Images are decoded, resized to [height, width] and given this many channels.",
+                                     valid=ranges.list_of(ranges.integer(1), length=3))
+    num_classes: int = setting(1000, "Number of classes.", valid=ranges.integer(1))
+    num_samples: Optional[int] = setting(None, "Training samples in one epoch, for steps per epoch and epoch-based learning rates (null: unknown).",
+                                         valid=ranges.integer(1))
     image_key: str = setting("image/encoded", "Feature holding the encoded image.")
     label_key: str = setting("image/class/label", "Feature holding the integer label.")
     image_format: str = setting("encoded", "'encoded' (JPEG/PNG bytes) or 'raw' (uint8 bytes of image_shape).", ("encoded", "raw"))
@@ -227,7 +229,8 @@ class ImageFolderOptions:
 
     train_dir: str = setting("", "Folder of training images, one sub-folder per class.")
     eval_dir: str = setting("", "Folder of evaluation images with the same class sub-folders.")
-    image_shape: List[int] = setting([224, 224, 3], "Images are decoded, resized to [height, width] and given this many channels.")
+    image_shape: List[int] = setting([224, 224, 3], "Images are decoded, resized to [height, width] and given this many channels.",
+                                     valid=ranges.list_of(ranges.integer(1), length=3))
     allow_single_class: bool = setting(False, "Accept a train_dir with one class folder (otherwise an error).")
 
 
