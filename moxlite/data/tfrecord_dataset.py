@@ -170,7 +170,8 @@ class BaseTFRecordDataset(FeatureDataset):
         self.shuffle_buffer_size = shuffle_buffer_size
         self.seed = seed
         self._parsed_names = list(feature_keys)
-        self._probe_parse()
+        if tf.executing_eagerly():   # input_fn traced again per sample (tensor work on get()) probed already
+            self._probe_parse()
 
     def _probe_parse(self):
         """Parse the first records of the first files with the feature specs, now: a file that is not

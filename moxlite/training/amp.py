@@ -154,16 +154,19 @@ class PolicyHandler:
     or when it is a sub-layer of a kept layer (every sub-layer, found by structure at the
     kept layer's first call and by the call chain after, so a MultiHeadAttention's
     projections and an LSTM's cell compute in float32 with it); else the level's. Its
-    previous policy is kept and put back by ``restore``. At O0 only layers with a mixed
-    policy (a global policy the user set, a model built under it) are set to float32.
+    previous policy is kept and put back by ``restore``. At O0 only layers with the mixed
+    global policy the user had set (``overridden``: a model built under it) are set to
+    float32; a layer given fp16 compute on purpose (MoXing's ``tf.cast(images, tf.float16)``
+    with ``mox.var_scope(force_dtype=tf.float32)``, which the zoo honours) keeps it.
 
     A kept layer called from outside any kept layer (the boundary) gets its floating
     inputs in float32 and hands its floating outputs on in the compute dtype (the Swin
     reproduction's ``OutputTo16``); inside a kept layer tensors stay float32.
     """
 
-    def __init__(self, plan):
+    def __init__(self, plan, overridden=None):
         self.plan = plan
+        self.overridden = overridden   # the user's global policy name that O0 overrides, or None
         self.compute = tf.as_dtype(plan.compute_dtype)
         self._lock = threading.Lock()
         self._state = {}      # id(layer) -> kept (bool)
@@ -172,7 +175,7 @@ class PolicyHandler:
 
     def _target(self, layer, kept):
         if not self.plan.mixed:
-            return "float32" if layer.dtype_policy.name.startswith("mixed_") else None
+            return "float32" if self.overridden and layer.dtype_policy.name == self.overridden else None
         return "float32" if kept else self.plan.policy_name
 
     def _configure(self, layer, kept):
@@ -247,10 +250,12 @@ def layer_policies(plan: Optional[AmpPlan], record=False):
     from moxlite.training import interception
 
     previous_policy = keras.config.dtype_policy()
+    overridden = None
     if not plan.mixed and previous_policy.name != "float32":
+        overridden = previous_policy.name
         logs.get_logger().info("amp_level O0 computes in float32: the global Keras dtype policy %r is "
                                "overridden for this run and restored after it", previous_policy.name)
-    handler = PolicyHandler(plan)
+    handler = PolicyHandler(plan, overridden)
     keras.config.set_dtype_policy(plan.policy_name)
     _active.update(plan=plan, original_call=None, layers=handler.layers)
     try:
