@@ -190,6 +190,22 @@ def test_dry_run_says_the_cluster_came_from_the_slurm_step(capsys, monkeypatch, 
     assert not (tmp_path / "never").exists()
 
 
+def test_a_recipe_gives_the_task_its_gpus_before_anything_can_start_tensorflow(monkeypatch, tmp_path):
+    # CUDA_VISIBLE_DEVICES only counts before TensorFlow's runtime starts; building the input is
+    # the first step that may start it, so the task's share must be set by then.
+    from moxlite.recipes import builders, loader
+
+    _use(monkeypatch, _step(rank=1, CUDA_VISIBLE_DEVICES="0,1"))
+    seen = []
+    build_input = builders._build_input
+    monkeypatch.setattr(builders, "_build_input",
+                        lambda loaded: seen.append(os.environ["CUDA_VISIBLE_DEVICES"]) or build_input(loaded))
+    loaded = loader.load(["recipes/mnist_mlp.yaml"], [f"run.log_dir={tmp_path / 'never'}"])
+    loader.resolve_references(loaded)
+    plan = builders.build_plan(loaded)
+    assert seen == ["1"] and plan.facts.num_workers == 2 and plan.facts.devices_per_worker == 1
+
+
 @pytest.mark.parametrize("environ, fragment", [
     (_step(rank=5), "SLURM_PROCID='5'"),
     ({"SLURM_JOB_ID": "1", "SLURM_PROCID": "0"}, "SLURM_STEP_NUM_TASKS is not set"),

@@ -77,6 +77,9 @@ def build_plan(loaded: LoadedRecipe) -> Plan:
     """The Plan of a checked recipe, or a located RecipeError."""
     recipe = loaded.recipe
     flags = flags_of(recipe)
+    # The cluster first: under Slurm the resolver hands this task its GPUs in CUDA_VISIBLE_DEVICES,
+    # which only counts before TensorFlow's runtime starts (building the input may start it).
+    cluster_view(loaded, flags)
     input_fn, data_facts = _build_input(loaded)
     # The training input repeats, so run() cannot count an epoch; the flag tells it.
     flags["num_samples"] = data_facts.get("num_samples") or 0

@@ -629,8 +629,9 @@ def _check_distribute(loaded):
             raise error(("distribute", "ps_hosts"), "strategy 'parameter_server' needs at least one parameter server host:port")
     described = [name for name in ("job_name", "worker_hosts", "ps_hosts", "chief_hosts") if getattr(dist, name)]
     if dist.cluster in ("tf_config", "slurm", "single") and described:
-        raise error(("distribute", "cluster"), f"{dist.cluster!r} takes the cluster from {cluster.SOURCE_NAMES[dist.cluster]}, "
-                                               f"but distribute.{described[0]} is set too; remove it or use cluster: flags")
+        what = "trains in one process" if dist.cluster == "single" else f"takes the cluster from {cluster.SOURCE_NAMES[dist.cluster]}"
+        raise error(("distribute", "cluster"), f"{dist.cluster!r} {what}, but distribute.{described[0]} is set too; "
+                                               f"remove it or use cluster: flags")
     if dist.cluster == "slurm" and dist.strategy in ("parameter_server", "tpu"):
         raise error(("distribute", "strategy"), f"{dist.strategy!r} contradicts cluster 'slurm' (every Slurm task is a "
                                                 f"synchronous worker); use strategy: multi_worker or auto")
