@@ -115,11 +115,12 @@ class Tasks:
                     command, stdout=stream, stderr=subprocess.STDOUT, env=dict(base, **environment), cwd=ROOT,
                     start_new_session=True))
 
-    def wait(self):
-        """Every task's exit code, in order; the tasks still running at the deadline are killed (code None)."""
+    def wait(self, count=None):
+        """The exit codes of the first ``count`` tasks (all by default), in order; then every task is
+        killed (servers never exit by themselves). A task still running at the deadline has code None."""
         deadline = time.monotonic() + self.timeout
         codes = []
-        for process in self.processes:
+        for process in self.processes[:count]:
             try:
                 codes.append(process.wait(timeout=max(0.1, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:

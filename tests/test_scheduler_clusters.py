@@ -249,22 +249,44 @@ def test_the_documented_tf_config_is_the_training_operators_and_gives_each_pod_i
 STEPS, PER_REPLICA = 10, 16
 
 
-@pytest.fixture(scope="module")
-def one_process_weights(tmp_path_factory):
-    """The reference: one process, one device, the clusters' global batch (2 x 16)."""
-    log_dir = tmp_path_factory.mktemp("single")
-    train_mnist.train(str(log_dir), STEPS, 2 * PER_REPLICA, model="softmax")
+def _one_process_weights(log_dir, global_batch):
+    """The reference: one process, one device, the cluster's global batch."""
+    train_mnist.train(str(log_dir), STEPS, global_batch, model="softmax")
     return runlib.checkpoint_variables(str(log_dir))
 
 
-def _train_as_tasks(environments, log_dir, tmp_path):
+@pytest.fixture(scope="module")
+def one_process_weights(tmp_path_factory):
+    """The reference of the synchronous clusters: global batch 2 x 16."""
+    return _one_process_weights(tmp_path_factory.mktemp("single"), 2 * PER_REPLICA)
+
+
+def _train_as_tasks(environments, log_dir, tmp_path, training=None):
+    """Run the training script as one task per environment; the first ``training`` tasks (all by
+    default) must exit 0, the others (servers) are killed then."""
     tasks = distlib.Tasks(TRAIN_SCRIPT + [f"--log_dir={log_dir}", f"--steps={STEPS}", f"--batch={PER_REPLICA}",
                                           "--model=softmax"], environments, timeout=150, output_dir=tmp_path)
     try:
-        assert tasks.wait() == [0] * len(environments), tasks.output()
+        assert tasks.wait(training) == [0] * (training or len(environments)), tasks.output()
     finally:
         tasks.kill()
     return tasks
+
+
+def _tfjob_environments(replicas, order):
+    """Each pod's TF_CONFIG from the operator, its host names turned into free loopback ports (the rest identical)."""
+    hosts = [f"mnist-{rtype}-{index}.default.svc:2222" for rtype, count in replicas.items() for index in range(count)]
+    ports = []
+    while len(ports) < len(hosts):
+        port = cluster.free_port()
+        ports += [port] if port not in ports else []
+    environments = []
+    for task_type, index in order:
+        text = _kubeflow_tf_config("mnist", "default", replicas, task_type, index)
+        for host, port in zip(hosts, ports):
+            text = text.replace(host, f"127.0.0.1:{port}")
+        environments.append({"TF_CONFIG": text})
+    return environments
 
 
 def _assert_same_weights(log_dir, reference):
@@ -287,18 +309,21 @@ def test_two_srun_tasks_train_like_one_process(one_process_weights, tmp_path):
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_a_tfjob_chief_and_worker_train_like_one_process(one_process_weights, tmp_path):
-    # The operator's TF_CONFIG of each pod, with its two host names turned into loopback ports.
-    ports = {"mnist-chief-0.default.svc:2222": cluster.free_port(), "mnist-worker-0.default.svc:2222": None}
-    ports["mnist-worker-0.default.svc:2222"] = next(p for p in iter(cluster.free_port, None)
-                                                    if p != ports["mnist-chief-0.default.svc:2222"])
-    environments = []
-    for task_type in ("chief", "worker"):
-        text = _kubeflow_tf_config("mnist", "default", {"chief": 1, "worker": 1}, task_type, 0)
-        for host, port in ports.items():
-            text = text.replace(host, f"127.0.0.1:{port}")
-        environments.append({"TF_CONFIG": text})
+    environments = _tfjob_environments({"chief": 1, "worker": 1}, [("chief", 0), ("worker", 0)])
     assert json.loads(environments[0]["TF_CONFIG"])["environment"] == "cloud"
     log_dir = tmp_path / "tfjob"
     tasks = _train_as_tasks(environments, log_dir, tmp_path)
     assert "global batch 32" in tasks.output(0), tasks.output(0)
     _assert_same_weights(log_dir, one_process_weights)
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_a_tfjob_with_a_parameter_server_trains_like_one_process(tmp_path):
+    # Chief (coordinator), one worker, one ps: with a single worker the asynchronous steps run in
+    # order, so the weights equal one process's at the worker's batch.
+    environments = _tfjob_environments({"chief": 1, "worker": 1, "ps": 1}, [("chief", 0), ("worker", 0), ("ps", 0)])
+    log_dir = tmp_path / "tfjob_ps"
+    tasks = _train_as_tasks(environments, log_dir, tmp_path, training=1)
+    assert "RESULT" in tasks.output(0) and runlib.checkpoint_step(str(log_dir)) == STEPS, tasks.output(0)
+    _assert_same_weights(log_dir, _one_process_weights(tmp_path / "single", PER_REPLICA))
