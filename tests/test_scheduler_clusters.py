@@ -35,6 +35,15 @@ def _step(rank=0, tasks=2, nodes="localhost", per_node="2", port=23456, **more):
     return environ
 
 
+def _use(monkeypatch, environ):
+    """Make ``environ`` this process's scheduler environment (no other SLURM_* or TF_CONFIG)."""
+    for name in list(os.environ):
+        if name.startswith("SLURM_") or name == "TF_CONFIG":
+            monkeypatch.delenv(name)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+
+
 def _kubeflow_tf_config(job, namespace, replicas, task_type, index, port=2222):
     """The TF_CONFIG the training operator gives the pod of ``task_type:index`` (genTFConfigJSONStr).
 
@@ -87,6 +96,19 @@ def test_a_slurm_step_is_a_worker_per_task_in_node_order_on_consecutive_ports(mo
     # Task 3 is its node's second task: the second half of the node's 4 GPUs, as Slurm numbered them.
     assert view.num_gpus == 2 and os.environ["CUDA_VISIBLE_DEVICES"] == "6,7"
     assert cluster.resolve() == view and os.environ["CUDA_VISIBLE_DEVICES"] == "6,7"   # resolving again
+
+
+def test_without_cuda_visible_devices_the_node_gpus_come_from_nvidia_smi(monkeypatch, tmp_path):
+    # A fake nvidia-smi on PATH lists 2 GPUs; the node's 2 tasks get one each.
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA Fake (UUID: GPU-a)'\necho 'GPU 1: NVIDIA Fake (UUID: GPU-b)'\n")
+    fake.chmod(0o755)
+    environ = _step(rank=1)
+    del environ["CUDA_VISIBLE_DEVICES"]
+    _use(monkeypatch, dict(environ, PATH=str(tmp_path)))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    view = cluster.resolve()
+    assert (view.task_index, view.num_gpus, os.environ["CUDA_VISIBLE_DEVICES"]) == (1, 1, "1")
 
 
 def test_on_a_cpu_node_every_task_trains_on_its_cpu_and_gpus_are_left_alone():
@@ -170,14 +192,6 @@ def test_the_recipe_key_offers_the_sources_the_resolver_knows():
 
 # ----------------------------------------------------------------- moxlite-run under a scheduler
 
-def _use(monkeypatch, environ):
-    for name in list(os.environ):
-        if name.startswith("SLURM_") or name == "TF_CONFIG":
-            monkeypatch.delenv(name)
-    for name, value in environ.items():
-        monkeypatch.setenv(name, value)
-
-
 def test_dry_run_says_the_cluster_came_from_the_slurm_step(capsys, monkeypatch, tmp_path):
     _use(monkeypatch, _step(rank=1, port=23100))
     code = cli.main(["recipes/mnist_mlp.yaml", "--set", f"run.log_dir={tmp_path / 'never'}", "--dry-run"])
@@ -218,6 +232,10 @@ def test_moxlite_run_exits_2_with_one_line_and_writes_nothing(capsys, monkeypatc
     assert code == 2
     assert len(lines) == 1 and lines[0].startswith("moxlite-run: error: ") and fragment in lines[0], lines
     assert not (tmp_path / "never").exists()
+
+
+def test_the_cluster_flag_after_the_recipe_files_is_the_recipe_key():
+    assert cli.cluster_flag_overrides(["--cluster=slurm"]) == ['distribute.cluster="slurm"']
 
 
 def test_cluster_slurm_with_hosts_in_the_recipe_is_refused_at_the_key(capsys, tmp_path):

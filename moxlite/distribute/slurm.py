@@ -100,7 +100,8 @@ def node_gpus(environ):
         output = subprocess.run([smi, "--list-gpus"], capture_output=True, text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [str(index) for index, line in enumerate(l for l in output.splitlines() if l.startswith("GPU "))]
+    count = sum(line.startswith("GPU ") for line in output.splitlines())
+    return [str(index) for index in range(count)]
 
 
 def resolve(environ, num_gpus, sync_replicas):
