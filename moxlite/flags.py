@@ -34,6 +34,7 @@ FLAG_TABLE = {
     "chief_hosts": ("string", "", "host:port of the coordinator in asynchronous mode (default: a free port beside worker 0)."),
     "sync_replicas": ("boolean", True, "Synchronous data parallelism (True) or asynchronous parameter-server training (False)."),
     "tpu": ("string", "", "TPU name or grpc:// address; selects TPUStrategy."),
+    "cluster": ("string", "auto", "Where the cluster comes from: auto (the *_hosts flags, else TF_CONFIG, else a Slurm job step, else one process), flags, tf_config, slurm or single."),
     "steps_per_loop": ("integer or auto", "auto", "Training steps run inside one traced call; 'auto' runs each call up to the next log line, summary, checkpoint or the end (bounded to about a second)."),
     "num_samples": ("integer", 0, "Training samples per epoch, for epoch-based learning-rate strings when the input is infinite (0: from the input)."),
     "keep_checkpoint_max": ("integer", 5, "Checkpoints kept in log_dir."),

@@ -90,3 +90,55 @@ def alive(pid):
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
+
+
+class Tasks:
+    """Processes started the way a scheduler starts them: one command, one environment per task.
+
+    srun or Kubeflow's training operator start every task themselves; here each is a
+    subprocess in its own session, given ``environments[i]`` over a clean base (no
+    TF_CONFIG, no SLURM_* of the calling shell). ``wait()`` is bounded by ``timeout``
+    and ``kill()`` removes every process group, so a failing test leaves nothing behind.
+    """
+
+    def __init__(self, command, environments, timeout, output_dir):
+        base = {name: value for name, value in os.environ.items()
+                if name != "TF_CONFIG" and not name.startswith("SLURM_")}
+        base.update(TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1",
+                    PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.timeout = timeout
+        self.logs = [os.path.join(str(output_dir), f"task{index}.log") for index in range(len(environments))]
+        self.processes = []
+        for log, environment in zip(self.logs, environments):
+            with open(log, "w") as stream:
+                self.processes.append(subprocess.Popen(
+                    command, stdout=stream, stderr=subprocess.STDOUT, env=dict(base, **environment), cwd=ROOT,
+                    start_new_session=True))
+
+    def wait(self, count=None):
+        """The exit codes of the first ``count`` tasks (all by default), in order; then every task is
+        killed (servers never exit by themselves). A task still running at the deadline has code None."""
+        deadline = time.monotonic() + self.timeout
+        codes = []
+        for process in self.processes[:count]:
+            try:
+                codes.append(process.wait(timeout=max(0.1, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+        self.kill()
+        return codes
+
+    def kill(self):
+        for process in self.processes:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+
+    def output(self, index=None):
+        """One task's output, or every task's with a header each."""
+        if index is not None:
+            with open(self.logs[index]) as stream:
+                return stream.read()
+        return "\n".join(f"--- task {i} ---\n{self.output(i)}" for i in range(len(self.logs)))

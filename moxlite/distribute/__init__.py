@@ -63,6 +63,7 @@ class DistributionSetup:
         view = self.view
         lines = [
             f"distribution: {self.kind}",
+            f"cluster from: {cluster_module.SOURCE_NAMES[view.source]}",
             f"this process: {self.role} (task {view.task_type or 'single'}:{self.task_index}), "
             f"chief={self.is_chief}, serves_only={self.serves_only}",
             f"sync_replicas: {self.sync_replicas}",
@@ -90,7 +91,7 @@ def _devices_of(strategy):
         return ["(default device)" if strategy.num_replicas_in_sync == 1 else "(remote workers)"]
 
 
-_CLUSTER_FLAGS = ("job_name", "ps_hosts", "worker_hosts", "chief_hosts")
+_CLUSTER_FLAGS = ("job_name", "ps_hosts", "worker_hosts", "chief_hosts", "cluster")
 _SETUPS = {}
 
 

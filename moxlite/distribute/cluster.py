@@ -9,7 +9,11 @@ TensorFlow describes it with the ``TF_CONFIG`` environment variable::
     {"cluster": {"chief": [...], "worker": [...], "ps": [...]},
      "task": {"type": "worker", "index": 0}}
 
-``resolve()`` reads whichever is set (both at once is an error) and returns a
+A Slurm job step (``srun``) describes it with its own variables, which
+TensorFlow's ``SlurmClusterResolver`` reads (see ``slurm``).
+
+``resolve()`` reads whichever is set (flags and TF_CONFIG at once is an error;
+``--cluster`` / ``distribute.cluster`` picks one source) and returns a
 ``ClusterView``: the jobs with their addresses, this process's task and the
 kind of training the cluster implies. Every mistake found here is a
 ``ClusterError`` naming the flag (or ``TF_CONFIG``), the value and the fix.
@@ -40,6 +44,12 @@ from moxlite import errors
 
 JOB_FLAGS = {"chief": "chief_hosts", "worker": "worker_hosts", "ps": "ps_hosts"}
 TASK_TYPES = ("chief", "worker", "ps")
+# Where the cluster comes from (--cluster, distribute.cluster): 'auto' takes the flags if any
+# is set, else TF_CONFIG, else a Slurm job step, else one process.
+CLUSTER_SOURCES = ("auto", "flags", "tf_config", "slurm", "single")
+SOURCE_NAMES = {"single": "one process (no cluster described)", "flags": "MoXing's flags (--job_name, --*_hosts)",
+                "tf_config": "the TF_CONFIG environment variable", "tpu": "--tpu",
+                "slurm": "the Slurm job step (SlurmClusterResolver)"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +62,7 @@ class ClusterView:
     sync_replicas: synchronous (all-reduce) or asynchronous (parameter-server) training.
     num_gpus: local devices (replicas) per worker.
     tpu: TPU name or address ('' without TPU).
-    source: where the description came from: 'single', 'flags', 'tf_config' or 'tpu'.
+    source: where the description came from: 'single', 'flags', 'tf_config', 'slurm' or 'tpu'.
     coordinator_spawns_worker0: the worker-0 process is the coordinator and
         must start worker 0's server as a child (asynchronous, flags, no chief_hosts).
     """
@@ -130,6 +140,8 @@ class ClusterView:
         """Where a job's addresses came from, for error messages."""
         if self.source == "tf_config":
             return f"TF_CONFIG cluster.{task_type}"
+        if self.source == "slurm":
+            return "SLURM_STEP_NODELIST (ports from MOXLITE_SLURM_PORT)"
         return "--" + JOB_FLAGS[task_type]
 
 
@@ -182,7 +194,7 @@ def _check_address(flag, value, entry):
 
 
 def resolve(get_flag=None, environ=None):
-    """The ``ClusterView`` described by MoXing's flags or by ``TF_CONFIG``."""
+    """The ``ClusterView`` described by MoXing's flags, ``TF_CONFIG`` or a Slurm job step."""
     if get_flag is None:
         from moxlite.flags import flag_value as get_flag   # the flags as set, not the scripts' view
     environ = os.environ if environ is None else environ
@@ -193,22 +205,61 @@ def resolve(get_flag=None, environ=None):
     tpu = get_flag("tpu") or ""
     flag_values = {name: get_flag(name) or "" for name in ("job_name", "ps_hosts", "worker_hosts", "chief_hosts")}
     tf_config = environ.get("TF_CONFIG", "").strip()
+    source = _chosen_source(get_flag("cluster") or "auto", flag_values, tf_config, environ)
 
     if tpu:
-        if any(flag_values.values()) or tf_config:
+        if any(flag_values.values()) or source in ("tf_config", "slurm"):
             raise errors.ClusterError(
-                f"--tpu={tpu!r} is set together with a cluster description (flags or TF_CONFIG); "
+                f"--tpu={tpu!r} is set together with a cluster description (flags, TF_CONFIG or Slurm); "
                 "a TPU run takes its workers from the TPU: drop --job_name/--*_hosts and TF_CONFIG")
         return ClusterView({}, "", 0, True, num_gpus, tpu=tpu, source="tpu")
-    if tf_config and any(flag_values.values()):
-        raise errors.ClusterError(
-            "TF_CONFIG is set and so are --job_name/--worker_hosts/--ps_hosts/--chief_hosts; "
-            "describe the cluster one way: unset TF_CONFIG or drop the flags")
-    if tf_config:
+    if source == "tf_config":
         return _from_tf_config(tf_config, num_gpus, sync_replicas)
-    if any(flag_values.values()):
+    if source == "flags":
         return _from_flags(flag_values, int(get_flag("task_index")), num_gpus, sync_replicas)
+    if source == "slurm":
+        from moxlite.distribute import slurm
+
+        jobs, task_type, task_index, devices = slurm.resolve(environ, num_gpus, sync_replicas)
+        return ClusterView(jobs, task_type, task_index, True, devices, source="slurm")
     return ClusterView({}, "", 0, sync_replicas, num_gpus)
+
+
+def _chosen_source(wanted, flag_values, tf_config, environ):
+    """The source ``--cluster=wanted`` picks, after checking that it is there."""
+    from moxlite.distribute import slurm
+
+    if wanted not in CLUSTER_SOURCES:
+        raise errors.ClusterError(f"--cluster={wanted!r}: use one of {', '.join(CLUSTER_SOURCES)}")
+    given = [name for name, value in flag_values.items() if value]
+    if wanted == "auto":
+        if tf_config and given:
+            raise errors.ClusterError(
+                "TF_CONFIG is set and so are --job_name/--worker_hosts/--ps_hosts/--chief_hosts; "
+                "describe the cluster one way: unset TF_CONFIG or drop the flags")
+        if given:
+            return "flags"
+        if tf_config:
+            return "tf_config"
+        # An sbatch script or an salloc shell is in a job but not in an srun step: one process.
+        return "slurm" if slurm.in_job(environ) and slurm.in_step(environ) else "single"
+    if wanted in ("tf_config", "slurm") and given:
+        raise errors.ClusterError(
+            f"--cluster={wanted!r} takes the cluster from {SOURCE_NAMES[wanted]}, but --{given[0]} is set too; "
+            f"drop --job_name/--*_hosts or use --cluster=flags")
+    if wanted == "tf_config" and not tf_config:
+        raise errors.ClusterError(
+            "--cluster='tf_config' but TF_CONFIG is not set; set it (Kubeflow's TFJob does, in every pod) "
+            "or use --cluster=auto")
+    if wanted == "flags" and not given:
+        raise errors.ClusterError(
+            "--cluster='flags' but none of --job_name/--worker_hosts/--ps_hosts/--chief_hosts is set; "
+            "give --worker_hosts (and --job_name, --task_index) or use --cluster=auto")
+    if wanted == "slurm" and not slurm.in_job(environ):
+        raise errors.ClusterError(
+            f"--cluster='slurm' but SLURM_JOB_ID is not set: this process is not in a Slurm job; "
+            f"{slurm.LAUNCH_FIX}, or use --cluster=auto")
+    return wanted
 
 
 def _from_flags(values, task_index, num_gpus, sync_replicas):

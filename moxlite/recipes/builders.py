@@ -44,6 +44,7 @@ class BatchFacts:
     num_samples: Optional[int]
     steps_per_epoch: Optional[int]
     strategy: str
+    cluster_source: str = ""
 
 
 @dataclasses.dataclass
@@ -76,6 +77,9 @@ def build_plan(loaded: LoadedRecipe) -> Plan:
     """The Plan of a checked recipe, or a located RecipeError."""
     recipe = loaded.recipe
     flags = flags_of(recipe)
+    # The cluster first: under Slurm the resolver hands this task its GPUs in CUDA_VISIBLE_DEVICES,
+    # which only counts before TensorFlow's runtime starts (building the input may start it).
+    cluster_view(loaded, flags)
     input_fn, data_facts = _build_input(loaded)
     # The training input repeats, so run() cannot count an epoch; the flag tells it.
     flags["num_samples"] = data_facts.get("num_samples") or 0
@@ -123,6 +127,7 @@ def flags_of(recipe: schema.Recipe) -> Dict[str, Any]:
         "worker_hosts": ",".join(dist.worker_hosts),
         "chief_hosts": dist.chief_hosts,
         "tpu": dist.tpu,
+        "cluster": dist.cluster,
         "log_first_clone": dist.log_first_clone,
         "use_fp16": precision.use_fp16,
         "amp_level": precision.amp_level,
@@ -369,7 +374,7 @@ def batch_facts(loaded, flags, num_samples):
     """Replicas, global and per-update batch and steps per epoch, from the recipe's flags."""
     recipe = loaded.recipe
     view = cluster_view(loaded, flags)
-    devices = recipe.distribute.num_gpus
+    devices = view.num_gpus   # the flag's, or under Slurm each task's share of its node's GPUs
     replicas = devices * view.num_workers
     in_sync = replicas if view.sync_replicas else devices
     global_batch = recipe.run.batch_size * replicas
@@ -390,7 +395,19 @@ def batch_facts(loaded, flags, num_samples):
                       num_workers=view.num_workers, replicas=replicas, replicas_in_sync=in_sync,
                       global_batch=global_batch, accumulation=accumulation,
                       update_batch=global_batch * accumulation, num_samples=num_samples, steps_per_epoch=steps,
-                      strategy=strategy)
+                      strategy=strategy, cluster_source=_source_line(view))
+
+
+def _source_line(view):
+    """Where the cluster came from, for ``--dry-run`` ("the Slurm job step (...), 2 task(s): worker:0 at h:8888, ...")."""
+    from moxlite.distribute import cluster
+
+    line = cluster.SOURCE_NAMES[view.source]
+    tasks = [f"{job}:{index} at {host}" for job, hosts in view.jobs.items() for index, host in enumerate(hosts)]
+    if tasks:
+        shown = ", ".join(tasks[:4]) + (f", ... ({len(tasks) - 4} more)" if len(tasks) > 4 else "")
+        line += f", {len(tasks)} task(s): {shown}"
+    return line
 
 
 def _default_num_batches():

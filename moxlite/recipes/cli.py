@@ -55,7 +55,7 @@ def main(argv=None):
 # every task of a cluster (tools/launch_local.py appends them); each becomes a
 # distribute.<name> override applied after the --set ones.
 CLUSTER_FLAGS = ("num_gpus", "sync_replicas", "job_name", "task_index", "ps_hosts", "worker_hosts",
-                 "chief_hosts", "tpu")
+                 "chief_hosts", "tpu", "cluster")
 
 
 def cluster_flag_overrides(extra):
@@ -78,7 +78,7 @@ def cluster_flag_overrides(extra):
         if name in ("ps_hosts", "worker_hosts"):
             hosts = [h.strip() for h in value.split(",") if h.strip()]
             value = "[" + ", ".join(f'"{h}"' for h in hosts) + "]"
-        elif name in ("job_name", "chief_hosts", "tpu"):
+        elif name in ("job_name", "chief_hosts", "tpu", "cluster"):
             value = f'"{value}"'
         overrides.append(f"distribute.{name}={value}")
     return overrides

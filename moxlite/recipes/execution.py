@@ -94,6 +94,7 @@ def dry_run_report(plan):
         lines.append(f"Optimizer: none (run.mode is {plan.loaded.recipe.run.mode})")
     replicas = facts.replicas
     lines.append(f"Strategy: {facts.strategy}")
+    lines.append(f"Cluster from: {facts.cluster_source}")
     lines.append(f"Replicas: {replicas} ({facts.num_workers} worker(s) x {facts.devices_per_worker} device(s))")
     batch = (f"Batch: per replica {facts.per_replica_batch}, global {facts.global_batch} "
              f"({facts.per_replica_batch} x {replicas} replicas)")

@@ -627,7 +627,15 @@ def _check_distribute(loaded):
             raise error(("distribute", "sync_replicas"), "true contradicts strategy 'parameter_server' (asynchronous); set it to false")
         if not dist.ps_hosts:
             raise error(("distribute", "ps_hosts"), "strategy 'parameter_server' needs at least one parameter server host:port")
-    if dist.strategy == "multi_worker" and not dist.worker_hosts:
+    described = [name for name in ("job_name", "worker_hosts", "ps_hosts", "chief_hosts") if getattr(dist, name)]
+    if dist.cluster in ("tf_config", "slurm", "single") and described:
+        what = "trains in one process" if dist.cluster == "single" else f"takes the cluster from {cluster.SOURCE_NAMES[dist.cluster]}"
+        raise error(("distribute", "cluster"), f"{dist.cluster!r} {what}, but distribute.{described[0]} is set too; "
+                                               f"remove it or use cluster: flags")
+    if dist.cluster == "slurm" and dist.strategy in ("parameter_server", "tpu"):
+        raise error(("distribute", "strategy"), f"{dist.strategy!r} contradicts cluster 'slurm' (every Slurm task is a "
+                                                f"synchronous worker); use strategy: multi_worker or auto")
+    if dist.strategy == "multi_worker" and not dist.worker_hosts and dist.cluster in ("auto", "flags", "single"):
         raise error(("distribute", "worker_hosts"), "strategy 'multi_worker' needs the host:port of every worker")
     if dist.strategy == "tpu" and not dist.tpu:
         raise error(("distribute", "tpu"), "strategy 'tpu' needs a TPU name or grpc:// address")

@@ -41,6 +41,8 @@ MODEL_NAMES = ("mlp", "lenet", "resnet50", "small_resnet", "swin_tiny", "vit_tin
 AMP_LEVELS = ("", "O0", "O1", "O2", "O3")
 RUN_MODES = ("train", "eval", "predict", "export")
 STRATEGIES = ("auto", "mirrored", "multi_worker", "parameter_server", "tpu")
+# moxlite.distribute.cluster.CLUSTER_SOURCES (tests/test_catalog.py keeps them equal).
+CLUSTER_SOURCES = ("auto", "flags", "tf_config", "slurm", "single")
 
 # Schedule name -> keras.optimizers.schedules class name. The accepted
 # parameters are read from the class signature when a recipe is checked.
@@ -406,6 +408,7 @@ class DistributeSection:
     worker_hosts: List[str] = setting([], "host:port of each worker.")
     chief_hosts: str = setting("", "host:port of the coordinator in asynchronous mode ('' picks a free port).")
     tpu: str = setting("", "TPU name or grpc:// address; selects TPUStrategy.")
+    cluster: str = setting("auto", "Where the cluster comes from: auto (the hosts above if set, else TF_CONFIG, else the Slurm job step srun started, else one process), flags, tf_config, slurm or single.", CLUSTER_SOURCES)
     log_first_clone: bool = setting(True, "Log the first replica's log_info (true) or the mean over replicas (false).")
 
 

@@ -82,6 +82,7 @@ class Distribution:
     worker_hosts: str = ""
     chief_hosts: str = ""
     tpu: str = ""
+    cluster: str = "auto"
 
     def __post_init__(self):
         check_types(self)
