@@ -39,3 +39,24 @@ def test_no_optimizer_module_imports_the_runner():
 def test_the_stable_names_module_imports_nothing_of_the_runner_nor_tensorflow():
     names = _imported_modules(os.path.join(REPO, "moxlite", "stable_names.py"))
     assert not [name for name in names if name.startswith(("moxlite", "tensorflow", "keras"))]
+
+
+def _uses_tf_summary(path):
+    """True when ``path`` names ``tf.summary`` (or ``tf.compat.v1.summary``) anywhere."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), filename=path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "summary":
+            chain = node.value
+            while isinstance(chain, ast.Attribute):
+                chain = chain.value
+            if isinstance(chain, ast.Name) and chain.id == "tf":
+                return True
+    return False
+
+
+def test_summaries_are_written_by_one_module():
+    """Every TensorBoard write is reporting's (the controller decides when); no other module
+    of the package touches tf.summary."""
+    paths = glob.glob(os.path.join(REPO, "moxlite", "**", "*.py"), recursive=True)
+    writers = sorted(os.path.relpath(path, REPO) for path in paths if _uses_tf_summary(path))
+    assert writers == [os.path.join("moxlite", "training", "reporting.py")]
