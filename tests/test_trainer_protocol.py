@@ -39,6 +39,10 @@ class _Recording(Trainer):
         self.calls.append(("any_worker", requested))
         return True
 
+    def learning_rate(self):
+        self.calls.append(("learning_rate",))
+        return tf.constant(0.5)
+
     def user_summaries(self):
         self.calls.append(("user_summaries",))
         return contextlib.nullcontext()
@@ -55,7 +59,9 @@ def test_a_restarting_trainer_passes_every_call_to_the_trainer_it_guards():
     assert guarded.run_steps(3, check_state=True, summary_since=(1.5, 2)) == (3, {})
     assert guarded.finish(7) == 8
     assert guarded.any_worker(False) is True
+    assert float(guarded.learning_rate()) == 0.5
     with guarded.user_summaries():
         pass
     guarded.close()
-    assert inner.calls == [("run_steps", 3, True, (1.5, 2)), ("finish", 7), ("any_worker", False), ("user_summaries",), ("close",)]
+    assert inner.calls == [("run_steps", 3, True, (1.5, 2)), ("finish", 7), ("any_worker", False), ("learning_rate",),
+                           ("user_summaries",), ("close",)]

@@ -95,7 +95,7 @@ def steps_per_epoch_of(run_context, spec):
             f"learning_rate: the epoch string {spec!r} needs global_batch_size, which is "
             f"{run_context.global_batch_size!r} in this run; set batch_size")
     if run_context.num_samples_inferred:
-        from moxlite.training.reporting import get_logger
+        from moxlite.logs import get_logger
 
         get_logger().info(
             "learning_rate %r: an epoch is %d samples, the length of input_fn's TRAIN dataset (repeats "

@@ -58,11 +58,10 @@ import sys
 import keras
 import tensorflow as tf
 
-from moxlite import compat, context, logs
+from moxlite import compat, context, logs, stable_names
 from moxlite.optimizers import catalog, schedules, thor_factors, thor_inverse
 from moxlite.optimizers import wrapper as wrapper_lib
 from moxlite.optimizers.lars import variable_path
-from moxlite.training import interception
 
 
 TRACKED_KINDS = ("Dense", "Conv2D", "Embedding", "EinsumDense", "LayerNormalization")
@@ -536,7 +535,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         self._announced = True
         chosen = [f"{slot.name} ({slot.kind}: {slot.geometry.describe()}{self._blocks_note(slot)})"
                   for slot in self._slots]
-        plain = [interception.stable_name(v, default=variable_path(v)) for v in variables
+        plain = [stable_names.stable_name(v, default=variable_path(v)) for v in variables
                  if self._slot_covering(v) is None]
         logger = logs.get_logger()
         if not self._slots:

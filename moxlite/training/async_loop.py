@@ -35,6 +35,7 @@ import tensorflow as tf
 
 from moxlite import errors
 from moxlite.optimizers import accumulation as accumulation_lib
+from moxlite.optimizers.schedules import current_learning_rate
 from moxlite.training import nonfinite
 from moxlite.training.trainer_protocol import Trainer
 
@@ -162,6 +163,10 @@ class AsyncTrainer(Trainer):
     def any_worker(self, requested):
         """One coordinator runs the whole cluster: its own ``requested`` is everyone's."""
         return requested
+
+    def learning_rate(self):
+        """The rate the (first) optimizer applies now, read on the host from the parameter servers."""
+        return current_learning_rate(self._train_step.optimizers[0])
 
     def user_summaries(self):
         """Summaries from user functions are not recorded: steps run on remote workers."""

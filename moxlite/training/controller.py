@@ -1,9 +1,12 @@
 """The controller (Orbit's name): the outer loop that drives a trainer.
 
 It owns the step budget, log lines, summaries, checkpoints and interleaved
-evaluation. The trainer (``SyncTrainer`` or ``AsyncTrainer``, see
-``trainer_protocol``) runs steps; the controller decides how many per call so
-that logging, summary and checkpoint boundaries fall exactly on their steps.
+evaluation: every training and evaluation line and every summary of a run is
+written from here, through ``reporting`` (``train`` for TRAIN, ``evaluate`` for
+every evaluation, run_mode=EVAL's too, ``report_end`` after the last step). The
+trainer (``SyncTrainer`` or ``AsyncTrainer``, see ``trainer_protocol``) runs
+steps; the controller decides how many per call so that logging, summary and
+checkpoint boundaries fall exactly on their steps.
 
 ``steps_per_loop="auto"`` (the default) runs each traced call up to the next
 step at which the host has something to do: a log line (and the hooks called
@@ -105,11 +108,13 @@ def _to_numpy(logs):
 
 
 def train(loop, start_step, target_step, cadence, checkpointer, summaries, global_batch_size,
-          learning_rate: Optional[Callable] = None, evaluate: Optional[Callable] = None, hooks=(),
-          should_stop: Optional[Callable] = None):
+          evaluation=None, hooks=(), monitors=(), should_stop: Optional[Callable] = None):
     """Run the trainer ``loop`` from ``start_step`` to ``target_step`` (None: until the input ends).
 
-    ``hooks`` are called as ``hook(global_step, log_values)`` at every log line.
+    ``summaries``: the run's ``reporting.Summaries`` (None: write none). ``evaluation``: an
+    ``evaluation.Evaluation`` run after every checkpoint saved by steps (inter_mode=EVAL).
+    ``hooks`` are called as ``hook(global_step, log_values)`` at every log line, then the
+    ``monitors`` (``loss_scaling.OverflowMonitor``) report, their scalars written.
     ``should_stop()`` is asked after every traced call (an interrupt): True ends the run there.
     Hooks with ``every_n_steps`` (``EarlyStoppingHook``) get ``hook.at_step(step)`` at their own
     boundaries, a call never running past one; True from it ends training there.
@@ -154,17 +159,15 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
             rate = throughput.tick(step)
             if at_log:
                 logger.info(reporting.train_line(step, step, rate, values))
-                for hook in hooks:
-                    hook(step, values)
-            if at_summary and not loop.writes_summaries:   # else the trainer wrote them in its call
-                extra = {"sample_per_sec": rate}
-                if learning_rate is not None:
-                    extra["learning_rate"] = np.asarray(learning_rate())
-                summaries.scalars(step, {**values, **extra})
+                _call_hooks(step, values, hooks, monitors, summaries)
+            if at_summary and not loop.writes_summaries and summaries is not None:
+                # (else the trainer wrote them in the call, which was asked to end on this step)
+                extra = {"sample_per_sec": rate, "learning_rate": np.asarray(loop.learning_rate())}
+                summaries.train.scalars(step, {**values, **extra})
         if checkpointer is not None and checkpointer.due(step):
             checkpointer.save(step)
-            if evaluate is not None:
-                evaluate(step)
+            if evaluation is not None:
+                evaluate(evaluation, step, summaries)
             throughput.reset(step)  # saving and evaluating are not training time
         if done < chunk:
             logger.info("Input ended at global step %d", step)
@@ -175,3 +178,35 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
         if should_stop is not None and should_stop():
             break
     return step, _to_numpy(logs)
+
+
+def _call_hooks(step, values, hooks, monitors, summaries):
+    for hook in hooks:
+        hook(step, values)
+    for monitor in monitors:
+        scalars = monitor.report(step)
+        if summaries is not None and scalars:
+            summaries.train.scalars(step, scalars)
+
+
+def evaluate(evaluation, step, summaries):
+    """Run ``evaluation`` at global ``step`` (once per step), log MoXing's validation line and
+    write the means to the evaluation's summaries. Returns (means, samples), None when the
+    step was evaluated already."""
+    result = evaluation.at(step)
+    if result is None:
+        return None
+    metrics, _ = result
+    reporting.get_logger().info(reporting.validation_line(step, metrics))
+    if summaries is not None:
+        summaries.eval.scalars(step, metrics)
+        summaries.eval.flush()   # the writer stays open for the next evaluation
+    return result
+
+
+def report_end(step, logs, summaries, evaluation=None, hooks=(), monitors=()):
+    """After the last step of a training that was not interrupted: the last evaluation (unless
+    the last checkpoint's already ran at ``step``), then the hooks and monitors once more."""
+    if evaluation is not None:
+        evaluate(evaluation, step, summaries)
+    _call_hooks(step, logs, hooks, monitors, summaries)

@@ -69,6 +69,25 @@ class Evaluator:
         return {key: totals[key] / samples for key in keys}, int(samples)
 
 
+class Evaluation:
+    """An evaluation of the EVAL input at given global steps, each step at most once: what the
+    controller runs at checkpoints and at the end of training (inter_mode=EVAL) and once in
+    run_mode=EVAL. It computes; the controller logs and writes the summaries."""
+
+    def __init__(self, evaluator, keys, max_batches=0):
+        self.evaluator = evaluator
+        self.keys = list(keys)
+        self.max_batches = max_batches
+        self._evaluated = set()
+
+    def at(self, step):
+        """(means of ``keys``, samples evaluated) at global ``step``; None if already done there."""
+        if step in self._evaluated:
+            return None
+        self._evaluated.add(step)
+        return self.evaluator.evaluate(self.keys, self.max_batches)
+
+
 def predict(strategy, dataset_fn, template, output_fn, output_every_n_steps=0, max_batches=0):
     """Run PREDICT over the input; call ``output_fn`` with lists of per-step, per-replica dicts.
 

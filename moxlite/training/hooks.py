@@ -55,22 +55,23 @@ class EarlyStoppingHook:
         self.best = None
         self.wait = 0
         self.stop_requested = False
-        self._evaluate = None
+        self._evaluator = None
 
-    def bind(self, evaluate):
-        """The runner's ``evaluate(keys, max_batches)`` -> {key: mean}; set before training starts."""
-        self._evaluate = evaluate
+    def bind(self, evaluator):
+        """The run's ``evaluation.Evaluator`` of the EVAL input; set before training starts."""
+        self._evaluator = evaluator
 
     def __call__(self, global_step, log_values):
         """The log-line hook protocol: nothing to do there (evaluations fall on epoch boundaries)."""
 
     def at_step(self, global_step):
         """Evaluate at an epoch boundary and decide; True when training must stop."""
-        if self._evaluate is None:
+        if self._evaluator is None:
             raise errors.ArgumentError(
                 "EarlyStoppingHook needs run(inter_mode=mox.ModeKeys.EVAL), as in MoXing: pass inter_mode so that "
                 "the hook has an evaluation set")
-        value = float(self._evaluate([self.monitor], self.eval_batches)[self.monitor])
+        means, _ = self._evaluator.evaluate([self.monitor], self.eval_batches, label="EarlyStopping")
+        value = float(means[self.monitor])
         self.history.append((global_step, value))
         reporting.get_logger().info("%s step: %d %s: %.3f", self.prefix, global_step, self.monitor, value)
         better = (self.best is None or (value > self.best + self.min_delta if self.mode == "max"

@@ -3,17 +3,16 @@
 import os
 
 from moxlite.contract import ModeKeys
-from moxlite.training import checkpoints, export, reporting, steps
-from moxlite.training.controller import eval_batches_per_call
-from moxlite.training.evaluation import Evaluator, predict
+from moxlite.training import checkpoints, controller, reporting, steps
+from moxlite.training.evaluation import Evaluation
 
 
 class InferenceJob:
     """One run in EVAL, PREDICT or EXPORT mode, on this process's own devices."""
 
-    def __init__(self, workload):
-        self.workload = workload
-        self.config = workload.config
+    def __init__(self, task):
+        self.task = task
+        self.config = task.config
 
     def execute(self):
         mode = self.config.run_mode
@@ -24,10 +23,10 @@ class InferenceJob:
         return self._export()
 
     def _restore(self, mode):
-        spec, element_spec, _ = self.workload.build(mode)
+        spec, element_spec, _ = self.task.build(mode)
         steps.check_spec(spec, mode)
-        global_step = self.workload.global_step()
-        keyed, ambiguous = self.workload.template.checkpoint_keys()
+        global_step = self.task.global_step()
+        keyed, ambiguous = self.task.checkpoint_keys()
         checkpointer = checkpoints.Checkpointer(self.config.log_dir, global_step, keyed, ambiguous=ambiguous)
         checkpointer.restore(self.config.checkpoint_path, self.config.checkpoint_exclude_patterns,
                              warm_start_step=True)
@@ -36,27 +35,25 @@ class InferenceJob:
     def _evaluate(self):
         config = self.config
         spec, _, step = self._restore(ModeKeys.EVAL)
-        keys = list(steps.log_values(spec))
-        evaluator = Evaluator(self.workload.strategy, self.workload.dataset_fn(ModeKeys.EVAL), self.workload.template,
-                              batches_per_call=eval_batches_per_call(config.steps_per_loop))
-        metrics, samples = evaluator.evaluate(keys, max_batches=config.max_number_of_steps)
-        self.workload.logger.info(reporting.validation_line(step, metrics))
-        if self.workload.is_chief and config.log_dir and os.path.isdir(config.log_dir):
-            summaries = reporting.SummaryWriter(os.path.join(config.log_dir, "eval"), enabled=True)
-            summaries.scalars(step, metrics)
+        evaluator = self.task.evaluator(batches_per_call=controller.eval_batches_per_call(config.steps_per_loop))
+        evaluation = Evaluation(evaluator, steps.log_values(spec), max_batches=config.max_number_of_steps)
+        # The summaries go next to a TRAIN run's, in an existing log_dir only (EVAL creates none).
+        summaries = reporting.Summaries(config.log_dir, enabled=bool(
+            self.task.is_chief and config.log_dir and os.path.isdir(config.log_dir)))
+        try:
+            metrics, samples = controller.evaluate(evaluation, step, summaries)
+        finally:
             summaries.close()
         return {**metrics, "global_step": step, "num_samples": samples}
 
     def _predict(self):
         self._restore(ModeKeys.PREDICT)
-        outputs, _ = predict(self.workload.strategy, self.workload.dataset_fn(ModeKeys.PREDICT), self.workload.template,
-                             self.config.output_fn, self.config.output_every_n_steps,
-                             max_batches=self.config.max_number_of_steps)
-        return outputs
+        return self.task.predict(self.config.output_fn, self.config.output_every_n_steps,
+                                 max_batches=self.config.max_number_of_steps)
 
     def _export(self):
         _, element_spec, _ = self._restore(ModeKeys.EXPORT)
         target_dir = self.config.log_dir or self.config.checkpoint_path
-        path = export.export_saved_model(self.workload.template, element_spec, target_dir)
-        self.workload.logger.info("Exported SavedModel to %s", path)
+        path = self.task.export(element_spec, target_dir)
+        self.task.logger.info("Exported SavedModel to %s", path)
         return path

@@ -122,6 +122,9 @@ class RestartingTrainer(Trainer):
     def finish(self, counted_step):
         return self._loop.finish(counted_step)
 
+    def learning_rate(self):
+        return self._loop.learning_rate()
+
     def any_worker(self, requested):
         return self._loop.any_worker(requested)
 

@@ -29,10 +29,8 @@ the calls:
   tf.distribute's replica threads. Two runs in two threads each keep their own.
 
 Stable names: ``run_scope(names)`` publishes, for the run, the function from a
-variable to its checkpoint key (``moxlite.training.naming``: a full Keras path
-such as ``block0/attention/query/kernel``, made-up names replaced by a fresh
-process's). ``stable_name(variable)`` answers it, so THOR's include/exclude
-and its start-up lines use names that are the same in any process and run.
+variable to its checkpoint key, and ``stable_name(variable)`` answers it (both
+from ``moxlite.stable_names``, which THOR reads without importing the runner).
 """
 
 import contextlib
@@ -42,7 +40,7 @@ from typing import Any, Callable, Optional, Tuple
 
 import keras
 
-from moxlite import compat
+from moxlite import compat, stable_names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +55,7 @@ _lock = threading.Lock()
 _local = threading.local()
 _installed = {"count": 0, "original": None, "restore": None}
 # Process-wide, replaced (never mutated) under _lock, so that a layer call reads a consistent tuple.
-_shared = {"run_handlers": (), "run_names": ()}   # (owner thread id, handler) / (owner thread id, names)
+_shared = {"run_handlers": ()}   # (owner thread id, handler)
 
 
 def _this_thread():
@@ -240,30 +238,6 @@ def on_this_thread(layer, attribute, replacement):
 
 
 # ---- stable names ------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def run_scope(names: Callable[[Any], Optional[str]]):
-    """While the body (one ``run``) runs, ``stable_name`` answers with ``names(variable)``."""
-    entry = (_this_thread(), names)
-    _share("run_names", entry)
-    try:
-        yield
-    finally:
-        _unshare("run_names", entry)
-
-
-def stable_name(variable, default=None):
-    """``variable``'s checkpoint key in the run in progress (this thread's, else the only or latest
-    one: replica threads), else ``default`` (else its own name without ``:0``)."""
-    entries = _shared["run_names"]
-    me = _this_thread()
-    mine = [names for owner, names in entries if owner == me]
-    candidates = mine or [names for _, names in entries]
-    for names in reversed(candidates):
-        name = names(variable)
-        if name:
-            return name
-    if default is not None:
-        return default
-    name = getattr(variable, "path", None) or getattr(variable, "name", "") or "<unnamed>"
-    return name[:-2] if name.endswith(":0") else name
+# They live in ``moxlite.stable_names``, below the optimizers that read them; here for the runner.
+run_scope = stable_names.run_scope
+stable_name = stable_names.stable_name

@@ -13,7 +13,9 @@ import numpy as np
 import tensorflow as tf
 
 from moxlite import compat
+from moxlite.optimizers.schedules import current_learning_rate
 from moxlite.training import nonfinite
+from moxlite.training.reporting import user_summary_step
 from moxlite.training.trainer_protocol import Trainer
 
 # What a traced call does after its steps (``SyncTrainer._steps``): nothing more, check that
@@ -42,28 +44,16 @@ def is_infinite(dataset):
         return False
 
 
-@contextlib.contextmanager
-def user_summary_step(step):
-    """Summaries written inside (model_fn's) record at ``step``: the global step after the
-    batch's update, the step the loop's own summaries and log line give that batch."""
-    previous = tf.summary.experimental.get_step()
-    tf.summary.experimental.set_step(step)
-    try:
-        yield
-    finally:
-        tf.summary.experimental.set_step(previous)
-
-
 class SyncTrainer(Trainer):
     """Synchronous steps: every replica steps together, one global step per step."""
 
     def __init__(self, strategy, dataset_fn, train_step, global_step, log_keys, log_first_clone=True,
                  summaries=None, save_summary_steps=0, nonfinite_policy=nonfinite.Policy(), state_variables=(),
-                 learning_rate=None, global_batch_size=0):
+                 global_batch_size=0):
         """``state_variables``: the floating-point variables a checked call verifies are finite
-        (model and optimizer variables, see ``run_steps``). ``learning_rate``: a function that
-        reads the rate the optimizer applies now; it and ``global_batch_size`` (for the
-        throughput) serve the summaries."""
+        (model and optimizer variables, see ``run_steps``). ``summaries``: the run's training
+        ``reporting.SummaryWriter``, which a call the controller ends on a summary step writes
+        to; ``global_batch_size`` serves the throughput written there."""
         self.strategy = strategy
         self.nonfinite_policy = nonfinite_policy
         self.skipped_nonfinite = 0
@@ -77,7 +67,6 @@ class SyncTrainer(Trainer):
         self._save_summary_steps = save_summary_steps
         self._state_variables = list(state_variables)
         self._checked_step = None   # the global step of the last call that verified the state
-        self._learning_rate = learning_rate
         self._global_batch_size = global_batch_size
         dataset = strategy.distribute_datasets_from_function(dataset_fn)
         self._infinite = is_infinite(dataset)
@@ -158,21 +147,17 @@ class SyncTrainer(Trainer):
         writes the log values, learning rate and throughput at the global step (here rather
         than on the host, where each eager summary costs about 1 ms)."""
         broken = tf.logical_not(nonfinite.variables_finite(self._state_variables))
-        writer = self._summaries.writer if self._summaries is not None and self._save_summary_steps else None
-        if writer is None:
+        writer = self._summaries if self._summaries is not None and self._save_summary_steps else None
+        if writer is None or writer.writer is None:
             return broken
         write = tf.logical_and(tf.logical_and(tf.equal(report[0], CHECK_AND_SUMMARIES), complete),
                                tf.logical_not(broken))
 
         def write_summaries():
-            # At the top-level name scope: the tags are the keys, not "cond/cond/<key>".
-            with tf.compat.v1.name_scope(None), writer.as_default(step=self.global_step.read_value()), \
-                    tf.summary.record_if(True):
-                for key in self._shown_keys:
-                    tf.summary.scalar(key, logs[key])
-                if self._learning_rate is not None:
-                    tf.summary.scalar("learning_rate", self._learning_rate())
-                tf.summary.scalar("sample_per_sec", self._samples_per_second(report[1], report[2]))
+            values = {key: logs[key] for key in self._shown_keys}
+            values["learning_rate"] = self.learning_rate()
+            values["sample_per_sec"] = self._samples_per_second(report[1], report[2])
+            writer.traced_scalars(self.global_step.read_value(), values)
             return tf.constant(True)
 
         with tf.control_dependencies([tf.cond(write, write_summaries, lambda: tf.constant(False))]):
@@ -298,12 +283,10 @@ class SyncTrainer(Trainer):
     def user_summaries(self):
         """A context in which summaries that user functions write land in the summary writer
         on every ``save_summary_steps``-th global step (entered once for the whole run)."""
-        stack = contextlib.ExitStack()
-        writer = self._summaries.writer if self._summaries is not None else None
-        if writer is not None and self._save_summary_steps:
-            every = self._save_summary_steps
-            stack.enter_context(writer.as_default(step=self.global_step))
-            # The step summaries of model_fn land at (user_summary_step) decides: the batch's.
-            stack.enter_context(tf.summary.record_if(
-                lambda: tf.equal(tf.summary.experimental.get_step() % every, 0)))
-        return stack
+        if self._summaries is None:
+            return contextlib.ExitStack()
+        return self._summaries.user_summaries(self.global_step, self._save_summary_steps)
+
+    def learning_rate(self):
+        """The rate the (first) optimizer applies now, a float32 scalar tensor."""
+        return current_learning_rate(self._train_step.optimizers[0])

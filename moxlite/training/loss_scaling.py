@@ -155,24 +155,25 @@ class LossScale(wrapper_lib.OptimizerWrapper):
 
 
 class OverflowMonitor:
-    """Logs each change of the loss scale and each skipped step, and writes both as scalars.
+    """Logs each change of the loss scale and each skipped step, and gives both as scalars.
 
-    Called at log lines (``hook(global_step, values)``); skips between two calls are
-    reported together, with the step of the last one. With a fixed scale that drops
-    overflowing steps, ``max_consecutive`` overflows in a row (seen at a log line) stop the
-    run: ``NonFiniteStep``, reported by ``run`` in one line, nothing saved.
+    ``report`` is called by the controller at log lines and once at the end; skips between
+    two calls are reported together, with the step of the last one. With a fixed scale that
+    drops overflowing steps, ``max_consecutive`` overflows in a row (seen at a log line) stop
+    the run: ``NonFiniteStep``, reported by ``run`` in one line, nothing saved.
     """
 
-    def __init__(self, loss_scale, logger, summaries=None, max_consecutive=None):
+    def __init__(self, loss_scale, logger, max_consecutive=None):
         self.loss_scale = loss_scale
         self.max_consecutive = max_consecutive
         self.logger = logger
-        self.summaries = summaries
         self._scale = float(loss_scale.scale.numpy())
         self._skipped = int(loss_scale.skipped_steps.numpy())
-        self._written_step = None
+        self._reported_step = None
 
-    def __call__(self, step, values=None):
+    def report(self, step):
+        """Log what changed since the last report; return the scalars to write at ``step``
+        (none when ``step`` was reported already: the end may fall on the last log line)."""
         scale = float(self.loss_scale.scale.numpy())
         skipped = int(self.loss_scale.skipped_steps.numpy())
         new_skips = skipped - self._skipped
@@ -184,10 +185,10 @@ class OverflowMonitor:
             self.logger.info("loss scale %g -> %g at step %d", self._scale, scale, step)
         self._scale, self._skipped = scale, skipped
         self._stop_if_stuck(step)
-        # Hooks are also called once at the end, possibly at the step of the last log line.
-        if self.summaries is not None and step != self._written_step:
-            self.summaries.scalars(step, {"loss_scale": scale, "skipped_steps": float(skipped)})
-            self._written_step = step
+        if step == self._reported_step:
+            return {}
+        self._reported_step = step
+        return {"loss_scale": scale, "skipped_steps": float(skipped)}
 
     def _stop_if_stuck(self, step):
         loss_scale = self.loss_scale

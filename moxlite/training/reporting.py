@@ -1,10 +1,17 @@
-"""Console lines in MoXing's format and TensorBoard summaries.
+"""Console lines in MoXing's format and TensorBoard summaries: the one module that writes either.
 
 Console:  ``step: 10(global step: 10)	sample/sec: 42.184	loss: 3.977	accuracy: 0.188``
 Eval:     ``[VALIDATION METRICS] step: 31 loss: 0.301 accuracy: 0.912``
 Only the chief writes summaries; every process may log to its console.
+
+Every ``tf.summary`` call of moxlite is here (``Summaries``: a run's writers). The controller
+decides when they are written: on the host (``SummaryWriter.scalars``) or, for the
+synchronous trainer, inside the traced call the controller asks to end on a summary step
+(``SummaryWriter.traced_scalars``), where an eager write would cost about 1 ms.
 """
 
+import contextlib
+import os
 import time
 
 import numpy as np
@@ -113,6 +120,25 @@ class SummaryWriter:
             for name, value in scalars.items():
                 tf.summary.scalar(name, tf.constant(value, tf.float32))
 
+    def traced_scalars(self, step, values):
+        """Write the scalar tensors ``values`` at the int64 tensor ``step``, inside a traced
+        function (the synchronous trainer's call), whatever condition user summaries are
+        recorded under. Tags are the keys: written at the top-level name scope, not under
+        the call's ``cond/`` scopes."""
+        with tf.compat.v1.name_scope(None), self.writer.as_default(step=step), tf.summary.record_if(True):
+            for name, value in values.items():
+                tf.summary.scalar(name, value)
+
+    def user_summaries(self, global_step, every):
+        """A context (entered once for the run) in which summaries written by user functions land
+        in this writer on every ``every``-th global step (the step ``user_summary_step`` sets)."""
+        stack = contextlib.ExitStack()
+        if self.writer is not None and every:
+            stack.enter_context(self.writer.as_default(step=global_step))
+            stack.enter_context(tf.summary.record_if(
+                lambda: tf.equal(tf.summary.experimental.get_step() % every, 0)))
+        return stack
+
     def flush(self):
         """Put what was written on disk now (for rare writes, such as an evaluation's)."""
         if self._writer is not None:
@@ -121,3 +147,29 @@ class SummaryWriter:
     def close(self):
         if self._writer is not None:
             self._writer.close()
+
+
+@contextlib.contextmanager
+def user_summary_step(step):
+    """Summaries written inside (model_fn's) record at ``step``: the global step after the
+    batch's update, the step the loop's own summaries and log line give that batch."""
+    previous = tf.summary.experimental.get_step()
+    tf.summary.experimental.set_step(step)
+    try:
+        yield
+    finally:
+        tf.summary.experimental.set_step(previous)
+
+
+class Summaries:
+    """A run's summary writers: the training scalars in ``log_dir``, the evaluation's in
+    ``log_dir/eval`` (TensorBoard shows the two as runs). Each file is created on its first
+    write, so a run that writes nothing leaves no event file."""
+
+    def __init__(self, log_dir, enabled):
+        self.train = SummaryWriter(log_dir, enabled)
+        self.eval = SummaryWriter(os.path.join(log_dir, "eval") if log_dir else None, enabled)
+
+    def close(self):
+        self.train.close()
+        self.eval.close()

@@ -2,7 +2,8 @@
 
 ``run`` turns its arguments into a RunConfig (``config``), checks that a mode
 other than TRAIN has a trained model, builds this process's distribution
-set-up, and hands the run to a job: ``training_job.TrainingJob`` for TRAIN,
+set-up, builds the run's ``task.Task`` (its input, model_fn's variables, each mode's
+step) and hands it to a job: ``training_job.TrainingJob`` for TRAIN,
 ``inference_job.InferenceJob`` for EVAL, PREDICT and EXPORT. Every check that
 can fail on user input runs before anything is written to ``log_dir``.
 """
@@ -15,7 +16,7 @@ from moxlite.file import training_cache
 from moxlite.training import checkpoints, interception, precision
 from moxlite.training import config as config_lib
 from moxlite.training.inference_job import InferenceJob
-from moxlite.training.workload import Workload
+from moxlite.training.task import Task
 from moxlite.training.training_job import TrainingJob
 
 
@@ -66,15 +67,15 @@ def _run_checked(config):
     if setup.serves_only:
         setup.serve_forever()
         return None
-    workload = Workload(config, setup)
-    job = TrainingJob(workload) if mode == ModeKeys.TRAIN else InferenceJob(workload)
+    task = Task(config, setup)   # what every mode builds first: input, model_fn's variables, steps
+    job = TrainingJob(task) if mode == ModeKeys.TRAIN else InferenceJob(task)
     try:
         # Stable names for what intercepts layers (THOR's include/exclude); the level's policies.
-        with interception.run_scope(workload.template.stable_name), precision.compute_policy(config.precision):
+        with interception.run_scope(task.stable_name), precision.compute_policy(config.precision):
             return job.execute()
     except errors.MoxliteError:
         raise
     except Exception as error:  # a moxlite error raised inside a traced function comes back wrapped
-        if workload.template.last_error is not None:
-            raise workload.template.last_error from None
+        if task.last_error is not None:
+            raise task.last_error from None
         raise error

@@ -9,7 +9,7 @@
   workers; ``RestartingTrainer`` (``input_resume``) restarts another trainer's
   input when a restored position no longer fits.
 
-The runner talks to every trainer through these five methods and one property only.
+The runner talks to every trainer through these six methods and one property only.
 """
 
 import abc
@@ -39,6 +39,11 @@ class Trainer(abc.ABC):
         """True when ``run_steps(..., summary_since=...)`` writes the summaries of its last
         step; otherwise the controller writes them from the returned values."""
         return False
+
+    @abc.abstractmethod
+    def learning_rate(self):
+        """The learning rate the (first) optimizer applies now, a float32 scalar tensor: what
+        the controller writes with the log values when ``writes_summaries`` is False."""
 
     @abc.abstractmethod
     def finish(self, counted_step: int) -> int:

@@ -1,25 +1,25 @@
-"""TRAIN: variables, optimizers, a trainer, resume, the controller, interleaved evaluation.
+"""TRAIN: the Task's variables and step, optimizers, a trainer, resume, the controller.
 
+The job asks the run's ``task.Task`` for the input, model_fn's variables and the train and
+evaluation steps; it builds the optimizers, the trainer and the checkpointer, and hands
+them to the controller, which writes every log line and summary.
 The order of work follows MoXing: model_fn's variables, then ``optimizer_fn``.
 Every check that can fail on user input runs before the first checkpoint is
 written, so a mistake leaves earlier checkpoints and logs as they were.
 """
 
 import contextlib
-import os
 
 from moxlite import context, errors
 from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.optimizers import tf1_adapter
-from moxlite.optimizers.schedules import current_learning_rate
-from moxlite.training import (checkpoints, export, interrupts, loss_scaling, nonfinite, precision, reporting,
+from moxlite.training import (checkpoints, controller, interrupts, loss_scaling, nonfinite, precision, reporting,
                               resume_setup, steps, validation)
 from moxlite.training.apply_if_finite import ApplyIfFinite
-from moxlite.training.controller import AUTO_STEPS_ACROSS_WORKERS, Cadence, train
-from moxlite.training.evaluation import Evaluator
+from moxlite.training.controller import AUTO_STEPS_ACROSS_WORKERS, Cadence
+from moxlite.training.evaluation import Evaluation
 from moxlite.training.hooks import epoch_hooks
 from moxlite.training.resume import restore_and_resume
-from moxlite.training.variable_lists import variable_lists
 
 
 @contextlib.contextmanager
@@ -36,19 +36,18 @@ def nonfinite_reported(log_dir):
 class TrainingJob:
     """One run in TRAIN mode (then EXPORT when ``export_model`` asks)."""
 
-    def __init__(self, workload):
-        self.workload = workload
-        self.config = workload.config
-        self.setup = workload.setup
-        self.strategy = workload.strategy
-        self.logger = workload.logger
+    def __init__(self, task):
+        self.task = task
+        self.config = task.config
+        self.setup = task.setup
+        self.strategy = task.strategy
+        self.logger = task.logger
         self.async_mode = self.setup.coordinator is not None
 
     def execute(self):
         result = self._train()
-        if self.config.export_model == ExportKeys.TF_SERVING and self.workload.is_chief:
-            result["export_path"] = export.export_saved_model(
-                self.workload.template, self._element_spec, self.config.log_dir)
+        if self.config.export_model == ExportKeys.TF_SERVING and self.task.is_chief:
+            result["export_path"] = self.task.export(self._element_spec, self.config.log_dir)
             self.logger.info("Exported SavedModel to %s", result["export_path"])
         return result
 
@@ -63,14 +62,14 @@ class TrainingJob:
                 "the default nonfinite_policy=stop, which stops at the first non-finite step")
 
     def _train(self):
-        config, workload = self.config, self.workload
+        config, task = self.config, self.task
         self._check_async_limits()
-        spec, self._element_spec, num_samples = workload.build(ModeKeys.TRAIN)
+        spec, self._element_spec, num_samples = task.build(ModeKeys.TRAIN)
         steps.check_spec(spec, ModeKeys.TRAIN, num_optimizers=len(config.optimizer_fn))
-        lists, self._slots_by_name = variable_lists(workload.template, spec, config.log_dir,
-                                                    config.trainable_exclude_patterns, self.logger)
+        lists, self._slots_by_name = task.variable_lists(spec, config.log_dir, config.trainable_exclude_patterns,
+                                                         self.logger)
         run_context = context.RunContext(
-            global_step=workload.global_step(), global_batch_size=workload.global_batch_size,
+            global_step=task.global_step(), global_batch_size=task.global_batch_size,
             num_samples=config.num_samples or num_samples or None,
             num_samples_inferred=not config.num_samples and bool(num_samples),
             num_replicas=self.setup.num_replicas_in_sync, num_workers=self.setup.num_workers,
@@ -78,8 +77,7 @@ class TrainingJob:
         with context.activate(run_context), self.strategy.scope():
             pipelines = [self._pipeline(index, variables) for index, variables in enumerate(lists)]
             # Clipping is a link of each pipeline (precision.optimizer_pipeline), not of the step.
-            train_step = steps.TrainStep(workload.template, pipelines, lists, self.setup.num_replicas_in_sync,
-                                         skip_nonfinite=config.nonfinite_policy.action == "skip")
+            train_step = task.train_step(pipelines, lists, skip_nonfinite=config.nonfinite_policy.action == "skip")
             return self._train_with(run_context.global_step, spec, train_step.optimizers, train_step)
 
     def _pipeline(self, index, variables):
@@ -97,38 +95,36 @@ class TrainingJob:
         pipeline.optimizer.build(variables)
         return pipeline
 
-    def _overflow_monitors(self, optimizers, summaries):
-        """A log-line hook per loss-scaled optimizer: scale changes, skipped steps, their scalars."""
+    def _overflow_monitors(self, optimizers):
+        """A monitor per loss-scaled optimizer: scale changes, skipped steps, their scalars."""
         if self.config.precision.loss_scale is None:
             return []
         # precision.loss_scaled put a LossScale on top of each stack.
-        return [loss_scaling.OverflowMonitor(optimizer, self.logger, summaries,
+        return [loss_scaling.OverflowMonitor(optimizer, self.logger,
                                              max_consecutive=self.config.nonfinite_policy.max_consecutive)
                 for optimizer in optimizers]
 
     def _make_trainer(self, global_step, train_step, log_keys, summaries, skip_steps):
-        dataset_fn = self.workload.dataset_fn(ModeKeys.TRAIN, skip_steps=skip_steps)
+        dataset_fn = self.task.dataset_fn(ModeKeys.TRAIN, skip_steps=skip_steps)
         if self.async_mode:
             from moxlite.training.async_loop import AsyncTrainer
             return AsyncTrainer(self.setup.coordinator, self.strategy, dataset_fn, train_step, global_step, log_keys)
         from moxlite.training.loop import SyncTrainer
-        keyed, _ = self.workload.template.checkpoint_keys()
         return SyncTrainer(self.strategy, dataset_fn, train_step, global_step, log_keys,
-                           log_first_clone=self.config.log_first_clone, summaries=summaries,
+                           log_first_clone=self.config.log_first_clone, summaries=summaries.train,
                            save_summary_steps=self.config.save_summary_steps,
                            nonfinite_policy=self.config.nonfinite_policy,
-                           state_variables=nonfinite.floating_variables(list(keyed.values()) + train_step.optimizers),
-                           learning_rate=lambda: current_learning_rate(train_step.optimizers[0]),
-                           global_batch_size=self.workload.global_batch_size)
+                           state_variables=self.task.state_variables(train_step.optimizers),
+                           global_batch_size=self.task.global_batch_size)
 
     def _make_checkpointer(self, global_step, optimizers, iterator):
         config = self.config
         save_secs, save_steps = config.save_every
-        keyed, ambiguous = self.workload.template.checkpoint_keys()
+        keyed, ambiguous = self.task.checkpoint_keys()
         return checkpoints.Checkpointer(
             config.log_dir, global_step, keyed, optimizers, ambiguous=ambiguous, iterator=iterator,
             save_model_secs=save_secs, save_model_steps=save_steps, keep_checkpoint_max=config.keep_checkpoint_max,
-            is_chief=self.workload.is_chief, slots_by_name=self._slots_by_name,
+            is_chief=self.task.is_chief, slots_by_name=self._slots_by_name,
             setup=resume_setup.TrainingSetup(optimizers, config.precision))
 
     def _iterator_is_checkpointable(self):
@@ -139,7 +135,7 @@ class TrainingJob:
     def _train_with(self, global_step, spec, optimizers, train_step):
         config = self.config
         log_keys = list(steps.log_values(spec)) + list(nonfinite.PRIVATE_KEYS)
-        summaries = reporting.SummaryWriter(config.log_dir, enabled=self.workload.is_chief)
+        summaries = reporting.Summaries(config.log_dir, enabled=self.task.is_chief)
         trainer, checkpointer = restore_and_resume(
             config, global_step,
             make_trainer=lambda skip_steps: self._make_trainer(global_step, train_step, log_keys, summaries,
@@ -154,40 +150,35 @@ class TrainingJob:
         # With an EarlyStoppingHook the EVAL input may repeat forever (MoXing's documented example):
         # every evaluation then reads the hook's samples_in_eval, not "the whole input".
         eval_batches = max([hook.eval_batches for hook in epoch_hooks(spec.hooks)], default=0)
-        evaluate = self._interleaved_evaluation(eval_batches) if config.inter_mode == ModeKeys.EVAL else None
+        evaluation = self._interleaved_evaluation(eval_batches) if config.inter_mode == ModeKeys.EVAL else None
         self._bind_epoch_hooks(spec)
         context.training_started()
         self.logger.info("Training: %d replica(s), batch %d per replica, global batch %d, from step %d",
-                         self.setup.num_replicas_in_sync, self.workload.batch_size, self.workload.global_batch_size,
+                         self.setup.num_replicas_in_sync, self.task.batch_size, self.task.global_batch_size,
                          start)
         cadence = Cadence(config.steps_per_loop, config.log_every_n_steps, config.save_summary_steps,
                           # synchronous workers agree after every call, so they must make the same calls
                           auto_max_steps=(None if self.async_mode or self.setup.num_workers == 1
                                           else AUTO_STEPS_ACROSS_WORKERS),
                           save_model_secs=config.save_every[0])
-        hooks = list(spec.hooks or []) + self._overflow_monitors(optimizers, summaries)
+        hooks, monitors = list(spec.hooks or []), self._overflow_monitors(optimizers)
         interrupt = interrupts.Interrupts()
         interrupt.install()
         try:
             with trainer.user_summaries(), nonfinite_reported(config.log_dir):
-                step, logs = train(trainer, start, target, cadence, checkpointer, summaries,
-                                   self.workload.global_batch_size,
-                                   learning_rate=lambda: current_learning_rate(optimizers[0]),
-                                   evaluate=evaluate, hooks=hooks,
-                                   should_stop=self._stop_rule(trainer, interrupt))
+                step, logs = controller.train(trainer, start, target, cadence, checkpointer, summaries,
+                                              self.task.global_batch_size, evaluation=evaluation, hooks=hooks,
+                                              monitors=monitors, should_stop=self._stop_rule(trainer, interrupt))
                 step = trainer.finish(step)
                 checkpointer.save(step)
             if interrupt.requested():
-                if self.workload.is_chief:
+                if self.task.is_chief:
                     self.logger.info("Interrupted by %s at global step %d: saved checkpoint %s; run again with "
                                      "the same log_dir to resume", interrupts.name_of(interrupt.signum), step,
                                      checkpoints.latest_checkpoint(config.log_dir))
             else:
-                if evaluate is not None:
-                    evaluate(step)
                 with nonfinite_reported(config.log_dir):   # a fixed loss scale stuck since the last log line
-                    for hook in hooks:
-                        hook(step, logs)
+                    controller.report_end(step, logs, summaries, evaluation, hooks, monitors)
         finally:
             interrupt.restore()
             trainer.close()
@@ -212,31 +203,12 @@ class TrainingJob:
             raise errors.ArgumentError(
                 f"ModelSpec.hooks holds {type(boundary[0]).__name__}, which evaluates during training; pass "
                 f"run(inter_mode=mox.ModeKeys.EVAL) so that it has an evaluation set (as in MoXing)")
-        workload = self.workload
-        evaluator = Evaluator(self.strategy, workload.dataset_fn(ModeKeys.EVAL), workload.template)
-
-        def evaluate(keys, max_batches):
-            return evaluator.evaluate(list(keys), max_batches, label="EarlyStopping")[0]
-
+        evaluator = self.task.evaluator()
         for hook in boundary:
-            hook.bind(evaluate)
+            hook.bind(evaluator)
 
     def _interleaved_evaluation(self, max_batches=0):
-        workload = self.workload
-        eval_spec, _, _ = workload.build(ModeKeys.EVAL)
+        """The evaluation the controller runs after checkpoints and at the end (inter_mode=EVAL)."""
+        eval_spec, _, _ = self.task.build(ModeKeys.EVAL)
         steps.check_spec(eval_spec, ModeKeys.EVAL)
-        keys = list(steps.log_values(eval_spec))
-        evaluator = Evaluator(self.strategy, workload.dataset_fn(ModeKeys.EVAL), workload.template)
-        eval_summaries = reporting.SummaryWriter(os.path.join(self.config.log_dir, "eval"), enabled=workload.is_chief)
-        evaluated = set()
-
-        def evaluate(step):
-            if step in evaluated:
-                return
-            evaluated.add(step)
-            metrics, _ = evaluator.evaluate(keys, max_batches)
-            self.logger.info(reporting.validation_line(step, metrics))
-            eval_summaries.scalars(step, metrics)
-            eval_summaries.flush()   # the writer stays open for the next evaluation
-
-        return evaluate
+        return Evaluation(self.task.evaluator(), steps.log_values(eval_spec), max_batches)

@@ -1,23 +1,38 @@
-"""A run's workload: the user's input_fn and model_fn bound to its strategy and batch size.
+"""A run's Task (TF Model Garden's name): what every mode builds first, and each mode's pieces.
 
-What every mode builds first (the input, model_fn's variables, the global step), shared by
-the training job and the inference job; nothing here depends on the mode's work.
+One Task per ``run``: the user's ``input_fn`` and ``model_fn`` bound to the run's strategy and
+batch size. It owns the three things every mode starts from, so that no job assembles them:
+
+- the input of a mode (``dataset_fn``; ``build`` probes it first), called the way MoXing
+  called ``input_fn`` (``calling``: keyword arguments only where declared);
+- ``model_fn``'s variables, created once and reused on every later call (``template``),
+  and their stable names (``checkpoint_keys``, ``stable_name``);
+- the per-replica step of each mode over ``model_fn``: ``train_step``, ``evaluator``
+  (EVAL's sample-weighted sums), ``predict``, ``export``.
+
+The jobs (``training_job``, ``inference_job``) ask the Task for these and pass it nothing
+to call back: what a job decides (optimizers, checkpoints, the controller) stays in the job.
+Nothing here depends on which mode the run is in.
 """
 
 import tensorflow as tf
 
 from moxlite import compat, errors
-from moxlite.training import iterator_input, reporting
+from moxlite.contract import ModeKeys
+from moxlite.training import export, iterator_input, nonfinite, reporting, steps
+from moxlite.training.evaluation import Evaluator
+from moxlite.training.evaluation import predict as predict_outputs
 from moxlite.training.inputs import (as_model_inputs, call_input_fn, leading_batch_size, make_dataset_fn,
                                      placeholder_batch)
 from moxlite.training.template import ModelTemplate
+from moxlite.training.variable_lists import variable_lists
 
 
-class Workload:
+class Task:
     """One call of ``run``'s input and model: its RunConfig, distribution set-up and model template.
 
-    The jobs ask it for the dataset of a mode, model_fn's variables (``build``), the
-    global step and whether this process is the chief.
+    The jobs ask it for the dataset of a mode, model_fn's variables (``build``), the global
+    step, the variables each optimizer trains, and the steps of each mode.
     """
 
     def __init__(self, config, setup):
@@ -26,7 +41,7 @@ class Workload:
         self.strategy = setup.strategy
         # None until ``build`` reads it from the first batch when run() got no batch_size.
         self.batch_size = config.batch_size
-        self.template = ModelTemplate(config.model_fn)
+        self._template = ModelTemplate(config.model_fn)
         self.logger = reporting.get_logger()
         self._unused_inputs = {}   # mode -> the dataset build() read, for the first dataset_fn call
 
@@ -79,14 +94,14 @@ class Workload:
         if inputs is None:
             inputs = first if first is not None else _first_of(batched, self._unused_inputs[mode])
         with self.strategy.scope():
-            spec = self.template.build(as_model_inputs(inputs), mode)
+            spec = self._template.build(as_model_inputs(inputs), mode)
         self._check_external_variables()
         return spec, batched.element_spec, num_samples
 
     def _check_external_variables(self):
         if self.strategy.num_replicas_in_sync == 1 and not self.setup.coordinator:
             return
-        for variable in self.template.external_variables:
+        for variable in self._template.external_variables:
             if not compat.created_under_a_strategy(variable):
                 raise errors.ModelFnError(
                     f"model_fn uses variable {variable.name!r}, created before run() outside the "
@@ -97,6 +112,51 @@ class Workload:
         with self.strategy.scope():
             return tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
                                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+    # model_fn's variables and their names (after ``build``).
+
+    def checkpoint_keys(self):
+        """({stable name: variable} for every variable model_fn uses, names shared by several)."""
+        return self._template.checkpoint_keys()
+
+    def stable_name(self, variable):
+        """``variable``'s checkpoint key, or None: the names THOR's include/exclude match."""
+        return self._template.stable_name(variable)
+
+    @property
+    def last_error(self):
+        """The last moxlite error raised inside a traced model_fn call (AutoGraph wraps it)."""
+        return self._template.last_error
+
+    def variable_lists(self, spec, log_dir, trainable_exclude_patterns, logger):
+        """(the variables each loss of ``spec`` trains, in slot-saving order; {name: slots} or None)."""
+        return variable_lists(self._template, spec, log_dir, trainable_exclude_patterns, logger)
+
+    def state_variables(self, optimizers):
+        """The floating-point model and ``optimizers`` variables a checked call verifies are finite."""
+        return nonfinite.floating_variables(list(self.checkpoint_keys()[0].values()) + list(optimizers))
+
+    # Each mode's step over model_fn.
+
+    def train_step(self, pipelines, lists, skip_nonfinite=False):
+        """TRAIN's per-replica step: one update per loss, through its pipeline, of its variables."""
+        return steps.TrainStep(self._template, pipelines, lists, self.setup.num_replicas_in_sync,
+                               skip_nonfinite=skip_nonfinite)
+
+    def evaluator(self, batches_per_call=1):
+        """EVAL's means of log_info over a fresh pass of the EVAL input for each evaluation."""
+        return Evaluator(self.strategy, self.dataset_fn(ModeKeys.EVAL), self._template,
+                         batches_per_call=batches_per_call)
+
+    def predict(self, output_fn, output_every_n_steps=0, max_batches=0):
+        """PREDICT over the input: output_info to ``output_fn``; the outputs not handed to it."""
+        outputs, _ = predict_outputs(self.strategy, self.dataset_fn(ModeKeys.PREDICT), self._template, output_fn,
+                                     output_every_n_steps, max_batches=max_batches)
+        return outputs
+
+    def export(self, element_spec, target_dir):
+        """The SavedModel of model_fn's EXPORT mode on inputs of ``element_spec``; its path."""
+        return export.export_saved_model(self._template, element_spec, target_dir)
 
 
 def _first_of(batched, raw):
