@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite import errors
-from moxlite.optimizers import thor_refresh
+from moxlite.optimizers import thor_damping, thor_factors, thor_refresh
 from tests import runlib, thorlib
 
 BATCH = 16
@@ -49,6 +49,28 @@ def test_pi_damping_equals_numpy_on_conv_and_dense_over_a_refresh_and_a_stale_st
     assert np.abs(expected[2] - even[2]).max() > 1e-3   # pi is far from 1 here: the test can tell them apart
     for got, want in zip(trained, expected):
         np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_pi_for_an_embedding_reads_its_diagonal_a_and_a_blocked_g_reads_every_block():
+    """Embedding: A is the token-frequency vector (trace = its sum); G in two blocks with a padded
+    remainder (side 5 in blocks of 3): the padding adds nothing to the trace."""
+    rng = np.random.default_rng(0)
+    counts = rng.integers(0, 5, 16).astype(np.float32)
+    a = counts / counts.sum()
+    rows = rng.normal(size=(40, 5)).astype(np.float32)
+    g_full = rows.T @ rows / 40
+    blocks = np.zeros((2, 3, 3), np.float32)
+    blocks[0], blocks[1, :2, :2] = g_full[:3, :3], g_full[3:, 3:]
+    geometry = thor_factors.Geometry("Embedding", 16, 5, (16, 5))
+    a_damping, g_damping = thor_damping.factor_dampings(tf.constant(0.2), tf.constant(a), tf.constant(blocks),
+                                                        geometry, True)
+    pi = np.sqrt((a.sum() / 16) / (np.trace(g_full) / 5))
+    np.testing.assert_allclose([float(a_damping), float(g_damping)], [0.2 * pi, 0.2 / pi], rtol=1e-5)
+    assert abs(pi - 1) > 0.5
+    even = thor_damping.factor_dampings(tf.constant(0.2), tf.constant(a), tf.constant(blocks), geometry, False)
+    assert [float(v) for v in even] == pytest.approx([0.2, 0.2])
+    zero = thor_damping.factor_dampings(tf.constant(0.2), tf.zeros([16]), tf.constant(blocks), geometry, True)
+    assert [float(v) for v in zero] == pytest.approx([0.2, 0.2])   # no rows: pi = 1, not 0 or inf
 
 
 def _reference_decisions(traces, threshold, growth):

@@ -13,6 +13,10 @@ the factors are rebuilt from that update's batch (all its micro-batches under
 an outer ``batch_gradients``) and inverted; the other updates reuse the stored
 inverses. Damping lambda goes to both factors as sqrt(lambda) (Conv2D:
 sqrt(lambda / (H_out*W_out)), and its update is divided by H_out*W_out).
+Two options past MindSpore's open code, both off by default: ``pi_damping``
+splits lambda between the factors by K-FAC's pi (``thor_damping``), and
+``refresh='trace'`` inverts at a refresh only the layers whose factor traces
+moved (``thor_refresh``); the factors are still rebuilt and all-reduced at every refresh.
 
 How the statistics arrive (see ``wrapper``'s interface): the step records
 each tracked layer's input and output gradient and hands them in
