@@ -481,6 +481,8 @@ def main(argv=None):
                         help="THOR with other wrapper parameters, e.g. thor+pi=pi_damping:1 (repeatable)")
     parser.add_argument("--thor-settings", default=None,
                         help="THOR's sweep as lr:damping pairs, e.g. 0.01:0.03,0.02:0.1 (default: the run's)")
+    parser.add_argument("--momentum-settings", default=None,
+                        help="momentum's sweep as learning rates, e.g. 0.05,0.1 (default: the run's)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default: the run's)")
     parser.add_argument("--no-timing", action="store_true", help="skip the timing rounds (steps to target only)")
     parser.add_argument("--block-size", type=int, default=128, help="--plan: block size against full inverses")
@@ -507,6 +509,8 @@ def main(argv=None):
     config["sweeps"] = dict(config["sweeps"])
     if args.thor_settings:
         config["sweeps"]["thor"] = [tuple(float(v) for v in pair.split(":")) for pair in args.thor_settings.split(",")]
+    if args.momentum_settings:
+        config["sweeps"]["momentum"] = [float(v) for v in args.momentum_settings.split(",")]
     config["optimizers"] = ([k.strip() for k in args.optimizers.split(",")] if args.optimizers
                             else list(config["sweeps"]) + [k for k in THOR_VARIANTS if k != "thor"])
     if "momentum" not in config["optimizers"]:

@@ -55,6 +55,7 @@ applied updates, the clock of the learning-rate schedules. Per-layer variables a
 (only then are the layers known).
 """
 
+import functools
 import math
 import re
 import sys
@@ -466,8 +467,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
                     thor_damping.trace_of(a, diagonal=slot.kind == "Embedding"), thor_damping.trace_of(g),
                     state, self._forced_now())
                 a_inverse, g_inverse, a_level, g_level = tf.cond(
-                    invert, lambda: self._inverses(slot, a, g, *dampings),
-                    lambda: (state["a_inverse"].value, state["g_inverse"].value, tf.constant(0), tf.constant(0)))
+                    invert, functools.partial(self._inverses, slot, a, g, dampings[0], dampings[1]),
+                    functools.partial(self._kept_inverses, slot))
                 record(have)
             state["a_inverse"].assign(tf.where(have, a_inverse, state["a_inverse"].value))
             state["g_inverse"].assign(tf.where(have, g_inverse, state["g_inverse"].value))
@@ -499,6 +500,11 @@ class THOR(wrapper_lib.OptimizerWrapper):
         g_inverse, g_level = thor_inverse.guarded_inverse(
             thor_inverse.identity_padded(g, slot.geometry.d_out), g_damping, state["g_inverse"].value)
         return a_inverse, g_inverse, a_level, g_level
+
+    @staticmethod
+    def _kept_inverses(slot):
+        """A layer the trace rule does not invert: its stored inverses, guard level 0."""
+        return slot.state["a_inverse"].value, slot.state["g_inverse"].value, tf.constant(0), tf.constant(0)
 
     def _forced_now(self):
         """This update is a forced refresh (``refresh_at_next_update``): every layer inverts."""
