@@ -163,8 +163,8 @@ THOR_PARAMETERS = {
     "refresh": one_of("fixed", "which layers invert at a refresh: 'fixed' every layer (MindSpore), 'trace' only "
                                "those whose factor traces moved by trace_threshold since their last inversion",
                       ("fixed", "trace")),
-    "trace_threshold": number(0.1, "refresh 'trace': relative change of tr A or tr G since a layer's last "
-                                   "inversion that makes it invert again"),
+    "trace_threshold": number(0.2, "refresh 'trace': relative change of tr A or tr G since a layer's last "
+                                   "inversion that makes it invert again (0.2: measured, tools/bench_thor.py)"),
     "interval_growth": number(1.0, "refresh 'trace': after each inversion of a layer, the refreshes it waits "
                                    "before its next one are multiplied by this (1 = check at every refresh)",
                               minimum=1.0),
