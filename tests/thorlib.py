@@ -125,10 +125,11 @@ def softmax_cross_entropy_grad(logits, labels):
 
 
 def numpy_thor_conv(images, labels, weights, batch, steps, lr, momentum, damping, frequency,
-                    block_size, weight_decay, padding, preconditioned=("conv", "dense")):
+                    block_size, weight_decay, padding, preconditioned=("conv", "dense"), pi_damping=False):
     """Conv2D(stride 2, relu) -> Dense, THOR(momentum); ``weights`` = [conv_k, conv_b, dense_k, dense_b].
 
-    damping: a number or a function of the step; preconditioned: which of the two kernels."""
+    damping: a number or a function of the step; preconditioned: which of the two kernels;
+    pi_damping: K-FAC's split, pi = sqrt((tr A/dim A)/(tr G/dim G)) from the full factors."""
     damping_at = damping if callable(damping) else (lambda step: damping)
     conv_k, conv_b, dense_k, dense_b = [w.astype(np.float64) for w in weights]
     params = [conv_k, conv_b, dense_k, dense_b]
@@ -154,11 +155,11 @@ def numpy_thor_conv(images, labels, weights, batch, steps, lr, momentum, damping
             ds_conv = d_hidden * batch                    # per-sample gradients (loss was a mean)
             ds_dense = d_logits * batch
             rows = batch * spatial
-            conv_sqrt = np.sqrt(damping / spatial)
-            inverses["conv"] = (block_inverse(patches.T @ patches / rows, conv_sqrt, block_size),
-                                block_inverse(ds_conv.T @ ds_conv / rows, conv_sqrt, block_size))
-            inverses["dense"] = (block_inverse(hidden.T @ hidden / batch, np.sqrt(damping), block_size),
-                                 block_inverse(ds_dense.T @ ds_dense / batch, np.sqrt(damping), block_size))
+            factors = {"conv": (patches.T @ patches / rows, ds_conv.T @ ds_conv / rows, np.sqrt(damping / spatial)),
+                       "dense": (hidden.T @ hidden / batch, ds_dense.T @ ds_dense / batch, np.sqrt(damping))}
+            for name, (a, g, root) in factors.items():
+                pi = np.sqrt((np.trace(a) / len(a)) / (np.trace(g) / len(g))) if pi_damping else 1.0
+                inverses[name] = (block_inverse(a, root * pi, block_size), block_inverse(g, root / pi, block_size))
         if "conv" in preconditioned:
             a_inv, g_inv = inverses["conv"]
             g_conv_k = (a_inv @ g_conv_k.reshape(-1, FILTERS) @ g_inv / spatial).reshape(conv_k.shape)

@@ -3,6 +3,9 @@
     python tools/bench_thor.py                 # the reduced run (a shared machine)
     python tools/bench_thor.py --full          # the full run, for a quiet machine
     python tools/bench_thor.py --plan          # ResNet-50 and BERT-base on paper, no training
+    python tools/bench_thor.py --models mlp --optimizers momentum,thor,thor+pi \
+        --thor-variant thor+pi=pi_damping:1 --thor-variant thor+trace=refresh:trace,trace_threshold:0.2
+                                               # THOR past MindSpore: pi damping, trace refresh
 
 Training benchmark. Two models on moxlite's 4,000 training / 1,000 test
 digits, batch 64: a small CNN (conv5x5(8)-maxpool-conv5x5(16)-maxpool-dense(10))
@@ -14,6 +17,12 @@ the higher final accuracy) is then run on the other seeds. Every run is one
 hook fires after every step, stamps the time, and every ``--eval-every``
 steps measures test accuracy on all 1,000 test digits (time spent in the hook
 is not counted).
+
+THOR variants (``--thor-variant NAME=key:value,...``) add optimizers that are
+THOR with other wrapper parameters (``pi_damping``, ``refresh``,
+``trace_threshold``, ``interval_growth``, ``frequency``); each is swept over the
+same (learning rate, damping) settings as THOR and reported beside it.
+``--optimizers`` chooses which run (default: momentum, adam, thor and the variants).
 
 Printed per model and optimizer (median over seeds, [min-max]): steps and
 seconds to the target (95 % test for the CNN, 93 % for the MLP), final test
@@ -48,6 +57,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 TARGETS = {"cnn": 0.95, "mlp": 0.93}
 BATCH = 64
 FREQUENCY = 50
+# THOR variants named on the command line: kind -> extra thor wrapper parameters (``--thor-variant``).
+THOR_VARIANTS = {"thor": {}}
 
 # optimizer -> settings swept on seed 0; THOR settings are (learning rate, damping), around momentum 0.9.
 REDUCED = dict(
@@ -91,7 +102,36 @@ def optimizer_fn_for(kind, setting, steps):
         return mox.get_optimizer_fn("adam", learning_rate=setting)
     learning_rate, damping = setting
     inner = mox.get_optimizer_fn("momentum", learning_rate=learning_rate, momentum=0.9)
-    return mox.get_optimizer_wrapper_fn("thor", inner, damping=damping, frequency=FREQUENCY)
+    options = dict({"frequency": FREQUENCY}, **THOR_VARIANTS[kind])
+    return mox.get_optimizer_wrapper_fn("thor", inner, damping=damping, **options)
+
+
+def is_thor(kind):
+    return kind in THOR_VARIANTS
+
+
+def frequency_of(kind):
+    return THOR_VARIANTS.get(kind, {}).get("frequency", FREQUENCY)
+
+
+def parse_variant(text):
+    """``NAME=key:value,key:value`` -> (NAME, {key: value}); values are numbers, true/false or words."""
+    name, _, body = text.partition("=")
+    options = {}
+    for item in filter(None, body.split(",")):
+        key, _, value = item.partition(":")
+        if value.lower() in ("true", "false"):
+            options[key] = value.lower() == "true"
+        else:
+            try:
+                number = float(value)
+                options[key] = int(number) if key == "frequency" else (bool(number) if key == "pi_damping"
+                                                                         else number)
+            except ValueError:
+                options[key] = value
+    if not name.startswith("thor"):
+        raise SystemExit(f"--thor-variant {text!r}: the name must start with 'thor' (e.g. thor+pi=pi_damping:1)")
+    return name, options
 
 
 class Recorder:
@@ -126,7 +166,7 @@ class Recorder:
 
 def is_refresh(kind, step):
     """THOR refreshes on applied update 0, frequency, 2*frequency, ...: global steps 1, 1 + frequency, ..."""
-    return kind == "thor" and (step - 1) % FREQUENCY == 0
+    return is_thor(kind) and (step - 1) % frequency_of(kind) == 0
 
 
 def train_once(model_name, kind, setting, seed, steps, eval_every, data, log_root):
@@ -151,10 +191,29 @@ def train_once(model_name, kind, setting, seed, steps, eval_every, data, log_roo
 
     # A fresh directory per run: a log_dir holding a checkpoint would resume instead of training.
     log_dir = tempfile.mkdtemp(prefix=f"{model_name}_{kind}_{setting}_{seed}_".replace(" ", ""), dir=log_root)
-    mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=optimizer_fn_for(kind, setting, steps),
+    made = []
+
+    def optimizer_fn():
+        made.append(optimizer_fn_for(kind, setting, steps)())
+        return made[-1]
+
+    mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=optimizer_fn,
             run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=log_dir, max_number_of_steps=steps,
             log_every_n_steps=1, save_summary_steps=10 ** 9, save_model_steps=10 ** 9)
-    return finish(kind, recorder, steps)
+    result = finish(kind, recorder, steps)
+    result["inversions"] = layer_inversions(kind, made[-1], steps) if made else None
+    return result
+
+
+def layer_inversions(kind, optimizer, steps):
+    """How many layer inversions THOR did in the run (refresh 'trace' counts them; 'fixed' inverts every
+    preconditioned layer at every refresh)."""
+    if not is_thor(kind):
+        return None
+    counts = optimizer.inversion_counts()
+    if counts is not None:
+        return sum(counts.values())
+    return len(optimizer.preconditioned_layers()) * math.ceil(steps / frequency_of(kind))
 
 
 def finish(kind, recorder, steps):
@@ -193,7 +252,7 @@ def benchmark(config, models, log_root, print_fn=print):
 
     (train_images, train_labels), (test_images, test_labels) = mnist.split(0.2, 0)
     data = ((train_images[..., None], train_labels), (test_images[..., None], test_labels))
-    kinds = list(config["sweeps"])
+    kinds = list(config.get("optimizers") or config["sweeps"])
     results = {}
     for model_name in models:
         steps, target = config["steps"][model_name], TARGETS[model_name]
@@ -201,11 +260,12 @@ def benchmark(config, models, log_root, print_fn=print):
         best = {}
         for kind in kinds:  # the sweep, seed 0
             tried = []
-            for setting in config["sweeps"][kind]:
+            for setting in config["sweeps"]["thor" if is_thor(kind) else kind]:
                 run = train_once(model_name, kind, setting, 0, steps, config["eval_every"], data, log_root)
                 reached = reach(run["curve"], target)
                 print_fn(f"   sweep {kind:<9} {str(setting):<14} steps to target: "
-                         f"{reached[0] if reached else '-':>5}   final test {run['final']:.4f}")
+                         f"{reached[0] if reached else '-':>5}   final test {run['final']:.4f}"
+                         + (f"   layer inversions {run['inversions']}" if run.get("inversions") is not None else ""))
                 tried.append(((reached[0] if reached else 10 ** 9), -run["final"], str(setting), setting, run))
             tried.sort(key=lambda t: t[:3])
             best[kind] = (tried[0][3], [tried[0][4]])
@@ -215,9 +275,11 @@ def benchmark(config, models, log_root, print_fn=print):
                 best[kind][1].append(train_once(model_name, kind, setting, seed, steps, config["eval_every"], data,
                                                 log_root))
         results[model_name] = best
-        rounds = timing_rounds(model_name, best, config["timing_rounds"], config["timing_steps"], data, log_root)
-        lines = report(model_name, best, target) + step_time_lines(rounds, config["timing_steps"])
-        for line in lines + estimated_time_lines(best, rounds, target):
+        lines = report(model_name, best, target)
+        if config["timing_rounds"]:
+            rounds = timing_rounds(model_name, best, config["timing_rounds"], config["timing_steps"], data, log_root)
+            lines += step_time_lines(rounds, config["timing_steps"]) + estimated_time_lines(best, rounds, target)
+        for line in lines:
             print_fn(line)
     return results
 
@@ -284,8 +346,11 @@ def report(model_name, best, target):
         finals = [run["final"] for run in runs]
         summary[kind] = (steps, seconds, finals)
         label = f"{kind} {setting}"
+        inversions = [run.get("inversions") for run in runs]
+        inverted = f"   layer inversions {_median_range(inversions)}" if any(v is not None for v in inversions) else ""
         lines.append(f"   {label:<24}{_median_range(steps):>22}{_median_range(seconds, '{:.2f}'):>26}"
-                     f"{_median_range(finals, '{:.4f}'):>28}   {sum(r is not None for r in reached)}/{len(runs)}")
+                     f"{_median_range(finals, '{:.4f}'):>28}   {sum(r is not None for r in reached)}/{len(runs)}"
+                     f"{inverted}")
     base_steps, base_seconds, base_finals = summary["momentum"]
     for kind in summary:
         if kind == "momentum":
@@ -352,7 +417,7 @@ def estimated_time_lines(best, rounds, target):
         steps = median_steps(kind)
         if kind == "momentum" or steps is None or base is None:
             continue
-        refreshes = math.ceil(steps / FREQUENCY) if kind == "thor" else 0
+        refreshes = math.ceil(steps / frequency_of(kind)) if is_thor(kind) else 0
         ratios = []
         for r in rounds:
             refresh = r[kind][1] if r[kind][1] is not None else r[kind][0]
@@ -410,6 +475,16 @@ def main(argv=None):
                         help="only momentum's and THOR's step times (wall and CPU), at fixed settings; no sweep")
     parser.add_argument("--rounds", type=int, default=None, help="timing rounds (default: the run's)")
     parser.add_argument("--timing-steps", type=int, default=None, help="steps per timing run (default: the run's)")
+    parser.add_argument("--optimizers", default=None,
+                        help="comma-separated: momentum, adam, thor and --thor-variant names (default: all)")
+    parser.add_argument("--thor-variant", action="append", default=[], metavar="NAME=key:value,...",
+                        help="THOR with other wrapper parameters, e.g. thor+pi=pi_damping:1 (repeatable)")
+    parser.add_argument("--thor-settings", default=None,
+                        help="THOR's sweep as lr:damping pairs, e.g. 0.01:0.03,0.02:0.1 (default: the run's)")
+    parser.add_argument("--momentum-settings", default=None,
+                        help="momentum's sweep as learning rates, e.g. 0.05,0.1 (default: the run's)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per run (default: the run's)")
+    parser.add_argument("--no-timing", action="store_true", help="skip the timing rounds (steps to target only)")
     parser.add_argument("--block-size", type=int, default=128, help="--plan: block size against full inverses")
     parser.add_argument("--bert-sequence", type=int, default=128, help="--plan: tokens per BERT sample")
     args = parser.parse_args(argv)
@@ -428,6 +503,22 @@ def main(argv=None):
     config = dict(FULL if args.full else REDUCED)
     if args.seeds:
         config["seeds"] = args.seeds
+    for text in args.thor_variant:
+        name, options = parse_variant(text)
+        THOR_VARIANTS[name] = options
+    config["sweeps"] = dict(config["sweeps"])
+    if args.thor_settings:
+        config["sweeps"]["thor"] = [tuple(float(v) for v in pair.split(":")) for pair in args.thor_settings.split(",")]
+    if args.momentum_settings:
+        config["sweeps"]["momentum"] = [float(v) for v in args.momentum_settings.split(",")]
+    config["optimizers"] = ([k.strip() for k in args.optimizers.split(",")] if args.optimizers
+                            else list(config["sweeps"]) + [k for k in THOR_VARIANTS if k != "thor"])
+    if "momentum" not in config["optimizers"]:
+        config["optimizers"].insert(0, "momentum")   # the ratios are to momentum
+    if args.steps:
+        config["steps"] = {model: args.steps for model in config["steps"]}
+    if args.no_timing:
+        config["timing_rounds"] = 0
     for key, value in (("timing_rounds", args.rounds), ("timing_steps", args.timing_steps)):
         if value:
             config[key] = value

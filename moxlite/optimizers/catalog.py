@@ -157,6 +157,17 @@ THOR_PARAMETERS = {
                             "gradient"),
     "loss_reduction": one_of("mean", "how model_fn's loss reduces over the batch (G needs per-sample gradients)",
                              ("mean", "sum")),
+    # Past MindSpore's open code (moxlite.optimizers.thor_damping, thor_refresh); off by default.
+    "pi_damping": one_of(False, "K-FAC's pi-corrected damping: A gets pi*sqrt(lambda), G sqrt(lambda)/pi, "
+                                "pi = sqrt((tr A/dim A)/(tr G/dim G)) (Martens & Grosse 2015, 6.3)", (False, True)),
+    "refresh": one_of("fixed", "which layers invert at a refresh: 'fixed' every layer (MindSpore), 'trace' only "
+                               "those whose factor traces moved by trace_threshold since their last inversion",
+                      ("fixed", "trace")),
+    "trace_threshold": number(0.2, "refresh 'trace': relative change of tr A or tr G since a layer's last "
+                                   "inversion that makes it invert again (0.2: measured, tools/bench_thor.py)"),
+    "interval_growth": number(1.0, "refresh 'trace': after each inversion of a layer, the refreshes it waits "
+                                   "before its next one are multiplied by this (1 = check at every refresh)",
+                              minimum=1.0),
 }
 
 # The wrappers a recipe (and get_optimizer_wrapper_fn) may name.

@@ -13,6 +13,10 @@ the factors are rebuilt from that update's batch (all its micro-batches under
 an outer ``batch_gradients``) and inverted; the other updates reuse the stored
 inverses. Damping lambda goes to both factors as sqrt(lambda) (Conv2D:
 sqrt(lambda / (H_out*W_out)), and its update is divided by H_out*W_out).
+Two options past MindSpore's open code, both off by default: ``pi_damping``
+splits lambda between the factors by K-FAC's pi (``thor_damping``), and
+``refresh='trace'`` inverts at a refresh only the layers whose factor traces
+moved (``thor_refresh``); the factors are still rebuilt and all-reduced at every refresh.
 
 How the statistics arrive (see ``wrapper``'s interface): the step records
 each tracked layer's input and output gradient and hands them in
@@ -51,6 +55,7 @@ applied updates, the clock of the learning-rate schedules. Per-layer variables a
 (only then are the layers known).
 """
 
+import functools
 import math
 import re
 import sys
@@ -59,7 +64,7 @@ import keras
 import tensorflow as tf
 
 from moxlite import compat, context, logs, stable_names
-from moxlite.optimizers import catalog, schedules, thor_factors, thor_inverse
+from moxlite.optimizers import catalog, schedules, thor_damping, thor_factors, thor_inverse, thor_refresh
 from moxlite.optimizers import wrapper as wrapper_lib
 from moxlite.optimizers.lars import variable_path
 
@@ -141,6 +146,9 @@ class THOR(wrapper_lib.OptimizerWrapper):
         run_context = context.current()
         self._global_step = run_context.global_step if run_context is not None else None
         self._forced_refresh = None  # an update that refreshes whatever its count (a resume's carried change)
+        # Which layers a refresh inverts (thor_refresh): None = every one, MindSpore's rule.
+        self._trace_rule = (thor_refresh.TraceRefresh(self.trace_threshold, self.interval_growth)
+                            if self.refresh == "trace" else None)
 
     # Own state.
 
@@ -167,8 +175,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
         geometry = slot.geometry
         prefix = f"thor_{slot.index}_{re.sub('[^A-Za-z0-9_]', '_', slot.name)}"
 
-        def variable(suffix, shape, initializer="zeros"):
-            return self.add_variable(shape=shape, initializer=initializer, dtype="float32",
+        def variable(suffix, shape, initializer="zeros", dtype="float32"):
+            return self.add_variable(shape=shape, initializer=initializer, dtype=dtype,
                                      aggregation="only_first_replica", name=f"{prefix}_{suffix}")
 
         def identity_blocks(layout):
@@ -194,6 +202,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
                                                   identity_blocks(slot.a_layout))
                 state["g_inverse"] = variable("g_inverse", blocks_shape(slot.g_layout),
                                               identity_blocks(slot.g_layout))
+                if self._trace_rule is not None:
+                    state.update(self._trace_rule.slot_variables(variable))
         slot.state = state
 
     # What it is as a link of a pipeline: it reads the step's per-layer records, and clipping
@@ -445,20 +455,20 @@ class THOR(wrapper_lib.OptimizerWrapper):
             if slot.kind == "LayerNormalization":
                 state["batch"].assign(tf.where(have, rows, state["batch"].value))
                 continue
-            damping_sqrt = tf.sqrt(damping / slot.geometry.spatial)
             a = sums["a_sum"] / safe_rows
             g = sums["g_sum"] / safe_rows
-            if slot.kind == "Embedding":
-                previous = state["a_inverse"].value
-                a_inverse = 1.0 / (a + damping_sqrt)
-                a_ok = tf.reduce_all(tf.math.is_finite(a_inverse))
-                a_inverse = tf.where(a_ok, a_inverse, previous)
-                a_level = tf.where(a_ok, 0, 2)
+            dampings = thor_damping.factor_dampings(tf.sqrt(damping / slot.geometry.spatial), a, g,
+                                                    slot.geometry, self.pi_damping)
+            if self._trace_rule is None:
+                a_inverse, g_inverse, a_level, g_level = self._inverses(slot, a, g, *dampings)
             else:
-                a_inverse, a_level = thor_inverse.guarded_inverse(
-                    thor_inverse.identity_padded(a, slot.geometry.d_in), damping_sqrt, state["a_inverse"].value)
-            g_inverse, g_level = thor_inverse.guarded_inverse(
-                thor_inverse.identity_padded(g, slot.geometry.d_out), damping_sqrt, state["g_inverse"].value)
+                invert, record = self._trace_rule.decide(
+                    thor_damping.trace_of(a, diagonal=slot.kind == "Embedding"), thor_damping.trace_of(g),
+                    state, self._forced_now())
+                a_inverse, g_inverse, a_level, g_level = tf.cond(
+                    invert, functools.partial(self._inverses, slot, a, g, dampings[0], dampings[1]),
+                    functools.partial(self._kept_inverses, slot))
+                record(have)
             state["a_inverse"].assign(tf.where(have, a_inverse, state["a_inverse"].value))
             state["g_inverse"].assign(tf.where(have, g_inverse, state["g_inverse"].value))
             for level in (a_level, g_level):
@@ -473,6 +483,33 @@ class THOR(wrapper_lib.OptimizerWrapper):
                      "factor inversions needed a retry (float64 or more damping),", kept,
                      "kept the previous inverse", output_stream=sys.stderr)
         tf.cond(retries > 0, report, lambda: None)
+
+    def _inverses(self, slot, a, g, a_damping, g_damping):
+        """The guarded inverses of one layer's damped factors, and the guard's levels (thor_inverse)."""
+        state = slot.state
+        if slot.kind == "Embedding":
+            previous = state["a_inverse"].value
+            a_inverse = 1.0 / (a + a_damping)
+            a_ok = tf.reduce_all(tf.math.is_finite(a_inverse))
+            a_inverse = tf.where(a_ok, a_inverse, previous)
+            a_level = tf.where(a_ok, 0, 2)
+        else:
+            a_inverse, a_level = thor_inverse.guarded_inverse(
+                thor_inverse.identity_padded(a, slot.geometry.d_in), a_damping, state["a_inverse"].value)
+        g_inverse, g_level = thor_inverse.guarded_inverse(
+            thor_inverse.identity_padded(g, slot.geometry.d_out), g_damping, state["g_inverse"].value)
+        return a_inverse, g_inverse, a_level, g_level
+
+    @staticmethod
+    def _kept_inverses(slot):
+        """A layer the trace rule does not invert: its stored inverses, guard level 0."""
+        return slot.state["a_inverse"].value, slot.state["g_inverse"].value, tf.constant(0), tf.constant(0)
+
+    def _forced_now(self):
+        """This update is a forced refresh (``refresh_at_next_update``): every layer inverts."""
+        if self._forced_refresh is None:
+            return tf.constant(False)
+        return tf.equal(self._updates.value, self._forced_refresh)
 
     def _precondition(self, grads, variables):
         """Replica context: each gradient preconditioned (or not), then weight decay."""
@@ -557,6 +594,13 @@ class THOR(wrapper_lib.OptimizerWrapper):
     def preconditioned_layers(self):
         """The kernel paths of the layers preconditioned so far (known once the first step is traced)."""
         return [slot.name for slot in self._slots]
+
+    def inversion_counts(self):
+        """refresh='trace': {layer: how many times its factors were inverted}; None under refresh='fixed'."""
+        if self._trace_rule is None:
+            return None
+        return {slot.name: int(slot.state["inversions"].numpy()) for slot in self._slots
+                if slot.state is not None and "inversions" in slot.state}
 
     def fallback_counts(self):
         """(inversions retried, inversions that kept the previous inverse, statistics dropped as non-finite)."""
