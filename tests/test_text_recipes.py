@@ -1,0 +1,91 @@
+"""The masked-LM data sets in recipes and on the bundled corpus.
+
+A recipe's input.text / bert_synthetic block reaches the builders with its options and
+gives the model the text facts (vocab_size, seq_length, max_predictions); the bundled
+corpus, its vocabulary and its held-out split tokenize with few unknown words; a bad
+vocabulary in a recipe is one located line and nothing written; the masked-LM API is
+reachable as moxlite.data.<name>.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import moxlite.data
+from moxlite.contract import ModeKeys
+from moxlite.data import text_datasets, wordpiece
+from moxlite.recipes import builders, cli, loader
+from tests import textlib
+
+
+def masked_lm_model_fn(inputs, mode):
+    """Named by the recipes below; they are only planned, never run."""
+    raise AssertionError("not called")
+
+
+def plan_input(tmp_path, block):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"run: {{steps: 5, log_dir: {tmp_path / 'logs'}}}\ninput: {block}\n"
+                      f"model: {{name: 'tests.test_text_recipes:masked_lm_model_fn'}}\noptimizer: {{name: sgd}}\n")
+    loaded = loader.load([str(recipe)])
+    return builders._build_input(loaded)
+
+
+def test_a_recipe_gives_the_model_its_text_facts_and_dict_examples(tmp_path):
+    input_fn, facts = plan_input(tmp_path, "{name: bert_synthetic, bert_synthetic: {vocab_size: 64, seq_length: 12, "
+                                           "max_predictions: 3, num_samples: 16, eval_samples: 8, seed: 4}}")
+    assert (facts["vocab_size"], facts["seq_length"], facts["max_predictions"], facts["num_samples"]) == (64, 12, 3, 16)
+    assert facts["next_sentence"] is False and facts["num_classes"] == 64
+    example = next(iter(input_fn(ModeKeys.TRAIN)))
+    want = next(iter(text_datasets.bert_synthetic(vocab_size=64, seq_length=12, max_predictions=3, num_samples=16,
+                                                  eval_samples=8, seed=4, shuffle_buffer=10000)
+                     .input_fn(ModeKeys.TRAIN)))
+    assert sorted(example) == sorted(want) == sorted(text_datasets.SEQUENCE_FEATURES + text_datasets.PREDICTION_FEATURES)
+    for name in example:
+        np.testing.assert_array_equal(example[name].numpy(), want[name].numpy())
+
+
+def test_the_bundled_corpus_tokenizes_with_its_vocabulary_and_holds_out_other_text():
+    tokens = wordpiece.vocabulary_tokens(wordpiece.BUNDLED_VOCABULARY, [], 0)
+    assert tokens[:5] == textlib.SPECIAL and len(tokens) > 5000
+    with open(wordpiece.BUNDLED_TRAIN, encoding="utf-8") as handle:
+        train = set(handle.read().splitlines()) - {""}
+    with open(wordpiece.BUNDLED_HELD_OUT, encoding="utf-8") as handle:
+        held_out = [line for line in handle.read().splitlines() if line]
+    assert len(held_out) > 500 and not train & set(held_out)   # no held-out paragraph is in the training split
+    ids = wordpiece.WordPiece(tokens).tokenize(tf.constant(held_out[:200])).flat_values.numpy()
+    assert np.mean(ids == tokens.index("[UNK]")) < 0.01
+    sample = held_out[:20]
+    got = wordpiece.WordPiece(tokens).tokenize(tf.constant(sample)).to_list()
+    assert got == [textlib.wordpiece_ids(line, tokens) for line in sample]
+
+
+def test_the_text_data_set_reads_the_bundled_corpus_by_default():
+    data = text_datasets.text(seq_length=128, max_predictions=20, num_samples=100)
+    assert data.text.tokens == wordpiece.vocabulary_tokens(wordpiece.BUNDLED_VOCABULARY, [], 0)
+    held_out = list(data.input_fn(ModeKeys.EVAL).as_numpy_iterator())
+    assert 150 < len(held_out) < 400   # about 0.1 MB of text in sequences of 126 tokens
+    assert all(e["masked_lm_weights"].sum() == 19 for e in held_out)   # round(128 * 0.15) = 19 of 20
+    again = list(data.input_fn(ModeKeys.EVAL).take(3).as_numpy_iterator())
+    assert all(np.array_equal(a["input_ids"], b["input_ids"]) for a, b in zip(held_out, again))  # fixed masks
+
+
+def test_a_vocabulary_without_mask_in_a_recipe_is_one_located_line_and_nothing_written(tmp_path, capsys):
+    vocabulary = tmp_path / "vocab.txt"
+    vocabulary.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\nend\n")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"run: {{steps: 5, log_dir: {tmp_path / 'logs'}}}\ninput:\n  name: text\n  text:\n"
+                      f"    vocabulary: {vocabulary}\nmodel: {{name: 'tests.test_text_recipes:masked_lm_model_fn'}}\n"
+                      f"optimizer: {{name: sgd}}\n")
+    assert cli.main([str(recipe)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"{recipe}:5: input.text.vocabulary: '{vocabulary}' has no [MASK] token" in err
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("name", ["text_mlm_dataset", "bert_tfrecord_dataset", "write_bert_tfrecord",
+                                  "check_sequence_length", "check_masking"])
+def test_the_masked_lm_api_is_reachable_from_moxlite_data(name):
+    assert callable(getattr(moxlite.data, name))
+    with pytest.raises(AttributeError, match="no attribute 'text_mlm'"):
+        moxlite.data.text_mlm  # noqa: B018
