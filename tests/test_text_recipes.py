@@ -16,6 +16,7 @@ from moxlite.contract import ModeKeys
 from moxlite.data import text_datasets, wordpiece
 from moxlite.recipes import builders, cli, loader
 from tests import textlib
+from tests.s3lib import s3  # noqa: F401  (the server fixture)
 
 
 def masked_lm_model_fn(inputs, mode):
@@ -89,3 +90,23 @@ def test_the_masked_lm_api_is_reachable_from_moxlite_data(name):
     assert callable(getattr(moxlite.data, name))
     with pytest.raises(AttributeError, match="no attribute 'text_mlm'"):
         moxlite.data.text_mlm  # noqa: B018
+
+
+def test_text_and_vocabulary_on_object_storage_give_the_local_examples(s3, tmp_path, monkeypatch):
+    monkeypatch.setenv("MOXLITE_CACHE_DIR", str(tmp_path / "cache"))
+    lines = ["The quick brown fox jumps over the lazy dog.", "Dogs ran; foxes jumped over them."] * 6
+    vocabulary = textlib.SPECIAL + [".", ";", "the", "quick", "brown", "fox", "jump", "##s", "##ed", "over", "lazy",
+                                    "dog", "ran", "them", "es"]
+    local_text, local_vocab = tmp_path / "corpus.txt", tmp_path / "vocab.txt"
+    local_text.write_text("\n".join(lines) + "\n")
+    wordpiece.write_vocabulary(str(local_vocab), vocabulary)
+    bucket = s3.new_bucket()
+    s3.client().put_object(Bucket=bucket, Key="text/corpus.txt", Body=local_text.read_bytes())
+    s3.client().put_object(Bucket=bucket, Key="text/vocab.txt", Body=local_vocab.read_bytes())
+
+    def examples(files, vocab):
+        return [e["input_ids"].tolist() for e in text_datasets.text_mlm_dataset(
+            files, vocab, seq_length=10, max_predictions=2).as_numpy_iterator()]
+
+    remote = examples([f"obs://{bucket}/text/corpus*.txt"], f"obs://{bucket}/text/vocab.txt")
+    assert remote == examples([str(tmp_path / "corpus*.txt")], str(local_vocab)) and len(remote) > 5

@@ -138,7 +138,8 @@ def _head(path, size):
     if _is_remote(path):
         from moxlite import file as mox_file
 
-        return mox_file.read(path, binary=True)[:size]
+        with mox_file.File(path, "rb") as handle:   # the first bytes only, not the whole object
+            return handle.read(size)
     with open(path, "rb") as handle:
         return handle.read(size)
 
