@@ -8,7 +8,8 @@ Every element is one example, a dict of tensors (``run(auto_batch=True)`` batche
 
 ``text``: the lines of the files are tokenized with WordPiece (``moxlite.data.wordpiece``)
 and packed, in file order, into sequences ``[CLS] <seq_length - 2 tokens> [SEP]``; the
-tokens left at the end, too few for a sequence, are dropped. Sequences are then masked
+tokens left at the end, too few for a sequence, are dropped (up to IN_MEMORY_BYTES of text,
+the packed sequences are cached in memory after the first pass). Sequences are then masked
 (``moxlite.data.masking``) with stateless random numbers of (seed, index): the held-out
 split is masked the same way every time, the training split anew each epoch (after
 its shuffle), deterministically. All of this runs inside tf.data.
@@ -40,6 +41,9 @@ NEXT_SENTENCE = "next_sentence_labels"
 BERT_FEATURES = SEQUENCE_FEATURES + PREDICTION_FEATURES + (NEXT_SENTENCE,)
 LINES_PER_BATCH = 256            # lines tokenized together
 EVAL_SEED_OFFSET = 1_000_003     # the held-out split's masks use another stream than training's
+# Text files up to this size have their packed sequences cached in memory (int32 tokens take about
+# as many bytes as the text), so only the first epoch tokenizes; larger corpora tokenize each epoch.
+IN_MEMORY_BYTES = 64 << 20
 
 
 @dataclasses.dataclass
@@ -99,6 +103,11 @@ def local_paths(files):
             path = os.path.join(data_cache.local_copy(folder, name), name)
         paths.append(path)
     return paths
+
+
+def fits_in_memory(files):
+    """True when the text of ``files`` is at most IN_MEMORY_BYTES: its packed sequences are then cached."""
+    return sum(os.path.getsize(path) for path in local_paths(files)) <= IN_MEMORY_BYTES
 
 
 def count(dataset):
@@ -183,7 +192,13 @@ def text(train_files=(), eval_files=(), vocabulary=None, vocab_size=6000, lowerc
     vocab = text_vocabulary(train_paths, vocabulary, vocab_size, lowercase, cache_dir)
 
     def sequences(paths):
-        return lambda: pack_sequences(_lines(paths), vocab.tokenize, seq_length, vocab.ids[CLS], vocab.ids[SEP])
+        in_memory = fits_in_memory(paths)
+
+        def make():
+            packed = pack_sequences(_lines(paths), vocab.tokenize, seq_length, vocab.ids[CLS], vocab.ids[SEP])
+            return packed.cache() if in_memory else packed   # later epochs skip the tokenizer
+
+        return make
 
     def mask(dataset, mask_seed):
         return masked_examples(dataset, seed=mask_seed, vocab_size=vocab.vocab_size, ids=vocab.ids,
