@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite.data
+from moxlite import errors
 from moxlite.contract import ModeKeys
 from moxlite.data import text_datasets, wordpiece
 from moxlite.recipes import builders, cli, loader
@@ -35,7 +36,8 @@ def plan_input(tmp_path, block):
 def test_a_recipe_gives_the_model_its_text_facts_and_dict_examples(tmp_path):
     input_fn, facts = plan_input(tmp_path, "{name: bert_synthetic, bert_synthetic: {vocab_size: 64, seq_length: 12, "
                                            "max_predictions: 3, num_samples: 16, eval_samples: 8, seed: 4}}")
-    assert (facts["vocab_size"], facts["seq_length"], facts["max_predictions"], facts["num_samples"]) == (64, 12, 3, 16)
+    text_facts = (facts["vocab_size"], facts["seq_length"], facts["max_predictions"], facts["num_samples"])
+    assert text_facts == (64, 12, 3, 16)
     assert facts["next_sentence"] is False and facts["num_classes"] == 64
     example = next(iter(input_fn(ModeKeys.TRAIN)))
     want = next(iter(text_datasets.bert_synthetic(vocab_size=64, seq_length=12, max_predictions=3, num_samples=16,
@@ -110,3 +112,26 @@ def test_text_and_vocabulary_on_object_storage_give_the_local_examples(s3, tmp_p
 
     remote = examples([f"obs://{bucket}/text/corpus*.txt"], f"obs://{bucket}/text/vocab.txt")
     assert remote == examples([str(tmp_path / "corpus*.txt")], str(local_vocab)) and len(remote) > 5
+
+
+def test_a_bert_tfrecord_recipe_reads_the_schema_from_the_files(tmp_path):
+    from tests.test_text_data import bert_examples
+
+    train, held_out = bert_examples(4, 10, 2, True, seed=1), bert_examples(3, 10, 2, True, seed=2)
+    text_datasets.write_bert_tfrecord(str(tmp_path / "train.tfrecord"), train)
+    text_datasets.write_bert_tfrecord(str(tmp_path / "eval.tfrecord"), held_out)
+    input_fn, facts = plan_input(tmp_path, f"{{name: bert_tfrecord, bert_tfrecord: {{train_files: ['{tmp_path}/train*'], "
+                                           f"eval_files: ['{tmp_path}/eval*'], vocab_size: 30522}}}}")
+    assert (facts["seq_length"], facts["max_predictions"], facts["next_sentence"], facts["vocab_size"]) == \
+        (10, 2, True, 30522)
+    read = list(input_fn(ModeKeys.EVAL).as_numpy_iterator())
+    assert len(read) == 3
+    for got, want in zip(read, held_out):
+        for name, value in want.items():
+            np.testing.assert_array_equal(got[name], value)
+    no_labels = bert_examples(2, 10, 2, False)
+    text_datasets.write_bert_tfrecord(str(tmp_path / "eval.tfrecord"), no_labels)
+    with pytest.raises(errors.RecipeError, match="input.bert_tfrecord.eval_files: the records of .* lack next_sentence_labels and the training "
+                                        "records have it"):
+        plan_input(tmp_path, f"{{name: bert_tfrecord, bert_tfrecord: {{train_files: ['{tmp_path}/train*'], "
+                             f"eval_files: ['{tmp_path}/eval*']}}}}")

@@ -240,7 +240,8 @@ def write_bert_tfrecord(path, examples):
                 if name not in example:
                     if name == NEXT_SENTENCE:
                         continue
-                    raise DataOptionError("examples", f"an example has no {name!r}; give {', '.join(BERT_FEATURES[:-1])}")
+                    raise DataOptionError("examples", f"an example has no {name!r}; give "
+                                                      f"{', '.join(BERT_FEATURES[:-1])}")
                 values = np.asarray(example[name]).reshape(-1)
                 if name == "masked_lm_weights":
                     feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=values.astype(np.float32)))
@@ -321,8 +322,9 @@ def bert_tfrecord(train_files=(), eval_files=(), vocab_size=30522, seq_length=No
     train, facts = _bert_records(train_paths, seq_length, max_predictions, "train_files")
     held_out, eval_facts = _bert_records(eval_paths, facts.seq_length, facts.max_predictions, "eval_files")
     if eval_facts.next_sentence != facts.next_sentence:
-        raise DataOptionError("eval_files", f"the records of {eval_paths[0]!r} {'have' if eval_facts.next_sentence else 'lack'} "
-                                            f"{NEXT_SENTENCE} and the training records do not; give files of one kind")
+        has, training = ("have", "do not") if eval_facts.next_sentence else ("lack", "have it")
+        raise DataOptionError("eval_files", f"the records of {eval_paths[0]!r} {has} {NEXT_SENTENCE} and the training "
+                                            f"records {training}; give files of one kind")
 
     def input_fn(mode):
         if mode == ModeKeys.TRAIN:
