@@ -108,10 +108,13 @@ def test_text_and_vocabulary_on_object_storage_give_the_local_examples(s3, tmp_p
 
     def examples(files, vocab):
         return [e["input_ids"].tolist() for e in text_datasets.text_mlm_dataset(
-            files, vocab, seq_length=10, max_predictions=2).as_numpy_iterator()]
+            files, vocab, seq_length=10, max_predictions=2, vocab_size=40,
+            cache_dir=str(tmp_path / "vocabularies")).as_numpy_iterator()]
 
     remote = examples([f"obs://{bucket}/text/corpus*.txt"], f"obs://{bucket}/text/vocab.txt")
     assert remote == examples([str(tmp_path / "corpus*.txt")], str(local_vocab)) and len(remote) > 5
+    learned = examples([f"obs://{bucket}/text/corpus*.txt"], None)   # a vocabulary learned from obs:// text
+    assert learned == examples([str(tmp_path / "corpus*.txt")], None) and len(learned) > 5
 
 
 def test_a_bert_tfrecord_recipe_reads_the_schema_from_the_files(tmp_path):

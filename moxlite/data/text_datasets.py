@@ -138,7 +138,7 @@ def text_mlm_dataset(files, vocabulary=None, seq_length=128, mask_rate=0.15, max
     Returns a Dataset of single examples (see the module's docstring).
     """
     text_checks.check_masking(seq_length, mask_rate, max_predictions)
-    paths = text_checks.text_files(files, "files")
+    paths = local_paths(text_checks.text_files(files, "files"))   # the learner and TF read local files
     vocab = text_vocabulary(paths, vocabulary, vocab_size, lowercase, cache_dir)
     sequences = pack_sequences(_lines(paths), vocab.tokenize, seq_length, vocab.ids[CLS], vocab.ids[SEP])
     if shuffle_buffer:
@@ -185,8 +185,8 @@ def text(train_files=(), eval_files=(), vocabulary=None, vocab_size=6000, lowerc
     bundled = not train_files
     if train_files and not eval_files:
         raise DataOptionError("eval_files", text_checks.EVAL_FILES_MISSING)
-    train_paths = text_checks.text_files(_bundled(train_files, wordpiece.BUNDLED_TRAIN), "train_files")
-    eval_paths = text_checks.text_files(_bundled(eval_files, wordpiece.BUNDLED_HELD_OUT), "eval_files")
+    train_paths = local_paths(text_checks.text_files(_bundled(train_files, wordpiece.BUNDLED_TRAIN), "train_files"))
+    eval_paths = local_paths(text_checks.text_files(_bundled(eval_files, wordpiece.BUNDLED_HELD_OUT), "eval_files"))
     if vocabulary is None and bundled and vocab_size == wordpiece.BUNDLED_VOCAB_SIZE and lowercase:
         vocabulary = wordpiece.BUNDLED_VOCABULARY   # learned from the bundled corpus with these settings
     vocab = text_vocabulary(train_paths, vocabulary, vocab_size, lowercase, cache_dir)
