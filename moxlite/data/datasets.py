@@ -11,6 +11,8 @@ once, in order.
 - ``synthetic``: generated images of any shape and class count.
 - ``tfrecord``: tf.train.Example files (ImageNet layout by default).
 - ``image_folder``: one sub-folder of images per class.
+- ``text``, ``bert_tfrecord``, ``bert_synthetic``: masked-LM examples, dicts of token ids
+  (moxlite.data.text_datasets); their ``DataSet`` is a ``MaskedLMData``.
 """
 
 import dataclasses
@@ -236,7 +238,20 @@ def image_folder(train_dir, eval_dir, image_shape=(224, 224, 3), allow_single_cl
                    num_samples=len(train_paths), num_eval_samples=len(eval_paths))
 
 
-BUILDERS = {"mnist": mnist, "synthetic": synthetic, "tfrecord": tfrecord, "image_folder": image_folder}
+def _masked_lm(name):
+    """The builder of masked-LM data set ``name`` (moxlite.data.text_datasets, imported when built)."""
+
+    def build_text_data(**options):
+        from moxlite.data import text_datasets
+
+        return text_datasets.BUILDERS[name](**options)
+
+    return build_text_data
+
+
+BUILDERS = {"mnist": mnist, "synthetic": synthetic, "tfrecord": tfrecord, "image_folder": image_folder,
+            "text": _masked_lm("text"), "bert_tfrecord": _masked_lm("bert_tfrecord"),
+            "bert_synthetic": _masked_lm("bert_synthetic")}
 
 
 def build(name, options: dict, epochs=None, shuffle_buffer=10000, seed=0) -> DataSet:
@@ -244,6 +259,6 @@ def build(name, options: dict, epochs=None, shuffle_buffer=10000, seed=0) -> Dat
     if name not in BUILDERS:
         raise errors.ArgumentError(f"data set {name!r} is not built in; choose one of {', '.join(BUILDERS)}")
     common = {"epochs": epochs, "shuffle_buffer": shuffle_buffer}
-    if "seed" not in options:  # synthetic's own seed also seeds its shuffle
+    if "seed" not in options:  # synthetic's (and bert_synthetic's) own seed also seeds its shuffle
         common["seed"] = seed
     return BUILDERS[name](**options, **common)

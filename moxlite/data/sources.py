@@ -192,10 +192,14 @@ def image_folder_inputs(train_dir, eval_dir, allow_single_class=False):
 
 
 def check_files(name, options):
-    """For data set ``name`` with recipe ``options``: its files exist and start as they should
-    (DataOptionError naming the option)."""
+    """For data set ``name`` with recipe ``options``: its files exist and start as they should, and
+    the text data sets' options agree (DataOptionError naming the option)."""
     if name == "tfrecord":
         tfrecord_inputs(options["train_files"], options["eval_files"], options.get("num_classes", 2),
                         options.get("allow_single_class", False))
     elif name == "image_folder":
         image_folder_inputs(options["train_dir"], options["eval_dir"], options.get("allow_single_class", False))
+    elif name in ("text", "bert_tfrecord", "bert_synthetic"):
+        from moxlite.data import text_checks   # imports this module: imported here, where it is used
+
+        text_checks.check_files(name, options)

@@ -157,7 +157,9 @@ def _resolve(loaded, path, reference):
 
 
 def _build_input(loaded):
-    """input_fn(mode) and what is known about the data: image_shape, num_classes, num_samples."""
+    """input_fn(mode) and what is known about the data: image_shape, num_classes, num_samples; for the
+    masked-LM data sets also vocab_size, seq_length, max_predictions, next_sentence and ``text``
+    (their ``TextFacts``)."""
     section = loaded.recipe.input
     if schema.is_reference(section.name):
         function = _resolve(loaded, ("input", "name"), section.name)
@@ -185,6 +187,10 @@ def _build_input(loaded):
     augmentation = augment.Augmentation(**dataclasses.asdict(section.augment), seed=seed)
     facts = {"num_samples": num_samples, "image_shape": data.image_shape, "num_classes": data.num_classes,
              "allow_single_class": bool(options.get("allow_single_class"))}
+    text_facts = getattr(data, "text", None)
+    if text_facts is not None:   # a masked-LM data set: what the model's embeddings and head need
+        facts.update(text=text_facts, vocab_size=text_facts.vocab_size, seq_length=text_facts.seq_length,
+                     max_predictions=text_facts.max_predictions, next_sentence=text_facts.next_sentence)
     return augment.augmented_input_fn(data.input_fn, data.num_classes, augmentation), facts
 
 

@@ -500,7 +500,13 @@ def _check_data_options(loaded):
             raise error(("input", block, "image_shape"), f"{shape} must be [height, width, channels] with 1 or 3 channels")
     if recipe.input.shuffle_buffer < 0:
         raise error(("input", "shuffle_buffer"), f"{recipe.input.shuffle_buffer} must be 0 or more")
-    if recipe.input.name in ("tfrecord", "image_folder"):
+    for block in schema.TEXT_DATASET_NAMES:
+        _check_rules(loaded, ("input", block), getattr(recipe.input, block))
+    if recipe.input.name in schema.TEXT_DATASET_NAMES and (augment.rand_augment_ops or augment.random_erasing
+                                                          or augment.mixup_alpha or augment.cutmix_alpha):
+        raise error(("input", "augment"), f"augments images, and the {recipe.input.name} data set gives token ids; "
+                                          f"remove input.augment")
+    if recipe.input.name in ("tfrecord", "image_folder") + schema.TEXT_DATASET_NAMES:
         try:
             sources.check_files(recipe.input.name, dataclasses.asdict(getattr(recipe.input, recipe.input.name)))
         except sources.DataOptionError as problem:
@@ -510,7 +516,7 @@ def _check_data_options(loaded):
 def data_image_shape(recipe):
     """The image shape a built-in data set gives (None for your own input_fn), known before reading it."""
     name = recipe.input.name
-    if schema.is_reference(name):
+    if schema.is_reference(name) or name in schema.TEXT_DATASET_NAMES:
         return None
     return list(schema.MNIST_IMAGE_SHAPE) if name == "mnist" else list(getattr(recipe.input, name).image_shape)
 
@@ -523,6 +529,9 @@ def _check_model_options(loaded):
         # Rules between keys of every block; those about the image only for the model that sees it.
         _check_rules(loaded, ("model", name), getattr(model, name),
                      image_shape if name == model.name and image_shape and len(image_shape) == 3 else None)
+    if model.name in schema.IMAGE_MODEL_NAMES and recipe.input.name in schema.TEXT_DATASET_NAMES:
+        raise error(("model", "name"), f"{model.name} reads images, and the {recipe.input.name} data set gives "
+                                       f"masked-LM token ids; use a masked-LM model, or an image data set")
     if model.name == "resnet50" and image_shape is not None and min(image_shape[:2]) < 32:
         raise error(("model", "name"), f"resnet50 needs images of at least 32x32, the data set gives "
                                        f"{image_shape}; use small_resnet, lenet or mlp")

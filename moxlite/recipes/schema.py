@@ -35,10 +35,14 @@ from moxlite import ranges
 # The names recipes may use for built-ins. The implementations live in
 # moxlite.data.datasets and moxlite.models; the names are listed here so that
 # a recipe is checked without importing TensorFlow.
-DATASET_NAMES = ("mnist", "synthetic", "tfrecord", "image_folder")
+DATASET_NAMES = ("mnist", "synthetic", "tfrecord", "image_folder", "text", "bert_tfrecord", "bert_synthetic")
+# The data sets of masked-LM examples (dicts of token ids, moxlite.data.text_datasets), not images.
+TEXT_DATASET_NAMES = ("text", "bert_tfrecord", "bert_synthetic")
 MNIST_IMAGE_SHAPE = (28, 28, 1)   # the other built-ins take theirs from their options
 MODEL_NAMES = ("mlp", "lenet", "resnet50", "small_resnet", "swin_tiny", "vit_tiny", "bert_tiny", "bert_base",
                "bert_large")
+# The built-in models that read images (a text data set gives them none).
+IMAGE_MODEL_NAMES = ("mlp", "lenet", "resnet50", "small_resnet", "swin_tiny", "vit_tiny")
 BERT_MODEL_NAMES = ("bert_tiny", "bert_base", "bert_large")   # masked-LM pre-training: no num_classes
 AMP_LEVELS = ("", "O0", "O1", "O2", "O3")
 RUN_MODES = ("train", "eval", "predict", "export")
@@ -257,10 +261,66 @@ class AugmentOptions:
 
 
 @dataclasses.dataclass(kw_only=True)
+class MaskedLMOptions:
+    """The masking options every masked-LM data set that masks its own sequences takes."""
+
+    seq_length: int = setting(128, "Tokens per sequence, [CLS] and [SEP] included (at most the model's max_sequence_length).",
+                              valid=ranges.integer(3))
+    mask_rate: float = setting(0.15, "Share of the tokens predicted (BERT's 0.15); 80% of them become [MASK], 10% a random token, 10% stay.",
+                               valid=ranges.number(above=0, below=1))
+    max_predictions: int = setting(20, "Most predictions per sequence (BERT's max_predictions_per_seq); at most seq_length - 2.",
+                                   valid=ranges.integer(1))
+
+
+@dataclasses.dataclass(kw_only=True)
+class TextOptions(MaskedLMOptions):
+    """Files of text lines, WordPiece-tokenized, packed into sequences and masked (moxlite.data.text_datasets)."""
+
+    train_files: List[str] = setting([], "Glob patterns of the training text files (local or obs://), a sentence or paragraph a line; empty: the bundled corpus (Python's docstrings).")
+    eval_files: List[str] = setting([], "Glob patterns of the held-out text files (for masked-LM accuracy); empty with empty train_files: the bundled held-out split.")
+    vocabulary: Optional[str] = setting(None, "A WordPiece vocabulary file (BERT's vocab.txt, one token a line); null: the bundled corpus's, or one learned from train_files and cached.")
+    vocab_size: int = setting(6000, "Tokens of a vocabulary learned from train_files (a target: a small corpus gives fewer).",
+                              valid=ranges.integer(6))
+    lowercase: bool = setting(True, "Lower-case and strip accents before WordPiece (BERT's uncased models).")
+    cache_dir: Optional[str] = setting(None, "Folder of learned vocabularies (null: $MOXLITE_CACHE_DIR/vocabularies or ~/.cache/moxlite/vocabularies).")
+    num_samples: Optional[int] = setting(None, "Training sequences in one epoch (null: counted by one pass over train_files).",
+                                         valid=ranges.integer(1))
+
+
+@dataclasses.dataclass(kw_only=True)
+class BertTFRecordOptions:
+    """TFRecord files in BERT's pre-training schema (create_pretraining_data.py; MindSpore's run_pretrain.py reads them)."""
+
+    train_files: List[str] = setting([], "Glob patterns of the training TFRecord files.")
+    eval_files: List[str] = setting([], "Glob patterns of the held-out TFRecord files.")
+    vocab_size: int = setting(30522, "Tokens of the vocabulary the files were written with (BERT's uncased: 30522).",
+                              valid=ranges.integer(6))
+    seq_length: Optional[int] = setting(None, "Tokens per sequence in the files (null: read from the first record).",
+                                        valid=ranges.integer(3))
+    max_predictions: Optional[int] = setting(None, "Predictions per sequence in the files (null: read from the first record).",
+                                             valid=ranges.integer(1))
+    num_samples: Optional[int] = setting(None, "Training records in one epoch, for steps per epoch and epoch-based schedules (null: unknown).",
+                                         valid=ranges.integer(1))
+
+
+@dataclasses.dataclass(kw_only=True)
+class BertSyntheticOptions(MaskedLMOptions):
+    """Random token sequences of a vocabulary of any size, masked as text is (shortened BERT recipes and benchmarks)."""
+
+    vocab_size: int = setting(30522, "Tokens of the vocabulary; ids 0-4 are [PAD], [UNK], [CLS], [SEP], [MASK].",
+                              valid=ranges.integer(6))
+    num_samples: int = setting(1024, "Training sequences in one epoch.", valid=ranges.integer(1))
+    eval_samples: int = setting(256, "Held-out sequences.", valid=ranges.integer(1))
+    next_sentence: bool = setting(False, "Add a random 0/1 next_sentence_labels [1] (for a next-sentence head).")
+    seed: int = setting(0, "Seed of the tokens and the masks.")
+
+
+@dataclasses.dataclass(kw_only=True)
 @with_options_blocks(mnist=MnistOptions, synthetic=SyntheticOptions, tfrecord=TFRecordOptions,
-                     image_folder=ImageFolderOptions, augment=AugmentOptions)
+                     image_folder=ImageFolderOptions, text=TextOptions, bert_tfrecord=BertTFRecordOptions,
+                     bert_synthetic=BertSyntheticOptions, augment=AugmentOptions)
 class InputSection:
-    """Where samples come from: input_fn(mode) yields (image, label) samples."""
+    """Where samples come from: input_fn(mode) yields (image, label) samples, or masked-LM dicts (text data sets)."""
 
     name: str = setting(REQUIRED, "A built-in data set, or 'package.module:function' naming your input_fn(mode).", DATASET_NAMES)
     kwargs: Dict[str, Any] = setting({}, "Keyword arguments for your input_fn (only with a module:function name).")
@@ -626,6 +686,16 @@ def _value_range_ordered(values, image_shape):
     return None
 
 
+def _predictions_fit_sequence(values, image_shape):
+    from moxlite.data import text_checks, sources   # both free of TensorFlow
+
+    try:
+        text_checks.check_masking(values["seq_length"], values["mask_rate"], values["max_predictions"])
+    except sources.DataOptionError as problem:
+        return problem.detail if problem.option == "max_predictions" else None
+    return None
+
+
 def _fp16_with_float32_level(values, image_shape):
     if values["use_fp16"] and str(values["amp_level"]).strip().upper() == "O0":
         return ("True asks for float16 but amp_level O0 for float32; drop one of them "
@@ -665,6 +735,8 @@ RULES = {
                       Rule("patch_size", _swin_tokens_merge, needs_image=True),
                       Rule("window_size", _swin_windows_fit, needs_image=True)),
     AugmentOptions: (Rule("value_range", _value_range_ordered),),
+    TextOptions: (Rule("max_predictions", _predictions_fit_sequence),),
+    BertSyntheticOptions: (Rule("max_predictions", _predictions_fit_sequence),),
     PrecisionSection: (Rule("use_fp16", _fp16_with_float32_level),
                        Rule("drop_overflow_update", _no_drop_needs_fixed_scale)),
 }
