@@ -2,7 +2,7 @@
 
     python tools/bench_thor.py                 # the reduced run (a shared machine)
     python tools/bench_thor.py --full          # the full run, for a quiet machine
-    python tools/bench_thor.py --plan          # ResNet-50 and BERT-base on paper, no training
+    python tools/bench_thor.py --plan          # ResNet-50, BERT-base and BERT-large on paper, no training
     python tools/bench_thor.py --workload bert_tiny   # THOR, Lamb, AdamW on BERT-tiny (tools/bench_thor_bert.py)
 
 Training benchmark. Two models on moxlite's 4,000 training / 1,000 test
@@ -401,7 +401,7 @@ def plot(results, path, print_fn=print):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plan", action="store_true", help="print the at-scale plan (ResNet-50, BERT-base) and exit")
+    parser.add_argument("--plan", action="store_true", help="print the at-scale plan (ResNet-50, BERT-base, BERT-large) and exit")
     parser.add_argument("--full", action="store_true", help="the full benchmark (more seeds, steps and settings)")
     parser.add_argument("--models", default="cnn,mlp", help="comma-separated: cnn, mlp")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per optimizer (>= 3 for the goals)")

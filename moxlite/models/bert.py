@@ -68,12 +68,16 @@ class BertPretrainingNetwork:
         if next_sentence and self.next_sentence_head is None:
             self.next_sentence_head = keras.layers.Dense(2, name="next_sentence_head")
 
+    def keras_layers(self):
+        """The Keras parts made so far: the encoder, then the heads."""
+        return [layer for layer in (self.backbone, self.masked_lm_head, self.next_sentence_head) if layer is not None]
+
     @property
     def trainable_weights(self):
-        layers = [self.backbone, self.masked_lm_head, self.next_sentence_head]
+        """Every part's trainable weights, the tied token embedding once."""
         found, seen = [], set()
-        for layer in layers:
-            for weight in (layer.trainable_weights if layer is not None else ()):
+        for layer in self.keras_layers():
+            for weight in layer.trainable_weights:
                 if id(weight) not in seen:
                     seen.add(id(weight))
                     found.append(weight)
