@@ -53,13 +53,23 @@ def test_without_next_sentence_labels_the_loss_is_the_masked_lm_loss_and_no_head
 
 
 def test_the_masked_lm_head_is_tied_to_the_token_embedding():
+    """logits = LayerNorm(Dense_gelu(h at the positions)) . E^T + b, with E the encoder's token table."""
     arrays = bertlib.pretraining_arrays(2)
     model_fn = bert.bert_model_fn(backbone=bertlib.tiny_backbone())
-    model_fn({key: tf.constant(value) for key, value in arrays.items()}, mox.ModeKeys.TRAIN)
+    features = {key: tf.constant(value) for key, value in arrays.items()}
+    model_fn(features, mox.ModeKeys.TRAIN)
     network = model_fn.network()
-    embedding = network.backbone.token_embedding.embeddings
-    assert any(weight is embedding for weight in network.masked_lm_head.weights)
-    assert sum(weight is embedding for weight in network.trainable_weights) == 1
+    head = network.masked_lm_head
+    sequence = network.backbone({"token_ids": features["input_ids"], "segment_ids": features["segment_ids"],
+                                 "padding_mask": features["input_mask"]})["sequence_output"].numpy()
+    gathered = np.take_along_axis(sequence, arrays["masked_lm_positions"][..., None], axis=1)
+    hidden = head.intermediate_layer_norm(head.intermediate_dense(gathered)).numpy()
+    table = network.backbone.token_embedding.embeddings.numpy()
+    expected = hidden @ table.T + head.output_bias.numpy()
+    np.testing.assert_allclose(head(sequence, mask_positions=arrays["masked_lm_positions"]).numpy(), expected,
+                               atol=1e-5)
+    vocabulary_wide = [w for w in network.trainable_weights if bertlib.VOCABULARY in tuple(w.shape) and len(w.shape) == 2]
+    assert [w.path for w in vocabulary_wide] == ["token_embedding/embeddings"]   # no untied output matrix
 
 
 def test_sequences_longer_than_the_model_are_one_line_naming_max_sequence_length():

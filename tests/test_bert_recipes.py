@@ -28,6 +28,7 @@ def _model_weights(log_dir):
     return {name: reader.get_tensor(name) for name in names}
 
 
+@pytest.mark.slow   # minutes on a loaded 2-core machine: two runs, each tokenizing the bundled corpus
 def test_tiny_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_path):
     """The recipe's schedule blocks and thor settings reach momentum and thor as the Python API builds them."""
     import keras
@@ -56,6 +57,7 @@ def test_tiny_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_pa
     assert tf.train.load_checkpoint(str(tmp_path / "recipe")).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 3
 
 
+@pytest.mark.slow   # the bundled corpus is tokenized for the run and again for the evaluation
 def test_tiny_lamb_recipe_trains_on_two_replicas_and_reports_held_out_masked_lm_accuracy(capsys, tmp_path):
     overrides = [o for o in SHORT if o != "run.evaluate=false"] + [
         "distribute.num_gpus=2", "run.eval_steps=2", f"run.log_dir={tmp_path / 'lamb'}"]

@@ -3,11 +3,12 @@
     model_fn = moxlite.models.bert.bert_model_fn("tiny", vocabulary_size=1000)
     model_fn = moxlite.models.bert.bert_model_fn(backbone=my_backbone)   # built before run, see strategy_scope
 
-The encoder is keras-hub's ``BertBackbone`` and the masked-LM head its ``MaskedLMHead``
-(tied to the token embedding, as in Devlin et al. 2018): they are the maintained
-Keras 3 implementation of the published architecture, they build from a configuration
-without downloading anything, and a preset a user already has (``from_preset``) gives
-the same object. keras-hub is imported only when a BERT model is built.
+The encoder is keras-hub's ``BertBackbone``: the maintained Keras 3 implementation of the
+published architecture, built from a configuration without downloading anything, and a
+preset a user already has (``from_preset``) gives the same object. The masked-LM head is
+BERT's (Devlin et al. 2018), tied to the token embedding; it is our own small layer rather
+than keras-hub's ``MaskedLMHead`` for THOR's sake (see ``tied_masked_lm_head``). keras-hub is
+imported only when a BERT model is built.
 
 model_fn reads the pre-training batch of moxlite's text data sets (and of the TFRecord
 schema BERT's scripts write): ``input_ids``, ``input_mask``, ``segment_ids`` [B, L],
@@ -59,12 +60,9 @@ class BertPretrainingNetwork:
 
     def build_heads(self, next_sentence):
         import keras
-        import keras_hub
 
         if self.masked_lm_head is None:
-            self.masked_lm_head = keras_hub.layers.MaskedLMHead(
-                token_embedding=self.backbone.token_embedding, intermediate_activation="gelu",
-                name="masked_lm_head")
+            self.masked_lm_head = tied_masked_lm_head(self.backbone.token_embedding)
         if next_sentence and self.next_sentence_head is None:
             self.next_sentence_head = keras.layers.Dense(2, name="next_sentence_head")
 
@@ -82,6 +80,45 @@ class BertPretrainingNetwork:
                     seen.add(id(weight))
                     found.append(weight)
         return found
+
+
+def tied_masked_lm_head(token_embedding):
+    """BERT's masked-LM head: at the masked positions, Dense(hidden, gelu), LayerNorm, then the logits
+    against the token embedding's table (tied) plus a bias over the vocabulary.
+
+    keras-hub's MaskedLMHead computes the same logits through the embedding layer's reverse call;
+    THOR records every call of a layer it preconditions, and would take that second call of the
+    Embedding for one with a vocabulary-wide output. Here, as in MindSpore's BERT, the table is
+    multiplied directly, so THOR sees it once, as the Embedding it is (its gradient, both uses
+    summed, preconditioned by the Embedding rule).
+    """
+    import keras
+
+    class TiedMaskedLMHead(keras.layers.Layer):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            width = token_embedding.output_dim
+            initializer = keras.initializers.TruncatedNormal(stddev=0.02)   # BERT's initializer range
+            self.intermediate_dense = keras.layers.Dense(width, activation="gelu", kernel_initializer=initializer,
+                                                         name="intermediate_dense")
+            self.intermediate_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12,
+                                                                           name="intermediate_layer_norm")
+
+        def build(self, input_shape):
+            width = token_embedding.output_dim
+            self.intermediate_dense.build((None, None, width))
+            self.intermediate_layer_norm.build((None, None, width))
+            self.output_bias = self.add_weight(shape=(token_embedding.input_dim,), initializer="zeros",
+                                               name="output_bias")
+
+        def call(self, inputs, mask_positions):
+            gathered = keras.ops.take_along_axis(inputs, keras.ops.expand_dims(mask_positions, -1), axis=1)
+            hidden = self.intermediate_layer_norm(self.intermediate_dense(gathered))
+            table = keras.ops.cast(token_embedding.embeddings, hidden.dtype)
+            return keras.ops.matmul(hidden, keras.ops.transpose(table)) + keras.ops.cast(self.output_bias,
+                                                                                         hidden.dtype)
+
+    return TiedMaskedLMHead(name="masked_lm_head")
 
 
 def masked_lm_loss_and_accuracy(logits, ids, weights):
