@@ -68,7 +68,8 @@ def test_the_masked_lm_head_is_tied_to_the_token_embedding():
     expected = hidden @ table.T + head.output_bias.numpy()
     np.testing.assert_allclose(head(sequence, mask_positions=arrays["masked_lm_positions"]).numpy(), expected,
                                atol=1e-5)
-    vocabulary_wide = [w for w in network.trainable_weights if bertlib.VOCABULARY in tuple(w.shape) and len(w.shape) == 2]
+    vocabulary_wide = [w for w in network.trainable_weights
+                       if len(w.shape) == 2 and bertlib.VOCABULARY in tuple(w.shape)]
     assert [w.path for w in vocabulary_wide] == ["token_embedding/embeddings"]   # no untied output matrix
 
 

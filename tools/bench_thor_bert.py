@@ -215,7 +215,8 @@ def report(best):
         lines.append(f"   {kind + ' ' + str(setting):<22}{_median_range(steps):>22}"
                      f"{_median_range(seconds, '{:.1f}'):>26}{_median_range(finals, '{:.4f}'):>28}   "
                      f"{sum(r is not None for r in reached)}/{len(runs)}")
-        lines.append(f"      every seed: steps {steps}, seconds {[None if s is None else round(s, 1) for s in seconds]}, "
+        rounded = [None if s is None else round(s, 1) for s in seconds]
+        lines.append(f"      every seed: steps {steps}, seconds {rounded}, "
                      f"final {[round(f, 4) for f in finals]}")
     for base in BASELINES:
         steps, seconds, finals = summary["thor"]
