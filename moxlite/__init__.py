@@ -59,6 +59,7 @@ _EXPORTS = {
     "get_optimizer_fn": "moxlite.optimizers:get_optimizer_fn",
     "get_optimizer_wrapper_fn": "moxlite.optimizers:get_optimizer_wrapper_fn",
     "run": "moxlite.training.run:run",
+    "strategy_scope": "moxlite.distribute:scope",
     "NetworkKeys": "moxlite.zoo:NetworkKeys",
     "get_model_fn": "moxlite.zoo:get_model_fn",
     "get_model_meta": "moxlite.zoo:get_model_meta",

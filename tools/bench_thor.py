@@ -2,7 +2,8 @@
 
     python tools/bench_thor.py                 # the reduced run (a shared machine)
     python tools/bench_thor.py --full          # the full run, for a quiet machine
-    python tools/bench_thor.py --plan          # ResNet-50 and BERT-base on paper, no training
+    python tools/bench_thor.py --plan          # ResNet-50, BERT-base and BERT-large on paper, no training
+    python tools/bench_thor.py --workload bert_tiny   # THOR, Lamb, AdamW on BERT-tiny (tools/bench_thor_bert.py)
     python tools/bench_thor.py --models mlp --optimizers momentum,thor,thor+pi \
         --thor-variant thor+pi=pi_damping:1 --thor-variant thor+trace=refresh:trace,trace_threshold:0.2
                                                # THOR past MindSpore: pi damping, trace refresh
@@ -465,11 +466,16 @@ def plot(results, path, print_fn=print):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plan", action="store_true", help="print the at-scale plan (ResNet-50, BERT-base) and exit")
+    parser.add_argument("--plan", action="store_true", help="print the at-scale plan (ResNet-50, BERT-base, BERT-large) and exit")
     parser.add_argument("--full", action="store_true", help="the full benchmark (more seeds, steps and settings)")
     parser.add_argument("--models", default="cnn,mlp", help="comma-separated: cnn, mlp")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per optimizer (>= 3 for the goals)")
-    parser.add_argument("--plot", default=os.path.join(REPO, "tools", "bench_thor.png"), help="plot file")
+    parser.add_argument("--workload", default="digits", choices=("digits", "bert_tiny"),
+                        help="digits: the CNN and MLP against momentum and Adam; bert_tiny: masked-LM pre-training "
+                             "on the bundled corpus against Lamb and AdamW (tools/bench_thor_bert.py)")
+    parser.add_argument("--quick", action="store_true", help="bert_tiny: a few steps, one seed (a check that it runs)")
+    parser.add_argument("--plot", default=None, help="plot file (default tools/bench_thor.png, bert_tiny: "
+                                                     "tools/bench_thor_bert.png)")
     parser.add_argument("--log-root", default="runs/bench_thor", help="where the runs' log_dirs go")
     parser.add_argument("--timing-only", action="store_true",
                         help="only momentum's and THOR's step times (wall and CPU), at fixed settings; no sweep")
@@ -500,6 +506,13 @@ def main(argv=None):
     from moxlite.training import reporting
 
     reporting.get_logger().setLevel(logging.WARNING)
+    if args.workload == "bert_tiny":
+        import bench_thor_bert
+
+        args.plot = args.plot or os.path.join(REPO, "tools", "bench_thor_bert.png")
+        bench_thor_bert.main(args)
+        return 0
+    args.plot = args.plot or os.path.join(REPO, "tools", "bench_thor.png")
     config = dict(FULL if args.full else REDUCED)
     if args.seeds:
         config["seeds"] = args.seeds

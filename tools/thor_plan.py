@@ -194,7 +194,7 @@ def plan_lines(title, layers, parameter_count, frequency, note, block_size=128):
 
 
 def plan(resnet_batch=32, bert_batch=12, bert_sequence=128, block_size=128):
-    """The --plan report: ResNet-50 at MindSpore's frequency 834, BERT-base at 100."""
+    """The --plan report: ResNet-50 at MindSpore's frequency 834, BERT-base and BERT-large at 100."""
     lines = []
     layers, parameters = resnet50_layers(resnet_batch)
     lines += plan_lines("ResNet-50 (keras.applications, 224x224, 1000 classes)", layers, parameters,
@@ -202,6 +202,11 @@ def plan(resnet_batch=32, bert_batch=12, bert_sequence=128, block_size=128):
     lines.append("")
     layers, parameters = bert_base_layers(bert_batch, bert_sequence)
     lines += plan_lines("BERT-base encoder (12 x MultiHeadAttention(12, 64) + Dense 3072, word embeddings)",
+                        layers, parameters, BERT_FREQUENCY,
+                        f"batch {bert_batch} x {bert_sequence} tokens per device", block_size)
+    lines.append("")
+    layers, parameters = bert_base_layers(bert_batch, bert_sequence, num_layers=24, width=1024, heads=16, ffn=4096)
+    lines += plan_lines("BERT-large encoder (24 x MultiHeadAttention(16, 64) + Dense 4096, word embeddings)",
                         layers, parameters, BERT_FREQUENCY,
                         f"batch {bert_batch} x {bert_sequence} tokens per device", block_size)
     lines.append("")

@@ -5,11 +5,15 @@
         setup.serve_forever()                # ps (and, async, worker) tasks
     with setup.strategy.scope(): ...
 
+    with moxlite.strategy_scope():           # the same strategy object run() will use
+        backbone = keras_hub.models.BertBackbone(...)   # a model built before run()
+
 See ``cluster`` for how MoXing's per-process flags map onto TensorFlow's
 chief/worker/ps roles, ``strategy`` for which strategy each cluster gets,
 and ``tools/launch_local.py`` to start a whole cluster on one machine.
 """
 
+import contextlib
 import dataclasses
 from typing import Any, Optional
 
@@ -18,7 +22,7 @@ from moxlite.distribute import cluster as cluster_module
 from moxlite.distribute.cluster import ClusterView, resolve
 
 
-__all__ = ["DistributionSetup", "setup", "ClusterView", "resolve"]
+__all__ = ["DistributionSetup", "setup", "scope", "ClusterView", "resolve"]
 
 
 @dataclasses.dataclass
@@ -148,3 +152,29 @@ def _build_setup(view, timeout_seconds, variable_partitioner, environ):
         task_index=view.task_index, is_chief=view.is_chief, num_workers=view.num_workers,
         num_replicas_in_sync=replicas, sync_replicas=view.sync_replicas if view.jobs else True,
         serves_only=view.serves_only, view=view, worker0_server=worker0_server)
+
+
+@contextlib.contextmanager
+def scope(get_flag=None, environ=None):
+    """Enter the scope of the strategy a TRAIN ``run()`` of this process will use; yields that strategy.
+
+    Exported as ``moxlite.strategy_scope()``. A model whose variables are made before
+    ``run`` (a keras-hub ``from_preset`` or constructor, a Keras model called once) must be
+    made inside it to train on several replicas: ``setup()`` resolves the same flags or
+    TF_CONFIG that ``run`` reads, and returns the same set-up (one per resolved cluster), so
+    ``run`` trains with this very strategy object and the variables are already mirrored.
+    Set the flags (``num_gpus``, the cluster flags) or TF_CONFIG before entering it.
+
+    In a task that only serves (a parameter server, or an asynchronous worker) there is no
+    strategy: the scope does nothing and yields None, and ``run`` there serves.
+    """
+    import tensorflow as tf
+
+    from moxlite.distribute import prebuilt
+
+    found = setup(get_flag=get_flag, environ=environ)
+    if found.serves_only:
+        yield None
+        return
+    with found.strategy.scope(), tf.variable_creator_scope(prebuilt.recording_creator):
+        yield found.strategy

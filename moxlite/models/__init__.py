@@ -1,6 +1,8 @@
-"""Built-in models as MoXing model_fn's: mlp, lenet, resnet50, small_resnet, swin_tiny, vit_tiny.
+"""Built-in models as MoXing model_fn's: mlp, lenet, resnet50, small_resnet, swin_tiny, vit_tiny,
+and BERT pre-training (bert_tiny, bert_base, bert_large; moxlite.models.bert).
 
     model_fn = moxlite.models.build_model_fn("lenet", num_classes=10, filters=[32, 64])
+    model_fn = moxlite.models.build_bert_model_fn("bert_tiny", vocabulary_size=1000)
 
 The network takes its input shape from the first batch model_fn receives.
 """
@@ -24,7 +26,8 @@ def build_model_fn(name, num_classes, weight_decay=0.0, label_smoothing=0.0, all
     says one class is meant (its own ``allow_single_class``).
     """
     if name not in NETWORKS:
-        raise errors.ArgumentError(f"model {name!r} is not built in; choose one of {', '.join(NETWORKS)}")
+        bert_hint = " (a BERT: use build_bert_model_fn)" if name.startswith("bert_") else ""
+        raise errors.ArgumentError(f"model {name!r} is not built in{bert_hint}; choose one of {', '.join(NETWORKS)}")
     from moxlite.recipes import schema
 
     options_class = schema.model_options_class(name)
@@ -51,4 +54,30 @@ def build_model_fn(name, num_classes, weight_decay=0.0, label_smoothing=0.0, all
     return classifier_model_fn(build_network, weight_decay, label_smoothing=label_smoothing)
 
 
-__all__ = ["NETWORKS", "build_model_fn", "classifier_model_fn"]
+def build_bert_model_fn(name, weight_decay=0.0, **options):
+    """model_fn of built-in BERT ``name`` (bert_tiny, bert_base, bert_large) with its ``options``.
+
+    Options (vocabulary_size, num_layers, num_heads, hidden_dim, intermediate_dim,
+    max_sequence_length, dropout) are checked against the recipe schema's declaration now,
+    so a mistake is an ArgumentError naming it before the run starts.
+    """
+    from moxlite.models import bert
+    from moxlite.recipes import schema
+
+    if name not in bert.MODEL_NAMES:
+        raise errors.ArgumentError(f"model {name!r} is not a built-in BERT; choose one of {', '.join(bert.MODEL_NAMES)}")
+    options_class = schema.model_options_class(name)
+    accepted = [field.name for field in dataclasses.fields(options_class)]
+    for key in options:
+        if key not in accepted:
+            close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise errors.ArgumentError(f"{name}: unknown option {key!r}{hint}; accepted: {', '.join(accepted)}")
+    found = schema.check_values(schema.ModelSection, {"weight_decay": weight_decay}) or \
+        schema.check_values(options_class, options)
+    if found:
+        raise errors.ArgumentError(f"{name}: {found[0]}={found[1]}")
+    return bert.bert_model_fn(bert.MODEL_NAMES[name], weight_decay=weight_decay, **options)
+
+
+__all__ = ["NETWORKS", "build_bert_model_fn", "build_model_fn", "classifier_model_fn"]

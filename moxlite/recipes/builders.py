@@ -231,6 +231,8 @@ def _build_model(loaded, data_facts):
                 return function(inputs, mode, **kwargs)
             return model_fn
         return make_user_model_fn
+    if section.name in schema.BERT_MODEL_NAMES:
+        return _build_bert_model(loaded, data_facts)
     num_classes = section.num_classes or data_facts.get("num_classes")
     if num_classes is None:
         raise loaded.error(("model", "num_classes"), f"required for the built-in model {section.name!r} "
@@ -242,6 +244,28 @@ def _build_model(loaded, data_facts):
     return lambda: models.build_model_fn(section.name, num_classes, weight_decay=section.weight_decay,
                                          label_smoothing=section.label_smoothing,
                                          allow_single_class=single_class, **options)
+
+
+def _build_bert_model(loaded, data_facts):
+    """A factory of BERT pre-training model_fn's; the vocabulary is the block's, else the data set's."""
+    section = loaded.recipe.model
+    options = dataclasses.asdict(getattr(section, section.name))
+    if options["vocabulary_size"] is None:
+        options["vocabulary_size"] = data_facts.get("vocab_size")   # a masked-LM data set's vocabulary
+    if options["vocabulary_size"] is None:
+        raise loaded.error(("model", section.name, "vocabulary_size"),
+                           "required: this data set has no vocabulary of its own; give the model's vocabulary size")
+    length = data_facts.get("seq_length")
+    if length is not None and length > options["max_sequence_length"]:
+        raise loaded.error(("model", section.name, "max_sequence_length"),
+                           f"{options['max_sequence_length']} is shorter than the data's seq_length {length}; "
+                           f"raise it, or lower the data set's seq_length")
+    if section.num_classes is not None:
+        raise loaded.error(("model", "num_classes"), f"{section.num_classes}: {section.name} predicts tokens, not "
+                                                     f"classes; drop num_classes")
+    from moxlite import models
+
+    return lambda: models.build_bert_model_fn(section.name, weight_decay=section.weight_decay, **options)
 
 
 # ----------------------------------------------------------------- optimizer

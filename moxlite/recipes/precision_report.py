@@ -31,9 +31,20 @@ def layer_dtype_lines(plan):
         layers = amp.configured_layers()
         network = getattr(model_fn, "network", None)
         if network is not None and network() is not None:   # a built-in model: every layer, nested ones too
-            layers = list(_walk(network()))
+            layers = list(_walk_network(network()))
         table = amp.describe_layers(layers)
     return [header, "Layers (compute dtype, variable dtypes):", *("  " + line for line in table.splitlines())]
+
+
+def _walk_network(network):
+    """A Keras model's layers; a network of several Keras parts (``keras_layers()``: BERT's encoder
+    and heads) gives each part, then its layers under its name."""
+    if not hasattr(network, "keras_layers"):
+        yield from _walk(network)
+        return
+    for part in network.keras_layers():
+        yield _Named(part, part.name)
+        yield from _walk(part, part.name + "/")
 
 
 def _walk(layer, prefix=""):

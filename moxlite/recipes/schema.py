@@ -39,9 +39,11 @@ DATASET_NAMES = ("mnist", "synthetic", "tfrecord", "image_folder", "text", "bert
 # The data sets of masked-LM examples (dicts of token ids, moxlite.data.text_datasets), not images.
 TEXT_DATASET_NAMES = ("text", "bert_tfrecord", "bert_synthetic")
 MNIST_IMAGE_SHAPE = (28, 28, 1)   # the other built-ins take theirs from their options
-MODEL_NAMES = ("mlp", "lenet", "resnet50", "small_resnet", "swin_tiny", "vit_tiny")
+MODEL_NAMES = ("mlp", "lenet", "resnet50", "small_resnet", "swin_tiny", "vit_tiny", "bert_tiny", "bert_base",
+               "bert_large")
 # The built-in models that read images (a text data set gives them none).
 IMAGE_MODEL_NAMES = ("mlp", "lenet", "resnet50", "small_resnet", "swin_tiny", "vit_tiny")
+BERT_MODEL_NAMES = ("bert_tiny", "bert_base", "bert_large")   # masked-LM pre-training: no num_classes
 AMP_LEVELS = ("", "O0", "O1", "O2", "O3")
 RUN_MODES = ("train", "eval", "predict", "export")
 STRATEGIES = ("auto", "mirrored", "multi_worker", "parameter_server", "tpu")
@@ -408,14 +410,53 @@ class VitTinyOptions(VisionTransformerOptions):
 
 
 @dataclasses.dataclass(kw_only=True)
+class BertOptions:
+    """The options of every built-in BERT (moxlite.models.bert); each size states its own with with_defaults."""
+
+    # No size defaults here: a size that does not state its own fails when this module is imported.
+    vocabulary_size: Optional[int] = setting(REQUIRED, "Tokens in the vocabulary; null takes the data set's.",
+                                             valid=ranges.integer(1))
+    num_layers: int = setting(REQUIRED, "Transformer layers of the encoder.", valid=ranges.integer(1))
+    num_heads: int = setting(REQUIRED, "Attention heads (they divide hidden_dim).", valid=ranges.integer(1))
+    hidden_dim: int = setting(REQUIRED, "Width of the encoder.", valid=ranges.integer(1))
+    intermediate_dim: int = setting(REQUIRED, "Width of the feed-forward layers.", valid=ranges.integer(1))
+    max_sequence_length: int = setting(REQUIRED, "Longest sequence (position embeddings); the data's sequence "
+                                       "length may not exceed it.", valid=ranges.integer(1))
+    dropout: float = setting(0.1, "Dropout rate of the encoder (BERT's 0.1).", valid=ranges.fraction())
+
+
+@dataclasses.dataclass(kw_only=True)
+@with_defaults(vocabulary_size=None, num_layers=2, num_heads=2, hidden_dim=64, intermediate_dim=256,
+               max_sequence_length=128)
+class BertTinyOptions(BertOptions):
+    """A 2-layer BERT (hidden 64, 2 heads), for tests and the bundled corpus."""
+
+
+@dataclasses.dataclass(kw_only=True)
+@with_defaults(vocabulary_size=30522, num_layers=12, num_heads=12, hidden_dim=768, intermediate_dim=3072,
+               max_sequence_length=512)
+class BertBaseOptions(BertOptions):
+    """BERT-base (Devlin et al. 2018): 12 layers, hidden 768, 12 heads, 110M parameters."""
+
+
+@dataclasses.dataclass(kw_only=True)
+@with_defaults(vocabulary_size=30522, num_layers=24, num_heads=16, hidden_dim=1024, intermediate_dim=4096,
+               max_sequence_length=512)
+class BertLargeOptions(BertOptions):
+    """BERT-large (Devlin et al. 2018): 24 layers, hidden 1024, 16 heads, 340M parameters."""
+
+
+@dataclasses.dataclass(kw_only=True)
 @with_options_blocks(mlp=MlpOptions, lenet=LenetOptions, resnet50=Resnet50Options, small_resnet=SmallResnetOptions,
-                     swin_tiny=SwinTinyOptions, vit_tiny=VitTinyOptions)
+                     swin_tiny=SwinTinyOptions, vit_tiny=VitTinyOptions, bert_tiny=BertTinyOptions,
+                     bert_base=BertBaseOptions, bert_large=BertLargeOptions)
 class ModelSection:
     """The model: model_fn(inputs, mode) returning a ModelSpec."""
 
     name: str = setting(REQUIRED, "A built-in model, or 'package.module:function' naming your model_fn(inputs, mode).", MODEL_NAMES)
     kwargs: Dict[str, Any] = setting({}, "Keyword arguments for your model_fn (only with a module:function name).")
-    num_classes: Optional[int] = setting(None, "Classes of a built-in model; null takes the data set's.",
+    num_classes: Optional[int] = setting(None, "Classes of a built-in classifier; null takes the data set's "
+                                         "(BERT models have none).",
                                          valid=ranges.integer(2))
     weight_decay: float = setting(0.0, "L2 penalty on the kernels of a built-in model, added to the loss.",
                                   valid=ranges.number(minimum=0))
@@ -680,7 +721,16 @@ def _no_drop_needs_fixed_scale(values, image_shape):
     return None
 
 
+def _bert_heads_divide_width(values, image_shape):
+    if values["hidden_dim"] % values["num_heads"]:
+        return f"{values['num_heads']} does not divide hidden_dim {values['hidden_dim']}; choose heads that divide it"
+    return None
+
+
 RULES = {
+    BertTinyOptions: (Rule("num_heads", _bert_heads_divide_width),),
+    BertBaseOptions: (Rule("num_heads", _bert_heads_divide_width),),
+    BertLargeOptions: (Rule("num_heads", _bert_heads_divide_width),),
     VitTinyOptions: (Rule("num_heads", _heads_divide_embed_dim),
                      Rule("patch_size", _patch_divides_image, needs_image=True)),
     SwinTinyOptions: (Rule("num_heads", _stage_lengths_agree), Rule("num_heads", _stage_heads_divide_channels),
@@ -727,6 +777,11 @@ def check_values(cls, values, image_shape=None):
         if problem:
             return rule.key, problem
     return None
+
+
+def option_defaults(cls):
+    """The default of every key of block ``cls`` (e.g. a BERT size's encoder sizes)."""
+    return _defaults(cls)
 
 
 def _defaults(cls):

@@ -102,11 +102,20 @@ class Task:
         if self.strategy.num_replicas_in_sync == 1 and not self.setup.coordinator:
             return
         for variable in self._template.external_variables:
-            if not compat.created_under_a_strategy(variable):
+            if not self._made_under_this_strategy(variable):
                 raise errors.ModelFnError(
                     f"model_fn uses variable {variable.name!r}, created before run() outside the "
-                    f"distribution strategy; construct the Keras model inside model_fn (or do not build "
-                    f"it before run) so moxlite creates its variables on every replica")
+                    f"distribution strategy run() uses ({self.strategy.num_replicas_in_sync} replica(s)); build "
+                    f"the model inside `with moxlite.strategy_scope():` (after setting the flags or TF_CONFIG), "
+                    f"or construct it inside model_fn, so its variables exist on every replica")
+
+    def _made_under_this_strategy(self, variable):
+        """Created in the scope of ``self.strategy`` (the object strategy_scope() hands out), not another's."""
+        if not compat.created_under_a_strategy(variable):
+            return False
+        if self.setup.coordinator:   # parameter-server variables: any strategy's scope placed them on the ps
+            return True
+        return self.strategy.extended.variable_created_in_scope(variable)
 
     def global_step(self):
         with self.strategy.scope():

@@ -20,6 +20,7 @@ import keras
 import tensorflow as tf
 
 from moxlite import compat, errors, graph_collections
+from moxlite.distribute import prebuilt
 from moxlite.contract import ExportSpec, ModelSpec
 from moxlite.training import amp, interception, naming
 from moxlite.training.calling import call_with_accepted_kwargs
@@ -118,6 +119,7 @@ class ModelTemplate:
             known.update(_identities(variable))
         external = []
         for variable in list(tape.watched_variables()) + _referenced_keras_variables(self._model_fn):
+            variable = prebuilt.container_of(variable) or variable   # made in strategy_scope(): the mirrored one
             if id(variable) not in known:
                 known.update(_identities(variable))
                 external.append(variable)
