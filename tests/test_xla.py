@@ -106,7 +106,9 @@ def test_the_compiled_step_trains_as_the_uncompiled_one(tmp_path, compiled_funct
     assert not compiled_functions
     result, compiled = train(tmp_path / "xla", True, optimizer=optimizer, num_gpus=num_gpus)
     assert len(compiled_functions) == num_gpus   # one XLA function per replica, and it was kept
-    assert "training without XLA" not in capsys.readouterr().out
+    output = capsys.readouterr().out
+    assert f"jit_compile=true: the {'whole step' if num_gpus == 1 else 'per-replica forward and backward'}" in output
+    assert "training without XLA" not in output
     assert_weights_close(compiled, plain)
     assert result["loss"] == pytest.approx(plain_result["loss"], rel=RTOL)
 
@@ -211,3 +213,44 @@ def test_a_checkpoint_resumes_with_the_other_setting(tmp_path, first, then):
     assert result["global_step"] == 6
     _, straight = train(tmp_path / "straight", False, steps=6)
     assert_weights_close(resumed, straight)
+
+
+def test_a_nonfinite_step_is_skipped_alike_compiled(tmp_path, compiled_functions):
+    """nonfinite_policy=skip: the compiled step hands NaN gradients to the apply-if-finite link
+    as the plain one does; the step with a NaN sample is skipped in both."""
+    images, labels = _rows()
+    images[2 * BATCH + 3, 0] = np.nan   # a sample of the third step
+
+    def run(log_dir, jit_compile):
+        mox.set_flag("nonfinite_policy", "skip")
+        mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=tiny_model_fn,
+                optimizer_fn=OPTIMIZERS["momentum"](), run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH,
+                log_dir=str(log_dir), max_number_of_steps=4, log_every_n_steps=2, save_summary_steps=0,
+                jit_compile=jit_compile)
+        return [np.asarray(value) for value in runlib.checkpoint_variables(str(log_dir))]
+
+    plain = run(tmp_path / "plain", False)
+    compiled = run(tmp_path / "xla", True)
+    assert compiled_functions
+    assert all(np.isfinite(w).all() for w in compiled)
+    assert_weights_close(compiled, plain)
+
+
+@pytest.mark.slow
+def test_two_synchronous_workers_compiled_equal_one_process_without_xla(launches, tmp_path):
+    """MultiWorkerMirrored on loopback, each worker's forward and backward compiled."""
+    from tests import distlib
+    from tests.dist_scripts import train_mnist
+
+    steps, per_replica = 6, 16
+    run = launches(["--workers=2", "--sync"],
+                   ["python", distlib.script("train_mnist.py"), f"--log_dir={tmp_path / 'cluster'}",
+                    f"--steps={steps}", f"--batch={per_replica}", "--jit_compile=true"], timeout=150)
+    assert run.wait() == 0, run.output()
+    assert "jit_compile=true: the per-replica forward and backward compiled by XLA" in run.output()
+    assert "training without XLA" not in run.output()
+    cluster = runlib.checkpoint_variables(str(tmp_path / "cluster"))
+    mox.set_flag("jit_compile", "false")
+    train_mnist.train(str(tmp_path / "single"), steps, 2 * per_replica)
+    assert_weights_close([np.asarray(v) for v in cluster],
+                         [np.asarray(v) for v in runlib.checkpoint_variables(str(tmp_path / "single"))])

@@ -266,6 +266,7 @@ class Choice:
             self._log_without(self._reason)
             self.decided = False
         elif self.mode == "true":
+            self.logger.info("jit_compile=true: the %s compiled by XLA", self.where)
             self.decided = True
         elif steps_left is not None and steps_left < budget.min_steps:
             self.logger.info("jit_compile=auto: %d steps to train, fewer than %d: without XLA, not measured",
@@ -306,8 +307,9 @@ class Choice:
         self._steps[compiled] += steps
         self._seconds[compiled] += seconds
         self._next = not compiled
-        done = [self._steps[v] >= self.trial_steps or self._seconds[v] >= self.budget.trial_seconds
-                for v in (False, True)]
+        # Synchronous workers decide together, at the same call: by step counts alone.
+        out_of_time = self._agree is None and (lambda v: self._seconds[v] >= self.budget.trial_seconds)
+        done = [self._steps[v] >= self.trial_steps or bool(out_of_time and out_of_time(v)) for v in (False, True)]
         if all(done):
             self._decide()
 
