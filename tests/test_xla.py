@@ -254,3 +254,16 @@ def test_two_synchronous_workers_compiled_equal_one_process_without_xla(launches
     train_mnist.train(str(tmp_path / "single"), steps, 2 * per_replica)
     assert_weights_close([np.asarray(v) for v in cluster],
                          [np.asarray(v) for v in runlib.checkpoint_variables(str(tmp_path / "single"))])
+
+
+def test_auto_does_not_measure_a_run_of_unknown_length():
+    lines = []
+
+    class Logger:
+        def info(self, *args):
+            lines.append(args[0] % args[1:])
+
+    choice = compilation.Choice("auto", tf.distribute.get_strategy(), lambda: None, Logger())
+    assert choice.plan(10) == (False, 10)
+    assert lines == ["jit_compile=auto: the run's length is not known (max_number_of_steps=0): without XLA, "
+                     "not measured; pass jit_compile=True to compile"]

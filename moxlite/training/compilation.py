@@ -26,7 +26,8 @@ not timed), calls alternate between them until each has run ``trial_steps`` step
 The trial steps are ordinary steps of the run (both variants train the same variables;
 they differ only by float32 reordering), so measuring costs only the difference in speed
 on at most ``fraction`` of the run's steps plus one extra trace. A run of fewer than
-``min_steps`` steps is not measured: it trains without XLA (logged).
+``min_steps`` steps, or of unknown length (until the input ends), is not measured: it
+trains without XLA (logged).
 """
 
 import copy
@@ -268,12 +269,17 @@ class Choice:
         elif self.mode == "true":
             self.logger.info("jit_compile=true: the %s compiled by XLA", self.where)
             self.decided = True
-        elif steps_left is not None and steps_left < budget.min_steps:
+        elif steps_left is None:
+            # A run until the input ends may be short: it is not made to pay for a trial.
+            self.logger.info("jit_compile=auto: the run's length is not known (max_number_of_steps=0): without "
+                             "XLA, not measured; pass jit_compile=True to compile")
+            self.decided = False
+        elif steps_left < budget.min_steps:
             self.logger.info("jit_compile=auto: %d steps to train, fewer than %d: without XLA, not measured",
                              steps_left, budget.min_steps)
             self.decided = False
         else:
-            share = budget.max_trial_steps if steps_left is None else int(steps_left * budget.fraction / 2)
+            share = int(steps_left * budget.fraction / 2)
             self.trial_steps = max(1, min(budget.max_trial_steps, share))
 
     def _log_without(self, reason):
