@@ -15,9 +15,9 @@ Where XLA can take the step depends on the strategy (``placement``):
 
 A model XLA cannot compile (an op without an XLA kernel: ``tf.numpy_function``,
 ``tf.py_function``, string ops, summaries written from model_fn) is found while the
-step is traced, by lowering the compiled function to HLO before it ever runs, so no batch
-is consumed by a failed attempt; the step then runs without XLA, with one line naming the
-op. Under ``true`` that line is a warning (the run goes on uncompiled: a model that runs
+step is traced, by looking up every op of the compiled function's trace in XLA's kernel
+registry before it ever runs, so no batch is consumed by a failed attempt; the step then
+runs without XLA, with one line naming the ops. Under ``true`` that line is a warning (the run goes on uncompiled: a model that runs
 without XLA is not made to fail by asking for speed).
 
 ``auto`` (the default) measures: after each variant has been traced (its first call,
@@ -37,11 +37,12 @@ from typing import Optional
 
 import tensorflow as tf
 
-from moxlite import errors
 from moxlite.training.validation import jit_compile_mode
 
 WHOLE_STEP = "whole step"             # forward, backward and the optimizer stack
 PER_REPLICA = "per-replica forward and backward"
+
+TPU_COMPILES = "TPUStrategy compiles every step with XLA itself"
 
 clock = time.perf_counter   # what the measurement times calls with (a test may replace it)
 
@@ -62,20 +63,11 @@ def placement(strategy):
         return None, ("parameter-server training: the variables live on the parameter servers, which a "
                       "step compiled on a worker cannot read")
     if isinstance(strategy, tf.distribute.TPUStrategy):
-        return None, "TPUStrategy compiles every step itself"
+        return None, TPU_COMPILES
     if isinstance(strategy, tf.distribute.OneDeviceStrategy) \
             or type(strategy).__name__ == "_DefaultDistributionStrategy":
         return WHOLE_STEP, None
     return PER_REPLICA, None
-
-
-def one_line(error):
-    """The line of an XLA refusal that names the op, else the error's first line."""
-    text = str(error)
-    for line in text.splitlines():
-        if "unsupported operations" in line or "No registered" in line:
-            return line.strip()[:300]
-    return (text.strip().splitlines() or [type(error).__name__])[0][:300]
 
 
 # A function's inputs and plain ordering: not ops XLA compiles.
@@ -194,8 +186,9 @@ class CompiledStep:
     """The replica step of the synchronous trainer run through XLA where ``placement`` says.
 
     ``replica_step(batch)`` is what the trainer's replica function calls in place of
-    ``train_step(batch)``. The first trace lowers the compiled function to HLO first; if
-    XLA refuses, ``refused`` holds the reason and the step is traced without XLA.
+    ``train_step(batch)``. The first trace checks the compiled function's trace for ops
+    without an XLA kernel; if there are any, ``refused`` names them and the step is traced
+    without XLA.
     """
 
     def __init__(self, train_step, where):
@@ -262,6 +255,9 @@ class Choice:
         steps_left = self._steps_left()
         budget = self.budget
         if self.mode == "false":
+            self.decided = False
+        elif self._reason == TPU_COMPILES:
+            self.logger.info("jit_compile=%s: %s; nothing is added", self.mode, TPU_COMPILES)
             self.decided = False
         elif self.where is None:
             self._log_without(self._reason)
