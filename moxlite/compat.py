@@ -337,6 +337,19 @@ class FlatCall:
         return self._call_flat(flat_inputs, self._captured)
 
 
+def inside_xla():
+    """True while tracing a function XLA compiles (``tf.function(jit_compile=True)`` traces
+    under an XLA control-flow context; no public API tells). Host-side ops (``tf.print``,
+    string formatting) have no XLA kernel, so code that would add them asks this first."""
+    from tensorflow.python.ops import control_flow_util
+
+    in_xla = getattr(control_flow_util, "GraphOrParentsInXlaContext", None)
+    if in_xla is None:
+        raise _missing("tensorflow.python.ops.control_flow_util", "GraphOrParentsInXlaContext",
+                       "leave host-side prints out of XLA-compiled steps")
+    return bool(in_xla(tf.compat.v1.get_default_graph()))
+
+
 # Checkpoints -------------------------------------------------------------------------------------
 
 class SavedStrings(tf.__internal__.tracking.Trackable):

@@ -36,6 +36,7 @@ FLAG_TABLE = {
     "tpu": ("string", "", "TPU name or grpc:// address; selects TPUStrategy."),
     "cluster": ("string", "auto", "Where the cluster comes from: auto (the *_hosts flags, else TF_CONFIG, else a Slurm job step, else one process), flags, tf_config, slurm or single."),
     "steps_per_loop": ("integer or auto", "auto", "Training steps run inside one traced call; 'auto' runs each call up to the next log line, summary, checkpoint or the end (bounded to about a second)."),
+    "jit_compile": ("string", "auto", "Compile the train step with XLA: 'auto' (time both after tracing and keep the faster), 'true' or 'false'."),
     "num_samples": ("integer", 0, "Training samples per epoch, for epoch-based learning-rate strings when the input is infinite (0: from the input)."),
     "keep_checkpoint_max": ("integer", 5, "Checkpoints kept in log_dir."),
     "loss_scale": ("string", "0", "Loss scale for fp16: 0 (off; dynamic when computing in float16), a number (fixed, never changes), 'dynamic' or 'dynamic:<start>'."),

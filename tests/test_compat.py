@@ -303,3 +303,16 @@ def test_iterator_reads_records_each_element_an_eager_iterator_hands_out():
     next(outside)   # after the context: not recorded
     assert [(it is iterator, int(element)) for it, element in reads] == [(True, 0), (True, 1)]
     assert reads[0][1] is first and reads[1][1] is second
+
+
+def test_inside_xla_is_true_only_while_tracing_a_jit_compiled_function():
+    seen = {}
+
+    def record(name):
+        seen[name] = compat.inside_xla()
+        return tf.constant(0.0)
+
+    tf.function(lambda: record("plain"))()
+    tf.function(lambda: record("xla"), jit_compile=True)()
+    assert seen == {"plain": False, "xla": True}
+    assert not compat.inside_xla()   # eagerly

@@ -482,7 +482,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
             tf.print("thor: refresh at update", self._updates.value, ":", retries,
                      "factor inversions needed a retry (float64 or more damping),", kept,
                      "kept the previous inverse", output_stream=sys.stderr)
-        tf.cond(retries > 0, report, lambda: None)
+        # Compiled by XLA the line is left out (tf.print has no XLA kernel); the counts stay in
+        # the variables (``fallback_counts``) and the checkpoint.
+        if not compat.inside_xla():
+            tf.cond(retries > 0, report, lambda: None)
 
     def _inverses(self, slot, a, g, a_damping, g_damping):
         """The guarded inverses of one layer's damped factors, and the guard's levels (thor_inverse)."""

@@ -94,6 +94,8 @@ def build_plan(loaded: LoadedRecipe) -> Plan:
         log_every_n_steps=run.log_every_n_steps, save_summary_steps=run.save_summary_steps,
         steps_per_loop=run.steps_per_loop, keep_checkpoint_max=run.keep_checkpoint_max,
     )
+    if training:
+        common["jit_compile"] = run.jit_compile
     mode = RUN_MODES[run.mode]
     if mode == ModeKeys.PREDICT and output_fn is None:
         output_fn = PredictionTally()

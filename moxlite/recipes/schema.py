@@ -174,6 +174,7 @@ class RunSection:
     max_consecutive_nonfinite: int = setting(10, "With nonfinite_policy: skip, stop after this many non-finite steps in a row.",
                                              valid=ranges.integer(1))
     steps_per_loop: Union[int, str] = setting("auto", "Training steps run inside one traced call; 'auto' runs each call up to the next log line, summary, checkpoint or the end (bounded to about a second).")
+    jit_compile: Union[bool, str] = setting("auto", "Compile the train step with XLA: auto (time both after tracing, keep the faster), true or false.", ("auto", True, False))
     export_model: bool = setting(False, "Export a SavedModel for serving (ExportKeys.TF_SERVING) after the run.")
     inter_mode: Optional[str] = setting(None, "A second mode run interleaved with the main one (e.g. eval during train).", ("eval",))
     output_every_n_steps: int = setting(0, "Call output_fn every this many steps (predict).")

@@ -121,6 +121,7 @@ class RunConfig:
     export_model: Union[bool, str, None] = False
     steps_per_loop: Union[int, str] = "auto"  # a positive integer or "auto" (see controller)
     keep_checkpoint_max: int = 5
+    jit_compile: str = "auto"                 # "auto", "true" or "false" (see compilation)
     # From MoXing's flags (or a recipe's fields) rather than run()'s arguments.
     num_samples: int = 0                      # training samples per epoch; 0: from the input
     log_first_clone: bool = True
@@ -146,7 +147,7 @@ class RunConfig:
 RUN_ARGUMENTS = ("input_fn", "output_fn", "model_fn", "optimizer_fn", "run_mode", "inter_mode", "batch_size",
                  "auto_batch", "log_dir", "max_number_of_steps", "checkpoint_path", "log_every_n_steps",
                  "output_every_n_steps", "save_summary_steps", "save_model_secs", "export_model",
-                 "save_model_steps", "steps_per_loop", "keep_checkpoint_max")
+                 "save_model_steps", "steps_per_loop", "keep_checkpoint_max", "jit_compile")
 _PLAIN_SETTINGS = ("num_samples", "log_first_clone", "checkpoint_exclude_patterns", "trainable_exclude_patterns",
                    "allow_input_restart")
 

@@ -8,13 +8,14 @@ MultiWorkerMirroredStrategy and TPUStrategy. The asynchronous
 """
 
 import contextlib
+import functools
 
 import numpy as np
 import tensorflow as tf
 
 from moxlite import compat
 from moxlite.optimizers.schedules import current_learning_rate
-from moxlite.training import nonfinite
+from moxlite.training import compilation, nonfinite
 from moxlite.training.reporting import user_summary_step
 from moxlite.training.trainer_protocol import Trainer
 
@@ -49,11 +50,13 @@ class SyncTrainer(Trainer):
 
     def __init__(self, strategy, dataset_fn, train_step, global_step, log_keys, log_first_clone=True,
                  summaries=None, save_summary_steps=0, nonfinite_policy=nonfinite.Policy(), state_variables=(),
-                 global_batch_size=0):
+                 global_batch_size=0, jit_compile=None):
         """``state_variables``: the floating-point variables a checked call verifies are finite
         (model and optimizer variables, see ``run_steps``). ``summaries``: the run's training
         ``reporting.SummaryWriter``, which a call the controller ends on a summary step writes
-        to; ``global_batch_size`` serves the throughput written there."""
+        to; ``global_batch_size`` serves the throughput written there. ``jit_compile``: a
+        ``compilation.Choice``, which says whether each call runs the step compiled by XLA
+        (None: never)."""
         self.strategy = strategy
         self.nonfinite_policy = nonfinite_policy
         self.skipped_nonfinite = 0
@@ -77,8 +80,13 @@ class SyncTrainer(Trainer):
         # The iterator is passed, not captured: a traced function that captures an iterator
         # keeps it alive until interpreter shutdown, where destroying it deadlocked pytest
         # after a full suite (TF's iterator destructor waits for a tf.data thread).
-        self._loop = tf.function(self._steps)
-        self._traced = None
+        # One traced loop per variant of the step: without XLA (False) and compiled (True).
+        self._choice = jit_compile
+        self._compiled_step = (compilation.CompiledStep(train_step, jit_compile.where)
+                               if jit_compile is not None and jit_compile.where is not None else None)
+        self._loops = {variant: tf.function(functools.partial(self._steps, compiled=variant))
+                       for variant in (False, True)}
+        self._traced = {}
         self._flat_iterator = None   # the iterator's resource handles, what a call passes for it
         self._step_counts = {}
         # What a call does after its steps, in one argument (each costs a few microseconds a
@@ -87,7 +95,7 @@ class SyncTrainer(Trainer):
         self._reports = {kind: tf.constant([kind, 0.0, 0.0], tf.float64) for kind in (NO_REPORT, CHECK)}
         self._any_worker = None
 
-    def _steps(self, iterator, num_steps, report):
+    def _steps(self, iterator, num_steps, report, compiled=False):
         """Up to ``num_steps`` steps; ends early at the input's end or after a non-finite step
         (the host then stops, or logs the skipped step as it would after a one-step call).
         Then, by ``report`` (see ``__init__``): checks that every state variable is finite,
@@ -96,7 +104,8 @@ class SyncTrainer(Trainer):
         Returns one float64 vector, the only tensor the host reads after a call (each output
         costs a few microseconds a call): steps done, 1 if the last one was non-finite, 1 if
         the state is not finite, the global step, the last step's summed loss, then its log
-        values in ``self._shown_keys`` order.
+        values in ``self._shown_keys`` order. ``compiled``: the replica step runs through XLA
+        (``compilation.CompiledStep``).
         """
         keys = self._shown_keys
         logs = {key: tf.zeros([], tf.float32) for key in keys}
@@ -112,7 +121,7 @@ class SyncTrainer(Trainer):
             batch = read()
             while self._more(done, num_steps, bad, batch):
                 following = tf.cond(done + 1 < num_steps, read, lambda: batch)
-                logs, bad, bad_loss = self._one_step(self._value(batch), keys)
+                logs, bad, bad_loss = self._one_step(self._value(batch), keys, compiled)
                 batch = following
                 done += 1
         else:
@@ -123,7 +132,7 @@ class SyncTrainer(Trainer):
                 batch = read()
                 if not self._infinite and not batch.has_value():
                     break
-                logs, bad, bad_loss = self._one_step(self._value(batch), keys)
+                logs, bad, bad_loss = self._one_step(self._value(batch), keys, compiled)
                 done += 1
         complete = tf.logical_and(tf.equal(done, num_steps), tf.logical_not(bad))
         broken = tf.cond(report[0] >= CHECK, lambda: self._report(report, complete, logs), lambda: tf.constant(False))
@@ -178,10 +187,10 @@ class SyncTrainer(Trainer):
         throughput."""
         return True
 
-    def _one_step(self, batch, keys):
+    def _one_step(self, batch, keys, compiled=False):
         """One step on ``batch``: its log values, whether it was non-finite, its summed loss."""
         with user_summary_step(self.global_step.read_value() + 1):
-            per_replica, guard = self.strategy.run(self._replica_step, args=(batch,))
+            per_replica, guard = self.strategy.run(self._replica_step, args=(batch, compiled))
         if self.strategy.num_replicas_in_sync > 1:
             # Any replica's non-finite step is the step's: a SUM, whatever log_first_clone says.
             guard = self.strategy.reduce(tf.distribute.ReduceOp.SUM, guard, axis=None)
@@ -190,10 +199,11 @@ class SyncTrainer(Trainer):
         self.global_step.assign_add(1)
         return logs, flag > 0, loss
 
-    def _replica_step(self, batch):
-        """The train step on one replica; its non-finite flag and loss (stacked, for one
-        reduction, when there are several replicas)."""
-        values = dict(self._train_step(batch))
+    def _replica_step(self, batch, compiled=False):
+        """The train step on one replica (through XLA when ``compiled``); its non-finite flag and
+        loss (stacked, for one reduction, when there are several replicas)."""
+        step = self._compiled_step.replica_step if compiled else self._train_step
+        values = dict(step(batch))
         guard = (values.pop(nonfinite.FLAG_KEY), values.pop(nonfinite.LOSS_KEY))
         return values, tf.stack(guard) if self.strategy.num_replicas_in_sync > 1 else guard
 
@@ -219,16 +229,10 @@ class SyncTrainer(Trainer):
             report = self._reports[CHECK if check_state else NO_REPORT]
         while total < num_steps:
             asked = num_steps - total
-            if asked not in self._step_counts:
-                self._step_counts[asked] = tf.constant(asked, tf.int64)
-            if self._traced is None:
-                # Called directly, with the iterator flattened once: a tf.function call looks
-                # up its trace by the arguments' type specs and binds them to the signature,
-                # each time (about 0.3 ms a call here, more than a one-step graph).
-                self._traced = compat.FlatCall(
-                    self._loop.get_concrete_function(self.iterator, self._step_counts[asked], report))
-                self._flat_iterator = compat.FlatCall.flatten(self.iterator)
-            values = self._traced(self._flat_iterator + [self._step_counts[asked], report]).numpy()
+            # Under jit_compile=auto a call may be split: part of it on each variant of the step.
+            compiled, part = self._choice.plan(asked) if self._choice is not None else (False, asked)
+            final = part == asked   # the call's report (check, summaries) is made after its last step
+            values = self._call(compiled, part, report if final else self._reports[NO_REPORT])
             done, bad, broken, step = (int(value) for value in values[:4])
             bad_loss = float(values[4])
             logs = {key: np.float32(value) for key, value in zip(self._shown_keys, values[5:])}
@@ -245,13 +249,38 @@ class SyncTrainer(Trainer):
                 raise nonfinite.NonFiniteStep(step, None, in_weights=True, since=self._checked_step)
             if bad:
                 continue
-            if check_state or summary_since is not None:
+            if final and (check_state or summary_since is not None):
                 self._checked_step = step
             if done:
                 self._consecutive_nonfinite = 0
-            if done < asked:
+            if done < part:
                 break   # the input ended
         return total, last_logs if last_logs is not None else logs
+
+    def _call(self, compiled, num_steps, report):
+        """One traced call of ``num_steps`` steps on the ``compiled`` variant of the step; its
+        status vector as numpy (see ``_steps``). The first call of a variant traces it; under
+        ``jit_compile`` a step XLA refuses (found while tracing, before anything runs) turns
+        the compiled variant into the plain one for the rest of the run."""
+        if num_steps not in self._step_counts:
+            self._step_counts[num_steps] = tf.constant(num_steps, tf.int64)
+        if compiled not in self._traced:
+            # Called directly, with the iterator flattened once: a tf.function call looks
+            # up its trace by the arguments' type specs and binds them to the signature,
+            # each time (about 0.3 ms a call here, more than a one-step graph).
+            self._traced[compiled] = compat.FlatCall(
+                self._loops[compiled].get_concrete_function(self.iterator, self._step_counts[num_steps], report))
+            if self._flat_iterator is None:
+                self._flat_iterator = compat.FlatCall.flatten(self.iterator)
+            if compiled and self._compiled_step.refused is not None:
+                # Traced without XLA after all: it serves as the plain variant.
+                self._choice.refuse(self._compiled_step.refused)
+                self._traced.setdefault(False, self._traced[True])
+        started = compilation.clock()
+        values = self._traced[compiled](self._flat_iterator + [self._step_counts[num_steps], report]).numpy()
+        if self._choice is not None:
+            self._choice.record(compiled, int(values[0]), compilation.clock() - started)
+        return values
 
     def finish(self, counted_step):
         """Nothing is in flight after ``run_steps``: the controller's count is exact."""
@@ -276,7 +305,7 @@ class SyncTrainer(Trainer):
         where TensorFlow's iterator destructor can wait forever for its tf.data threads.
         """
         self.iterator = None
-        self._loop = None
+        self._loops = None
         self._traced = None
         self._flat_iterator = None
 

@@ -24,12 +24,14 @@ def run(input_fn=None, output_fn=None, model_fn=None, optimizer_fn=None, run_mod
         inter_mode=None, batch_size=None, auto_batch=True, log_dir=None, max_number_of_steps=0,
         checkpoint_path=None, log_every_n_steps=10, output_every_n_steps=0, save_summary_steps=100,
         save_model_secs=None, export_model=False, fetch_strategy_fn=None, save_model_steps=None,
-        steps_per_loop=None, keep_checkpoint_max=None):
+        steps_per_loop=None, keep_checkpoint_max=None, jit_compile=None):
     """Train, evaluate, predict or export ``model_fn`` on ``input_fn``'s data.
 
     MoXing's arguments and defaults (see README); moxlite adds ``steps_per_loop`` (steps per
     traced call, default the ``steps_per_loop`` flag) and ``keep_checkpoint_max``. MoXing's
-    ``fetch_strategy_fn`` is refused unless None.
+    ``fetch_strategy_fn`` is refused unless None. ``jit_compile``: "auto" (the default, the
+    ``jit_compile`` flag), True or False: whether the train step is compiled by XLA (see
+    ``moxlite.training.compilation``).
     ``batch_size`` is per replica; the global batch is batch_size x replicas.
 
     Returns: TRAIN, a dict of the last step's log values plus ``global_step``; EVAL, the

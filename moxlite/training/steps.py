@@ -108,8 +108,10 @@ class TrainStep:
         """The outermost optimizer of each pipeline (what is built, checkpointed, scheduled)."""
         return [pipeline.optimizer for pipeline in self.pipelines]
 
-    def __call__(self, inputs):
-        spec, gradient_lists, step_inputs = self._gradients(inputs)
+    def __call__(self, inputs, gradients=None):
+        """One step on ``inputs``; ``gradients``: what computes (spec, gradient lists, step
+        inputs) in place of ``_gradients`` (its XLA-compiled form, see ``compiled_gradients``)."""
+        spec, gradient_lists, step_inputs = (gradients or self._gradients)(inputs)
         guard = nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers, self.skip_nonfinite)
         if self.skip_nonfinite:
             gradient_lists = nonfinite.poison_gradients(gradient_lists, guard[nonfinite.FLAG_KEY])
@@ -117,6 +119,12 @@ class TrainStep:
                                                        step_inputs):
             pipeline.apply_step(list(zip(gradients, variables)), own)
         return {**log_values(spec), **guard}
+
+    def compiled_gradients(self, inputs):
+        """``_gradients`` with a spec that holds only what the step reads (the losses and log
+        values): what ``compilation`` compiles per replica, whose outputs are tensors."""
+        spec, gradient_lists, step_inputs = self._gradients(inputs)
+        return contract.ModelSpec(loss=list(spec.losses), log_info=log_values(spec)), gradient_lists, step_inputs
 
     def _gradients(self, inputs, summarise=False):
         """model_fn's spec, per pipeline the gradients of its (scaled) loss / replicas with

@@ -13,7 +13,7 @@ import contextlib
 from moxlite import context, errors
 from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.optimizers import tf1_adapter
-from moxlite.training import (checkpoints, controller, interrupts, loss_scaling, nonfinite, precision, reporting,
+from moxlite.training import (checkpoints, compilation, controller, interrupts, loss_scaling, nonfinite, precision, reporting,
                               resume_setup, steps, validation)
 from moxlite.training.apply_if_finite import ApplyIfFinite
 from moxlite.training.controller import AUTO_STEPS_ACROSS_WORKERS, Cadence
@@ -108,14 +108,25 @@ class TrainingJob:
         dataset_fn = self.task.dataset_fn(ModeKeys.TRAIN, skip_steps=skip_steps)
         if self.async_mode:
             from moxlite.training.async_loop import AsyncTrainer
+            self._jit_choice(global_step).start()   # nothing is compiled there; this logs why
             return AsyncTrainer(self.setup.coordinator, self.strategy, dataset_fn, train_step, global_step, log_keys)
         from moxlite.training.loop import SyncTrainer
-        return SyncTrainer(self.strategy, dataset_fn, train_step, global_step, log_keys,
-                           log_first_clone=self.config.log_first_clone, summaries=summaries.train,
-                           save_summary_steps=self.config.save_summary_steps,
-                           nonfinite_policy=self.config.nonfinite_policy,
-                           state_variables=self.task.state_variables(train_step.optimizers),
-                           global_batch_size=self.task.global_batch_size)
+        trainer = SyncTrainer(self.strategy, dataset_fn, train_step, global_step, log_keys,
+                              log_first_clone=self.config.log_first_clone, summaries=summaries.train,
+                              save_summary_steps=self.config.save_summary_steps,
+                              nonfinite_policy=self.config.nonfinite_policy,
+                              state_variables=self.task.state_variables(train_step.optimizers),
+                              global_batch_size=self.task.global_batch_size,
+                              jit_compile=self._jit_choice(global_step, lambda flag: trainer.any_worker(flag)))
+        return trainer
+
+    def _jit_choice(self, global_step, any_worker=None):
+        """The run's ``compilation.Choice`` (XLA or not, measured under jit_compile=auto), for
+        the steps left to train when it starts (None: until the input ends)."""
+        target = self.config.max_number_of_steps * (self.setup.num_workers if self.async_mode else 1)
+        return compilation.Choice(self.config.jit_compile, self.strategy,
+                                  lambda: target - int(global_step.numpy()) if target else None, self.logger,
+                                  agree=any_worker if self.setup.num_workers > 1 else None)
 
     def _make_checkpointer(self, global_step, optimizers, iterator):
         config = self.config

@@ -4,6 +4,20 @@ from moxlite import errors, flags
 from moxlite.contract import ExportKeys, ModeKeys
 
 
+JIT_COMPILE_MODES = ("auto", "true", "false")
+
+
+def jit_compile_mode(value, name="jit_compile"):
+    """``value`` as "auto", "true" or "false" (booleans and any case accepted); else a
+    one-line ArgumentError naming ``name``, the value and the choices."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and value.strip().lower() in JIT_COMPILE_MODES:
+        return value.strip().lower()
+    raise errors.ArgumentError(f"{name}={errors.describe(value)} is not valid; use 'auto' (the default: "
+                               f"time the step with and without XLA and keep the faster), True or False")
+
+
 def looks_like_optimizer(value):
     """An optimizer instance (Keras 3, a moxlite wrapper, or a TF1 optimizer), not its class.
 
@@ -106,6 +120,9 @@ def validate_run_arguments(args, setting=flags.get_flag):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise errors.ArgumentError(f"steps_per_loop={errors.describe(value)} is not valid; pass a positive "
                                        f"integer or 'auto' (the default)")
+    if args["jit_compile"] is None:
+        args["jit_compile"] = setting("jit_compile")
+    args["jit_compile"] = jit_compile_mode(args["jit_compile"])
     if args["keep_checkpoint_max"] is None:
         args["keep_checkpoint_max"] = setting("keep_checkpoint_max")
     _positive_int("keep_checkpoint_max", args["keep_checkpoint_max"], allow_none=False)

@@ -1,0 +1,282 @@
+"""jit_compile: the train step compiled by XLA equals the uncompiled one, auto's choice, refusals.
+
+The reference is always a run of the same model without XLA: compiled and plain steps
+differ only in the order of float32 operations, so weights agree to rtol 1e-5 and atol
+1e-6 after a few steps (measured differences here are about 1e-7).
+"""
+
+import logging
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import moxlite as mox
+from moxlite import errors
+from moxlite.training import compilation, loop
+from tests import runlib
+
+RTOL, ATOL = 1e-5, 1e-6
+FEATURES, ROWS, BATCH = 64, 128, 16
+
+
+def _rows():
+    images, labels = runlib.mnist_rows(ROWS)
+    return images[:, 200:200 + FEATURES].copy(), labels
+
+
+def tiny_model_fn(inputs, mode):
+    """64 -> 8 -> 10, seeded: a few hundred weights, the same start in every run."""
+    images, labels = inputs
+    hidden = keras.layers.Dense(8, activation="relu",
+                                kernel_initializer=keras.initializers.GlorotUniform(seed=1))(images)
+    logits = keras.layers.Dense(10, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(hidden)
+    return runlib.spec_for(images, labels, logits)
+
+
+def numpy_function_model_fn(inputs, mode):
+    """A model with a host op XLA has no kernel for (tf.numpy_function)."""
+    images, labels = inputs
+    doubled = tf.numpy_function(lambda x: x * 2.0, [images], tf.float32, stateful=False)
+    return tiny_model_fn((tf.reshape(doubled, tf.shape(images)), labels), mode)
+
+
+OPTIMIZERS = {
+    "momentum": lambda: mox.get_optimizer_fn("momentum", 0.1, momentum=0.9),
+    "lars_batch_gradients": lambda: mox.get_optimizer_wrapper_fn(
+        "lars", mox.get_optimizer_wrapper_fn("batch_gradients", mox.get_optimizer_fn("momentum", 0.1, momentum=0.9),
+                                             num_batches=2)),
+    "thor": lambda: mox.get_optimizer_wrapper_fn("thor", mox.get_optimizer_fn("momentum", 0.05, momentum=0.9)),
+    "o1_dynamic_loss_scale": lambda: mox.get_optimizer_fn("momentum", 0.1, momentum=0.9),
+}
+
+
+@pytest.fixture
+def compiled_functions(monkeypatch):
+    """The XLA functions the runs build (``compilation.Compiled``), to prove they were used."""
+    made = []
+    original = compilation.Compiled.__init__
+
+    def init(self, function):
+        original(self, function)
+        made.append(self)
+
+    monkeypatch.setattr(compilation.Compiled, "__init__", init)
+    return made
+
+
+def train(log_dir, jit_compile, steps=4, optimizer="momentum", num_gpus=1, model_fn=tiny_model_fn):
+    mox.set_flag("num_gpus", num_gpus)
+    if optimizer == "o1_dynamic_loss_scale":
+        mox.set_flag("amp_level", "O1")
+        mox.set_flag("loss_scale", "dynamic")
+    images, labels = _rows()
+    result = mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
+                     optimizer_fn=OPTIMIZERS[optimizer](), run_mode=mox.ModeKeys.TRAIN,
+                     batch_size=BATCH // num_gpus, log_dir=str(log_dir), max_number_of_steps=steps,
+                     log_every_n_steps=2, save_summary_steps=0, jit_compile=jit_compile)
+    return result, [np.asarray(value) for value in runlib.checkpoint_variables(str(log_dir))]
+
+
+def assert_weights_close(actual, expected):
+    assert len(actual) == len(expected)
+    for a, b in zip(actual, expected):
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
+
+
+def small_budget(monkeypatch, **values):
+    """auto measures runs of a few steps (the real budget starts at 200)."""
+    budget = compilation.Budget(**{"min_steps": 4, "max_trial_steps": 2, **values})
+    original = compilation.Choice.__init__
+
+    def init(self, *args, **kwargs):
+        kwargs["budget"] = budget
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(compilation.Choice, "__init__", init)
+
+
+# ---- compiled equals uncompiled -----------------------------------------------------------------
+
+@pytest.mark.parametrize("num_gpus", [1, 2])
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+def test_the_compiled_step_trains_as_the_uncompiled_one(tmp_path, compiled_functions, optimizer, num_gpus, capsys):
+    plain_result, plain = train(tmp_path / "plain", False, optimizer=optimizer, num_gpus=num_gpus)
+    assert not compiled_functions
+    result, compiled = train(tmp_path / "xla", True, optimizer=optimizer, num_gpus=num_gpus)
+    assert len(compiled_functions) == num_gpus   # one XLA function per replica, and it was kept
+    output = capsys.readouterr().out
+    assert f"jit_compile=true: the {'whole step' if num_gpus == 1 else 'per-replica forward and backward'}" in output
+    assert "training without XLA" not in output
+    assert_weights_close(compiled, plain)
+    assert result["loss"] == pytest.approx(plain_result["loss"], rel=RTOL)
+
+
+# ---- auto ---------------------------------------------------------------------------------------
+
+class FakeClock:
+    """Each traced call takes ``seconds[compiled]`` on this clock (read before and after it)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.now = 0.0
+        self.variant = False
+        self._reads = 0
+
+    def __call__(self):
+        self._reads += 1
+        if self._reads % 2 == 0:   # the read after the call
+            self.now += self.seconds[self.variant]
+        return self.now
+
+
+def fake_clock(monkeypatch, seconds):
+    clock = FakeClock(seconds)
+    original = loop.SyncTrainer._call
+
+    def call(self, compiled, num_steps, report):
+        clock.variant = compiled
+        return original(self, compiled, num_steps, report)
+
+    monkeypatch.setattr(loop.SyncTrainer, "_call", call)
+    monkeypatch.setattr(compilation, "clock", clock)
+    return clock
+
+
+@pytest.mark.parametrize("faster", [True, False], ids=["xla_faster", "plain_faster"])
+def test_auto_keeps_the_variant_the_clock_measures_faster(tmp_path, monkeypatch, capsys, faster):
+    small_budget(monkeypatch)
+    fake_clock(monkeypatch, {faster: 0.01, not faster: 0.1})
+    chosen = []
+    original = loop.SyncTrainer._call
+    monkeypatch.setattr(loop.SyncTrainer, "_call",
+                        lambda self, compiled, *rest: chosen.append(compiled) or original(self, compiled, *rest))
+    _, measured = train(tmp_path / "auto", "auto", steps=10)
+    line = [text for text in capsys.readouterr().out.splitlines() if "jit_compile=auto" in text]
+    assert len(line) == 1 and line[0].endswith("training with XLA" if faster else "training without XLA"), line
+    assert "steps/s with XLA" in line[0]
+    assert set(chosen[:4]) == {True, False}     # both measured, on steps of the run
+    assert set(chosen[-1:]) == {faster}         # then the faster kept
+    _, plain = train(tmp_path / "plain", False, steps=10)
+    assert_weights_close(measured, plain)       # the trial steps were ordinary steps
+
+
+def test_auto_does_not_measure_a_short_run(tmp_path, compiled_functions, capsys):
+    train(tmp_path, "auto", steps=4)
+    assert "INFO:moxlite:jit_compile=auto: 4 steps to train, fewer than 200: without XLA, not measured" \
+        in capsys.readouterr().out
+    assert not compiled_functions
+
+
+def test_the_trial_is_at_most_five_percent_of_the_run():
+    choice = compilation.Choice("auto", tf.distribute.get_strategy(), lambda: 1000, logging.getLogger("t"))
+    choice.start()
+    assert choice.decided is None and 2 * choice.trial_steps <= 50
+    long = compilation.Choice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"))
+    long.start()
+    assert long.trial_steps == compilation.Budget().max_trial_steps
+
+
+# ---- what XLA refuses ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["auto", "true"])
+def test_a_model_xla_cannot_compile_trains_without_it_and_says_why(tmp_path, monkeypatch, capsys, mode):
+    small_budget(monkeypatch)
+    _, weights = train(tmp_path / "refused", mode, steps=6, model_fn=numpy_function_model_fn)
+    lines = [text for text in capsys.readouterr().out.splitlines() if "XLA cannot compile" in text]
+    assert len(lines) == 1 and "no XLA kernel for PyFunc" in lines[0], lines
+    assert lines[0].startswith(f"WARNING:moxlite:jit_compile=true" if mode == "true" else "INFO:moxlite:jit_compile=auto")
+    _, plain = train(tmp_path / "plain", False, steps=6, model_fn=numpy_function_model_fn)
+    for a, b in zip(weights, plain):   # no batch lost to the refusal: the same steps exactly
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_bad_jit_compile_value_is_one_line_naming_it(tmp_path):
+    with pytest.raises(errors.ArgumentError, match=r"^jit_compile='fast' is not valid; use 'auto'"):
+        train(tmp_path, "fast")
+    assert not (tmp_path / "checkpoint").exists()
+
+
+def test_the_jit_compile_flag_is_the_default_of_run(tmp_path, compiled_functions):
+    mox.set_flag("jit_compile", "true")
+    train(tmp_path, None, steps=2)
+    assert compiled_functions
+
+
+# ---- checkpoints --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("first, then", [(True, False), (False, True)], ids=["xla_then_plain", "plain_then_xla"])
+def test_a_checkpoint_resumes_with_the_other_setting(tmp_path, first, then):
+    train(tmp_path / "resumed", first, steps=3)
+    result, resumed = train(tmp_path / "resumed", then, steps=6)
+    assert result["global_step"] == 6
+    _, straight = train(tmp_path / "straight", False, steps=6)
+    assert_weights_close(resumed, straight)
+
+
+def test_a_nonfinite_step_is_skipped_alike_compiled(tmp_path, compiled_functions):
+    """nonfinite_policy=skip: the compiled step hands NaN gradients to the apply-if-finite link
+    as the plain one does; the step with a NaN sample is skipped in both."""
+    images, labels = _rows()
+    images[2 * BATCH + 3, 0] = np.nan   # a sample of the third step
+
+    def run(log_dir, jit_compile):
+        mox.set_flag("nonfinite_policy", "skip")
+        mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=tiny_model_fn,
+                optimizer_fn=OPTIMIZERS["momentum"](), run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH,
+                log_dir=str(log_dir), max_number_of_steps=4, log_every_n_steps=2, save_summary_steps=0,
+                jit_compile=jit_compile)
+        return [np.asarray(value) for value in runlib.checkpoint_variables(str(log_dir))]
+
+    plain = run(tmp_path / "plain", False)
+    compiled = run(tmp_path / "xla", True)
+    assert compiled_functions
+    assert all(np.isfinite(w).all() for w in compiled)
+    assert_weights_close(compiled, plain)
+
+
+@pytest.mark.slow
+def test_two_synchronous_workers_compiled_equal_one_process_without_xla(launches, tmp_path):
+    """MultiWorkerMirrored on loopback, each worker's forward and backward compiled."""
+    from tests import distlib
+    from tests.dist_scripts import train_mnist
+
+    steps, per_replica = 6, 16
+    run = launches(["--workers=2", "--sync"],
+                   ["python", distlib.script("train_mnist.py"), f"--log_dir={tmp_path / 'cluster'}",
+                    f"--steps={steps}", f"--batch={per_replica}", "--jit_compile=true"], timeout=150)
+    assert run.wait() == 0, run.output()
+    assert "jit_compile=true: the per-replica forward and backward compiled by XLA" in run.output()
+    assert "training without XLA" not in run.output()
+    cluster = runlib.checkpoint_variables(str(tmp_path / "cluster"))
+    mox.set_flag("jit_compile", "false")
+    train_mnist.train(str(tmp_path / "single"), steps, 2 * per_replica)
+    assert_weights_close([np.asarray(v) for v in cluster],
+                         [np.asarray(v) for v in runlib.checkpoint_variables(str(tmp_path / "single"))])
+
+
+def test_auto_does_not_measure_a_run_of_unknown_length():
+    lines = []
+
+    class Logger:
+        def info(self, *args):
+            lines.append(args[0] % args[1:])
+
+    choice = compilation.Choice("auto", tf.distribute.get_strategy(), lambda: None, Logger())
+    assert choice.plan(10) == (False, 10)
+    assert lines == ["jit_compile=auto: the run's length is not known (max_number_of_steps=0): without XLA, "
+                     "not measured; pass jit_compile=True to compile"]
+
+
+@pytest.mark.slow
+def test_parameter_server_training_says_it_runs_without_xla(launches, tmp_path):
+    from tests import distlib
+
+    run = launches(["--workers=1", "--ps=1", "--async"],
+                   ["python", distlib.script("train_mnist.py"), f"--log_dir={tmp_path}", "--steps=4", "--batch=8",
+                    "--jit_compile=true"], timeout=150)
+    assert run.wait() == 0, run.output()
+    assert ("WARNING:moxlite:jit_compile=true: parameter-server training: the variables live on the parameter "
+            "servers, which a step compiled on a worker cannot read; training without XLA") in run.output()
+    assert run.results()["worker:0"]["global_step"] == 4
