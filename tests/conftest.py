@@ -5,6 +5,7 @@ runtime, so this happens at import time, before any test module runs.
 """
 
 import os
+import re
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -75,7 +76,61 @@ def launches():
 CLUSTER_GROUP = "clusters"
 
 
+# Longest first: the tests listed in tests/test_times.txt (the `call` lines of a
+# `--durations` table) run in order of their recorded time, before every other test, so
+# that no long test starts when the other worker is about to finish. xdist hands out its
+# work units in collection order (the cluster group, its largest, first), so this order is
+# the order in which the workers take the tests. A `slow` test not listed yet counts as
+# UNLISTED_SLOW_SECONDS. Refresh the file after adding a long test (see its header).
+TEST_TIMES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_times.txt")
+UNLISTED_SLOW_SECONDS = 30.0
+_DURATION_LINE = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s+call\s+(.+?)\s*$")
+
+
+def recorded_test_times(path=TEST_TIMES):
+    """{test id: seconds} from the `--durations` lines in ``path`` (other lines are ignored)."""
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as lines:
+        matches = (_DURATION_LINE.match(line) for line in lines)
+        return {match.group(2): float(match.group(1)) for match in matches if match}
+
+
+def expected_seconds(item, times):
+    if item.nodeid in times:
+        return times[item.nodeid]
+    return UNLISTED_SLOW_SECONDS if item.get_closest_marker("slow") else 0.0
+
+
+def _shares_a_module_fixture(item):
+    """Whether ``item`` uses a module- or class-scoped fixture (built once for the tests next to it)."""
+    definitions = getattr(item, "_fixtureinfo", None)
+    definitions = definitions.name2fixturedefs if definitions else {}
+    return any(d.scope in ("module", "class", "package") for defs in definitions.values() for d in defs)
+
+
+def longest_first(items, times):
+    """``items`` by expected time, longest first; the rest keep their order (the sort is stable).
+
+    The tests of one module that share a module-scoped fixture move together, as one block
+    keyed by its longest test, so that the fixture is still built once per worker.
+    """
+    block_seconds = {}
+    for item in items:
+        if _shares_a_module_fixture(item):
+            block = item.nodeid.split("::", 1)[0]
+            block_seconds[block] = max(block_seconds.get(block, 0.0), expected_seconds(item, times))
+
+    def seconds(item):
+        if _shares_a_module_fixture(item):
+            return block_seconds[item.nodeid.split("::", 1)[0]]
+        return expected_seconds(item, times)
+
+    items.sort(key=lambda item: -seconds(item))
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "launches" in item.fixturenames or item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.xdist_group(CLUSTER_GROUP))
+    longest_first(items, recorded_test_times())

@@ -61,11 +61,15 @@ def _pids(run, count, seconds=30):
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_kills_every_task_and_grandchild_even_if_they_ignore_sigterm(launches, signum):
-    run = launches(["--workers=2", "--ps=1", "--async"], ["python", distlib.script("stubborn.py")], timeout=120)
+    # The tasks never save: a 2 s grace to do so (the default is 60 s) is all they get.
+    run = launches(["--workers=2", "--ps=1", "--async", "--save-grace=2"], ["python", distlib.script("stubborn.py")],
+                   timeout=120)
     pids = _pids(run, 6)  # 3 tasks, each with a grandchild
     assert all(distlib.alive(pid) for pid in pids)
+    interrupted = time.monotonic()
     run.process.send_signal(signum)
     assert run.wait() == 128 + signum
+    assert time.monotonic() - interrupted < 30   # the 2 s grace, then SIGTERM, then SIGKILL after 3 s
     time.sleep(0.5)
     assert [pid for pid in pids if distlib.alive(pid)] == []
 

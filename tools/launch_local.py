@@ -11,7 +11,7 @@ echoed with its task as prefix (``[worker:0] ...``). The launcher returns the
 chief's exit code and, when the run ends, times out or is interrupted
 (SIGINT/SIGTERM), kills every task's process group: nothing outlives it.
 An interrupt is first forwarded to the tasks that train, which save a
-checkpoint at their current step and exit (up to SAVE_GRACE_SECONDS).
+checkpoint at their current step and exit (up to SAVE_GRACE_SECONDS, or --save-grace).
 
 Who runs the script as chief:
 * ``--sync``: all workers train; worker 0 is the chief. ps tasks, if any, exit at once.
@@ -143,8 +143,9 @@ def stop(tasks):
             task.process.wait()
 
 
-def forward(tasks, chief, sync, signum):
-    """Send ``signum`` to the processes that run the training loop and wait for them to exit.
+def forward(tasks, chief, sync, signum, grace=SAVE_GRACE_SECONDS):
+    """Send ``signum`` to the processes that run the training loop and wait (up to ``grace``
+    seconds) for them to exit.
 
     Synchronous: every worker (they agree on the step to stop at). Asynchronous: only the
     chief, the coordinator; the servers it trains on must stay up while it saves. Only the
@@ -157,7 +158,7 @@ def forward(tasks, chief, sync, signum):
             os.kill(task.process.pid, signum)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + SAVE_GRACE_SECONDS
+    deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(t.process.poll() is None for t in trainers):
         time.sleep(0.1)
 
@@ -207,6 +208,9 @@ def main(argv=None):
     parser.add_argument("--use-tf-config", action="store_true",
                         help="describe the cluster with TF_CONFIG instead of MoXing's flags")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before every task is killed")
+    parser.add_argument("--save-grace", type=float, default=SAVE_GRACE_SECONDS,
+                        help="seconds the training tasks get to save and exit after an interrupt "
+                             f"(default {SAVE_GRACE_SECONDS:g})")
     parser.add_argument("--dry-run", action="store_true", help="print each task's command and stop")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- command to run in every task")
     args = parser.parse_args(argv)
@@ -235,7 +239,7 @@ def main(argv=None):
         sys.stdout.write(f"[launch_local] interrupted by signal {int(signum)}; forwarding it to the tasks that "
                          f"train, which save a checkpoint and exit, then stopping every task\n")
         sys.stdout.flush()
-        forward(tasks, chief, args.sync, signum)
+        forward(tasks, chief, args.sync, signum, args.save_grace)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)

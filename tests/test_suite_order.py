@@ -1,0 +1,48 @@
+"""The suite's own scheduling (tests/conftest.py): recorded times read back, longest tests first."""
+
+from types import SimpleNamespace
+
+from tests import conftest
+
+
+class _Item:
+    """What the ordering reads of a pytest item: its id, its markers, its fixtures' scopes."""
+
+    def __init__(self, nodeid, slow=False, module_fixture=False):
+        self.nodeid = nodeid
+        self._slow = slow
+        scope = "module" if module_fixture else "function"
+        self._fixtureinfo = SimpleNamespace(name2fixturedefs={"f": [SimpleNamespace(scope=scope)]})
+
+    def get_closest_marker(self, name):
+        return object() if name == "slow" and self._slow else None
+
+
+def test_recorded_times_are_the_call_lines_of_a_durations_table(tmp_path):
+    table = tmp_path / "times.txt"
+    table.write_text("# a comment\n"
+                     "120.50s call     tests/test_a.py::test_long[a b]\n"
+                     "3.00s setup    tests/test_a.py::test_long[a b]\n"
+                     "  7s call tests/test_b.py::test_short\n"
+                     "1 passed in 9.1s\n")
+    assert conftest.recorded_test_times(str(table)) == {"tests/test_a.py::test_long[a b]": 120.5,
+                                                        "tests/test_b.py::test_short": 7.0}
+    assert conftest.recorded_test_times(str(tmp_path / "absent.txt")) == {}
+
+
+def test_longest_first_keeps_the_others_in_order_and_a_module_fixture_block_together():
+    items = [_Item("tests/test_a.py::one"), _Item("tests/test_a.py::two"),
+             _Item("tests/test_m.py::uses_fixture_1", module_fixture=True),
+             _Item("tests/test_m.py::plain"),
+             _Item("tests/test_m.py::uses_fixture_2", module_fixture=True),
+             _Item("tests/test_z.py::new_and_slow", slow=True),
+             _Item("tests/test_z.py::long")]
+    times = {"tests/test_z.py::long": 100.0, "tests/test_m.py::uses_fixture_2": 50.0,
+             "tests/test_a.py::two": 5.0}
+    conftest.longest_first(items, times)
+    assert [item.nodeid for item in items] == [
+        "tests/test_z.py::long",
+        "tests/test_m.py::uses_fixture_1", "tests/test_m.py::uses_fixture_2",   # one block, keyed 50 s
+        "tests/test_z.py::new_and_slow",                                         # unlisted slow: 30 s
+        "tests/test_a.py::two",
+        "tests/test_a.py::one", "tests/test_m.py::plain"]
