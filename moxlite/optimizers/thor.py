@@ -84,6 +84,19 @@ def _or_zero(tensor):
     return tf.zeros([]) if tensor is None else tensor
 
 
+def _dense_with_static_shape(gradient, variable):
+    """``gradient`` as a dense tensor with the static shape of ``variable``.
+
+    A gradient's traced shape can be partly unknown ([None, 64] for a Dense kernel fed a
+    sequence of unknown length: the tape builds it from the input's dynamic shape), and an
+    Embedding's can be an IndexedSlices; the variable's shape is always known, and is the one
+    the preconditioning reshapes to and from.
+    """
+    if isinstance(gradient, tf.IndexedSlices):
+        gradient = tf.convert_to_tensor(gradient)
+    return tf.reshape(gradient, tuple(int(d) for d in variable.shape))
+
+
 class _Slot:
     """One preconditioned layer: its geometry, variables it covers, and (once built) its state."""
 
@@ -482,8 +495,9 @@ class THOR(wrapper_lib.OptimizerWrapper):
         for gradient, variable in zip(grads, variables):
             slot = self._slot_covering(variable)
             if slot is not None and slot.state is not None:
+                gradient = _dense_with_static_shape(gradient, variable)
                 gradient = tf.cast(self._preconditioned(slot, tf.cast(gradient, tf.float32), damping_sqrt),
-                               gradient.dtype)
+                                   gradient.dtype)
             if self.weight_decay and not (self._decay_skip and self._decay_skip.search(variable_path(variable))):
                 weight = tf.convert_to_tensor(variable)
                 gradient = gradient + tf.cast(self.weight_decay, gradient.dtype) * tf.cast(weight, gradient.dtype)
@@ -509,7 +523,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         matrix = thor_inverse.apply_right(state["g_inverse"].value, matrix)
         if geometry.spatial != 1:
             matrix = matrix / geometry.spatial
-        return tf.reshape(matrix, gradient.shape)
+        return tf.reshape(matrix, geometry.kernel_shape)
 
     def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced, rest):
         if not reduced:

@@ -1,0 +1,158 @@
+"""THOR on a tiny keras-hub BERT (issue 19): every projection, embedding and LayerNorm against a
+numpy reference, chosen by stable path, on 2 replicas as on 1, and under O1."""
+
+import re
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import moxlite as mox
+from tests import bertlib, runlib
+
+pytest.importorskip("keras_hub")
+
+BATCH = 4
+THOR = dict(lr=0.05, momentum=0.9, damping=0.05, frequency=2)
+FEED_FORWARD = "feedforward_(intermediate|output)_dense"
+
+
+def _lines(out, start):
+    return [line.split("INFO:moxlite:")[-1] for line in out.splitlines() if start in line]
+
+
+def _numpy_reference_test(tmp_path, include, preconditioned):
+    """Two steps (a refresh, then a stale step) of thor(momentum) on a closed-over 1-layer BERT,
+    against bertlib.numpy_thor from the same start; returns the run's start-up lines."""
+    tokens, segments, labels = bertlib.data(2 * BATCH)
+    model, bert = bertlib.classifier()
+    start = [v.numpy() for v in model.trainable_variables]
+    thor = dict(THOR, **({"include": [include]} if include else {}))
+    lr, momentum = thor.pop("lr"), thor.pop("momentum")
+    mox.run(input_fn=bertlib.input_fn_for(tokens, segments, labels), model_fn=bertlib.closed_over_model_fn(model),
+            optimizer_fn=bertlib.thor_optimizer_fn(lr, momentum, **thor), run_mode=mox.ModeKeys.TRAIN,
+            batch_size=BATCH, log_dir=str(tmp_path), max_number_of_steps=2)
+    trained = runlib.checkpoint_by_name(str(tmp_path))
+    for variable, value in zip(model.trainable_variables, start):
+        variable.assign(value)
+    steps = [(tokens[i * BATCH:(i + 1) * BATCH], segments[i * BATCH:(i + 1) * BATCH], labels[i * BATCH:(i + 1) * BATCH])
+             for i in range(2)]
+    expected = bertlib.numpy_thor(model, bert, model.get_layer("head"), steps, lr=lr, momentum=momentum,
+                                  damping=THOR["damping"], frequency=THOR["frequency"], preconditioned=preconditioned)
+    assert set(expected) == set(trained)
+    for path, want in expected.items():
+        np.testing.assert_allclose(trained[path], want, rtol=0, atol=1e-5, err_msg=path)
+    for variable, value in zip(model.trainable_variables, start):
+        variable.assign(value)
+    plain = bertlib.numpy_thor(model, bert, model.get_layer("head"), steps, lr=lr, momentum=momentum,
+                               damping=THOR["damping"], frequency=THOR["frequency"], preconditioned=lambda path: False)
+    # Which weights preconditioning moved off the plain momentum path (the numbers the test can tell apart).
+    return {path for path in expected if np.abs(expected[path] - plain[path]).max() > 1e-4}
+
+
+def test_a_thor_update_on_a_one_layer_bert_equals_numpy_over_a_refresh_and_a_stale_step(tmp_path, capsys):
+    moved = _numpy_reference_test(tmp_path, None, lambda path: True)
+    assert {"token_embedding/embeddings", "position_embedding/embeddings", "embeddings_layer_norm/gamma",
+            "transformer_layer_0/self_attention_layer/attention_output/kernel", "head/kernel"} <= moved, moved
+    line = _lines(capsys.readouterr().out, "thor: preconditioning")[0]
+    # Every tracked kind of the backbone, named by its stable path.
+    for name, kind in (("token_embedding/embeddings", "Embedding: A diag 50, G 32x32"),
+                       ("position_embedding/embeddings", "Embedding: A diag 16, G 32x32"),
+                       ("segment_embedding/embeddings", "Embedding: A diag 2, G 32x32"),
+                       ("embeddings_layer_norm/gamma", "LayerNormalization"),
+                       ("transformer_layer_0/self_attention_layer/query/kernel", "EinsumDense: A 32x32, G 32x32"),
+                       ("transformer_layer_0/self_attention_layer/attention_output/kernel",
+                        "EinsumDense: A 32x32, G 32x32"),
+                       ("transformer_layer_0/feedforward_intermediate_dense/kernel", "Dense: A 32x32, G 64x64"),
+                       ("transformer_layer_0/feedforward_layer_norm/gamma", "LayerNormalization")):
+        assert f"{name} ({kind}" in line, (name, line)
+    assert line.startswith("thor: preconditioning 14 layer(s)"), line
+
+
+def test_include_of_the_feed_forward_pattern_preconditions_exactly_those_layers(tmp_path, capsys):
+    moved = _numpy_reference_test(tmp_path, FEED_FORWARD, lambda path: re.search(FEED_FORWARD, path))
+    assert {"transformer_layer_0/feedforward_intermediate_dense/kernel",
+            "transformer_layer_0/feedforward_output_dense/kernel"} <= moved, moved
+    out = capsys.readouterr().out
+    line = _lines(out, "thor: preconditioning")[0]
+    assert re.fullmatch(r"thor: preconditioning 2 layer\(s\): transformer_layer_0/feedforward_intermediate_dense/"
+                        r"kernel \(Dense: A 32x32, G 64x64\); transformer_layer_0/feedforward_output_dense/kernel "
+                        r"\(Dense: A 64x64, G 32x32\)", line), line
+    plain = _lines(out, "thor: plain gradient")[0]
+    assert "transformer_layer_0/self_attention_layer/query/kernel (EinsumDense: excluded by include/exclude)" in plain
+
+
+def _masked_lm_model_fn(inputs, mode):
+    """A BERT built inside model_fn (seeded: the same start in every run), with keras-hub's
+    masked-LM head tied to the token table; the sequence length is unknown when traced."""
+    import keras_hub
+
+    (tokens, segments), _ = inputs
+    keras.utils.set_random_seed(1)
+    bert = bertlib.backbone()
+    head = keras_hub.layers.MaskedLMHead(token_embedding=bert.token_embedding, name="mlm")
+    positions = tf.tile(tf.constant([[1, 5]]), [tf.shape(tokens)[0], 1])
+    logits = head(bert(bertlib.features(tokens, segments))["sequence_output"], positions)
+    loss = bertlib.loss_of(logits, tf.gather(tokens, positions, batch_dims=1))
+    return mox.ModelSpec(loss=loss, log_info={"loss": loss})
+
+
+def _unknown_length_input_fn(tokens, segments, labels):
+    def input_fn(mode):
+        dataset = tf.data.Dataset.from_tensor_slices(((tokens, segments), labels))
+        keep = lambda row: tf.boolean_mask(row, tf.ones_like(row, tf.bool))  # noqa: E731  (shape [None])
+        return dataset.map(lambda pair, label: ((keep(pair[0]), keep(pair[1])), label)).repeat()
+    return input_fn
+
+
+def _reductions_spied(monkeypatch):
+    """[(method, thor function it was called from)] of every cross-replica reduction, as they happen."""
+    import traceback
+
+    from tensorflow.python.distribute import distribute_lib
+
+    calls = []
+    for name in ("reduce_to", "batch_reduce_to"):
+        original = getattr(distribute_lib.StrategyExtendedV2, name)
+
+        def spy(self, *args, _name=name, _original=original, **kwargs):
+            names = [frame.name for frame in traceback.extract_stack()]
+            where = next((n for n in reversed(names) if n.endswith(("_collect", "_apply_in_cross_replica_context"))),
+                         None)
+            calls.append((_name, where))
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(distribute_lib.StrategyExtendedV2, name, spy)
+    return calls
+
+
+def test_a_bert_built_in_model_fn_trains_on_two_replicas_as_on_one_at_twice_the_batch(tmp_path, capsys, monkeypatch):
+    """Sequences of unknown length (the kernels' gradients are [None, 64] when traced: issue 19's
+    raw ValueError), a tied masked-LM head (the token table gets the plain gradient, named), and
+    every factor crossing the replicas in one reduction per traced step."""
+    tokens, segments, labels = bertlib.data(6 * BATCH)
+    thor = dict(THOR)
+    lr, momentum = thor.pop("lr"), thor.pop("momentum")
+
+    def train(log_dir, batch):
+        mox.run(input_fn=_unknown_length_input_fn(tokens, segments, labels), model_fn=_masked_lm_model_fn,
+                optimizer_fn=bertlib.thor_optimizer_fn(lr, momentum, **thor), run_mode=mox.ModeKeys.TRAIN,
+                batch_size=batch, log_dir=str(log_dir), max_number_of_steps=3)
+        return runlib.checkpoint_by_name(str(log_dir))
+
+    one = train(tmp_path / "one", 2 * BATCH)
+    calls = _reductions_spied(monkeypatch)
+    mox.set_flag("num_gpus", 2)
+    two = train(tmp_path / "two", BATCH)
+    out = capsys.readouterr().out
+    assert "Training: 2 replica(s)" in out
+    lines = _lines(out, "thor: preconditioning")
+    assert len(lines) == 2 and lines[0] == lines[1] and lines[0].startswith("thor: preconditioning 14 layer(s)")
+    assert "mlm/intermediate_dense/kernel (Dense" in lines[0] and "token_embedding" not in lines[0]
+    assert "token_embedding/embeddings (Embedding: also called with reverse=True" in _lines(out, "plain gradient")[1]
+    assert set(two) == set(one)
+    for path in one:
+        np.testing.assert_allclose(two[path], one[path], rtol=0, atol=1e-5, err_msg=path)
+    collects = [name for name, where in calls if where and where.endswith("_collect")]
+    gradients = [name for name, where in calls if where and where.endswith("_apply_in_cross_replica_context")]
+    assert collects and set(collects) == {"reduce_to"} and len(collects) == len(gradients), calls
