@@ -75,6 +75,40 @@ def thor_optimizer_fn(lr, momentum, **thor):
     return optimizer_fn
 
 
+def masked_lm_model_fn(inputs, mode):
+    """A BERT built inside model_fn (seeded: the same start in every run), with keras-hub's
+    masked-LM head tied to the token table; the sequence length is unknown when traced."""
+    import keras_hub
+
+    (tokens, segments), _ = inputs
+    keras.utils.set_random_seed(1)
+    bert = backbone()
+    head = keras_hub.layers.MaskedLMHead(token_embedding=bert.token_embedding, name="mlm")
+    positions = tf.tile(tf.constant([[1, 5]]), [tf.shape(tokens)[0], 1])
+    logits = head(bert(features(tokens, segments))["sequence_output"], positions)
+    loss = loss_of(logits, tf.gather(tokens, positions, batch_dims=1))
+    return mox.ModelSpec(loss=loss, log_info={"loss": loss})
+
+
+def unknown_length_input_fn(tokens, segments, labels):
+    def input_fn(mode):
+        dataset = tf.data.Dataset.from_tensor_slices(((tokens, segments), labels))
+        keep = lambda row: tf.boolean_mask(row, tf.ones_like(row, tf.bool))  # noqa: E731  (shape [None])
+        return dataset.map(lambda pair, label: ((keep(pair[0]), keep(pair[1])), label)).repeat()
+    return input_fn
+
+
+MASKED_LM_THOR = dict(damping=0.05, frequency=2)   # refreshes at updates 0 and 2, stale between
+
+
+def train_masked_lm(log_dir, steps, batch, rows=24):
+    """thor(momentum 0.9, lr 0.05) on masked_lm_model_fn over ``rows`` rows of unknown length."""
+    tokens, segments, labels = data(rows)
+    return mox.run(input_fn=unknown_length_input_fn(tokens, segments, labels), model_fn=masked_lm_model_fn,
+                   optimizer_fn=thor_optimizer_fn(0.05, 0.9, **MASKED_LM_THOR), run_mode=mox.ModeKeys.TRAIN,
+                   batch_size=batch, log_dir=log_dir, max_number_of_steps=steps)
+
+
 # ---- the independent recording path -------------------------------------------------------------
 
 def tracked_layers(bert, head):

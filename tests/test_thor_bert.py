@@ -83,29 +83,6 @@ def test_include_of_the_feed_forward_pattern_preconditions_exactly_those_layers(
     assert "transformer_layer_0/self_attention_layer/query/kernel (EinsumDense: excluded by include/exclude)" in plain
 
 
-def _masked_lm_model_fn(inputs, mode):
-    """A BERT built inside model_fn (seeded: the same start in every run), with keras-hub's
-    masked-LM head tied to the token table; the sequence length is unknown when traced."""
-    import keras_hub
-
-    (tokens, segments), _ = inputs
-    keras.utils.set_random_seed(1)
-    bert = bertlib.backbone()
-    head = keras_hub.layers.MaskedLMHead(token_embedding=bert.token_embedding, name="mlm")
-    positions = tf.tile(tf.constant([[1, 5]]), [tf.shape(tokens)[0], 1])
-    logits = head(bert(bertlib.features(tokens, segments))["sequence_output"], positions)
-    loss = bertlib.loss_of(logits, tf.gather(tokens, positions, batch_dims=1))
-    return mox.ModelSpec(loss=loss, log_info={"loss": loss})
-
-
-def _unknown_length_input_fn(tokens, segments, labels):
-    def input_fn(mode):
-        dataset = tf.data.Dataset.from_tensor_slices(((tokens, segments), labels))
-        keep = lambda row: tf.boolean_mask(row, tf.ones_like(row, tf.bool))  # noqa: E731  (shape [None])
-        return dataset.map(lambda pair, label: ((keep(pair[0]), keep(pair[1])), label)).repeat()
-    return input_fn
-
-
 def _reductions_spied(monkeypatch):
     """[(method, thor function it was called from)] of every cross-replica reduction, as they happen."""
     import traceback
@@ -130,14 +107,9 @@ def test_a_bert_built_in_model_fn_trains_on_two_replicas_as_on_one_at_twice_the_
     """Sequences of unknown length (the kernels' gradients are [None, 64] when traced: issue 19's
     raw ValueError), a tied masked-LM head (the token table gets the plain gradient, named), and
     every factor crossing the replicas in one reduction per traced step."""
-    tokens, segments, labels = bertlib.data(6 * BATCH)
-    thor = dict(THOR)
-    lr, momentum = thor.pop("lr"), thor.pop("momentum")
 
     def train(log_dir, batch):
-        mox.run(input_fn=_unknown_length_input_fn(tokens, segments, labels), model_fn=_masked_lm_model_fn,
-                optimizer_fn=bertlib.thor_optimizer_fn(lr, momentum, **thor), run_mode=mox.ModeKeys.TRAIN,
-                batch_size=batch, log_dir=str(log_dir), max_number_of_steps=3)
+        bertlib.train_masked_lm(str(log_dir), 3, batch)
         return runlib.checkpoint_by_name(str(log_dir))
 
     one = train(tmp_path / "one", 2 * BATCH)
@@ -156,3 +128,35 @@ def test_a_bert_built_in_model_fn_trains_on_two_replicas_as_on_one_at_twice_the_
     collects = [name for name, where in calls if where and where.endswith("_collect")]
     gradients = [name for name, where in calls if where and where.endswith("_apply_in_cross_replica_context")]
     assert collects and set(collects) == {"reduce_to"} and len(collects) == len(gradients), calls
+
+
+def test_o1_with_layer_norm_and_softmax_kept_in_float32_keeps_every_factor_finite_and_float32(tmp_path, capsys):
+    """Under O1 the projections record float16 inputs and output gradients; THOR's factor sums,
+    inverses and batch counts stay float32 and finite after refreshes (steps 0 and 2 of 4)."""
+    tokens, segments, labels = bertlib.data(4 * BATCH)
+    made = []
+    thor = dict(THOR)
+    lr, momentum = thor.pop("lr"), thor.pop("momentum")
+
+    def optimizer_fn():
+        made.append(bertlib.thor_optimizer_fn(lr, momentum, **thor)())
+        return made[-1]
+
+    mox.set_flag("amp_level", "O1")
+    mox.set_flag("keep_fp32", "LayerNormalization,Softmax")
+    mox.run(input_fn=bertlib.input_fn_for(tokens, segments, labels), model_fn=bertlib.masked_lm_model_fn,
+            optimizer_fn=optimizer_fn, run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=str(tmp_path),
+            max_number_of_steps=4)
+    optimizer = made[-1]
+    assert optimizer.preconditioned_layers()[0] == "position_embedding/embeddings"
+    assert len(optimizer.preconditioned_layers()) == 14 and int(optimizer._updates.numpy()) == 4
+    refreshed = 0
+    for slot in optimizer._slots:
+        for key, variable in slot.state.items():
+            value = variable.numpy()
+            assert value.dtype == np.float32 and np.all(np.isfinite(value)), (slot.name, key)
+        if "g_inverse" in slot.state:
+            inverse = slot.state["g_inverse"].numpy()
+            refreshed += not np.allclose(inverse, np.eye(inverse.shape[-1])[None])
+    assert refreshed == 10, refreshed    # every Kronecker layer's G inverse was rebuilt (the 4 LayerNorms have none)
+    assert optimizer.fallback_counts()[2] == 0     # no step's statistics were dropped as non-finite
