@@ -59,7 +59,7 @@ import keras
 import tensorflow as tf
 
 from moxlite import compat, context, logs
-from moxlite.optimizers import catalog, schedules, thor_factors, thor_inverse
+from moxlite.optimizers import catalog, exclusion, schedules, thor_factors, thor_inverse
 from moxlite.optimizers import wrapper as wrapper_lib
 from moxlite.optimizers.lars import variable_path
 from moxlite.training import interception
@@ -142,7 +142,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
             if isinstance(parameters.get(key), list):
                 parameters[key] = tuple(parameters[key])
         super().__init__(inner_optimizer, name=name, **parameters)
-        self._decay_skip = re.compile("|".join(self.weight_decay_exclude)) if self.weight_decay_exclude else None
+        self._decay_skip = exclusion.compiled(self.weight_decay_exclude)
         self._include = re.compile("|".join(self.include)) if self.include else None
         self._exclude = re.compile("|".join(self.exclude)) if self.exclude else None
         self._slots = []             # in order of first appearance
@@ -498,7 +498,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
                 gradient = _dense_with_static_shape(gradient, variable)
                 gradient = tf.cast(self._preconditioned(slot, tf.cast(gradient, tf.float32), damping_sqrt),
                                    gradient.dtype)
-            if self.weight_decay and not (self._decay_skip and self._decay_skip.search(variable_path(variable))):
+            if self.weight_decay and not exclusion.matches(self._decay_skip, variable):
                 weight = tf.convert_to_tensor(variable)
                 gradient = gradient + tf.cast(self.weight_decay, gradient.dtype) * tf.cast(weight, gradient.dtype)
             out.append(gradient)
