@@ -160,3 +160,22 @@ def test_o1_with_layer_norm_and_softmax_kept_in_float32_keeps_every_factor_finit
             refreshed += not np.allclose(inverse, np.eye(inverse.shape[-1])[None])
     assert refreshed == 10, refreshed    # every Kronecker layer's G inverse was rebuilt (the 4 LayerNorms have none)
     assert optimizer.fallback_counts()[2] == 0     # no step's statistics were dropped as non-finite
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_tied_reverse_call_makes_the_table_unseen_and_an_untied_one_leaves_its_lookup_recorded(tied):
+    from moxlite.training import layer_statistics
+
+    import keras_hub
+
+    layer = keras_hub.layers.ReversibleEmbedding(10, 4, tie_weights=tied, name="tokens")
+    ids = tf.constant([[1, 2, 2]])
+    with tf.GradientTape() as tape:
+        with layer_statistics.recording(tape, ["Embedding"]) as records:
+            logits = layer(layer(ids), reverse=True)
+    assert logits.shape == (1, 3, 10)
+    if tied:
+        assert len(records) == 2 and all(r.unseen and "reverse=True" in r.unseen for r in records), records
+    else:   # the reverse call multiplies by reverse_embeddings: only the lookup is recorded
+        assert len(records) == 1 and records[0].unseen is None
+        np.testing.assert_array_equal(records[0].inputs, ids)

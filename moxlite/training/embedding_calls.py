@@ -8,7 +8,8 @@ calls in keras-hub's models are not plain ``keras.layers.Embedding`` lookups:
   head's output projection tied to the token table) is a matmul with the table's transpose. Its
   gradient reaches the table too, with a curvature the lookup's factors do not describe, so the
   recorder marks the call unseen: the whole table gets the plain gradient and is named, with
-  this reason, at start-up (``reverse_call_reason``).
+  this reason, at start-up (``is_reverse_call``, ``ties_weights``). An untied layer's reverse call
+  uses a variable of its own and is not recorded (that variable gets the plain gradient).
 - **keras-hub's ``PositionEmbedding``** is a lookup of the position ids 0..L-1 (or the
   ``positions`` it is given) broadcast over the batch: output[n, t] = table[t]. It is recorded
   as an Embedding whose ids are those positions (``position_ids``), so the same rule applies:
@@ -28,10 +29,17 @@ REVERSE_REASON = ("also called with reverse=True (a tied output projection), who
                   "lookup's factors do not describe")
 
 
-def reverse_call_reason(args, kwargs):
-    """The reason a ``ReversibleEmbedding`` call is not a lookup (its ``reverse`` flag set), or None."""
+def is_reverse_call(args, kwargs):
+    """True for a ``ReversibleEmbedding`` call with its ``reverse`` flag set (not a lookup)."""
     reverse = kwargs.get("reverse", args[0] if args else False)
-    return REVERSE_REASON if isinstance(reverse, bool) and reverse else None
+    return isinstance(reverse, bool) and reverse
+
+
+def ties_weights(layer):
+    """True if a reverse call of ``layer`` multiplies by the lookup table itself (``tie_weights``,
+    keras-hub's default); an untied one has a ``reverse_embeddings`` variable of its own, and its
+    reverse calls leave the table's statistics alone."""
+    return bool(getattr(layer, "tie_weights", True))
 
 
 def is_position_embedding(layer):

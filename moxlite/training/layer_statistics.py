@@ -162,9 +162,10 @@ class _Recorder:
             self.records.append(LayerRecord(kind, layer, kernel, self.empty(), name=name, unseen=(
                 "called inside a loop or branch of its own, e.g. an RNN cell's tf.while_loop")))
             return original(inputs, *args, **kwargs)
-        reverse = embedding_calls.reverse_call_reason(args, kwargs) if kind == "Embedding" else None
-        if reverse:
-            self.records.append(LayerRecord(kind, layer, kernel, self.empty(), name=name, unseen=reverse))
+        if kind == "Embedding" and embedding_calls.is_reverse_call(args, kwargs):
+            if embedding_calls.ties_weights(layer):
+                self.records.append(LayerRecord(kind, layer, kernel, self.empty(), name=name,
+                                                unseen=embedding_calls.REVERSE_REASON))
             return original(inputs, *args, **kwargs)
         record = LayerRecord(kind, layer, kernel, inputs, name=name)
         self.records.append(record)
