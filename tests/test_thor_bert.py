@@ -3,7 +3,6 @@ numpy reference, chosen by stable path, on 2 replicas as on 1, and under O1."""
 
 import re
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -24,7 +23,8 @@ def _lines(out, start):
 
 def _numpy_reference_test(tmp_path, include, preconditioned):
     """Two steps (a refresh, then a stale step) of thor(momentum) on a closed-over 1-layer BERT,
-    against bertlib.numpy_thor from the same start; returns the run's start-up lines."""
+    against bertlib.numpy_thor from the same start; returns the paths whose weights THOR moved off
+    plain momentum's (numpy, preconditioning nothing)."""
     tokens, segments, labels = bertlib.data(2 * BATCH)
     model, bert = bertlib.classifier()
     start = [v.numpy() for v in model.trainable_variables]
