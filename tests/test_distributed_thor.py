@@ -39,6 +39,24 @@ def test_two_sync_workers_equal_one_process_at_the_global_batch(launches, tmp_pa
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+def test_two_sync_workers_train_a_tiny_bert_as_one_process_at_the_global_batch(launches, tmp_path):
+    """A keras-hub BERT masked-LM built in model_fn (sequences of unknown length, a tied head),
+    MultiWorkerMirrored 2 x 4 against 1 x 8: a refresh, a stale step, a refresh."""
+    from tests import thorbertlib
+
+    steps = 3
+    script = ["python", distlib.script("train_thor_bert.py")]
+    run = launches(["--workers=2", "--sync"], script + [f"--log_dir={tmp_path / 'cluster'}", f"--steps={steps}",
+                                                        "--batch=4"], timeout=300)
+    assert run.wait() == 0, run.output()
+    assert "thor: preconditioning 14 layer(s)" in run.output()
+    thorbertlib.train_masked_lm(str(tmp_path / "single"), steps, 8)
+    cluster, single = (thorlib.model_variables(tmp_path / name) for name in ("cluster", "single"))
+    assert len(cluster) == len(single)
+    for got, want in zip(cluster, single):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
 def test_one_worker_and_one_ps_equal_one_process(launches, tmp_path, one_process_16):
     """Parameter servers: the inverses are shared state on the ps, refreshed by the worker."""
     run = launches(["--workers=1", "--ps=1", "--async"],

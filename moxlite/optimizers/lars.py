@@ -11,7 +11,7 @@ each variable w with all-reduced gradient g:
     update = trust * (g + weight_decay * w)       handed to the inner optimizer
 
 so momentum computes v <- mu * v + lr * update, w <- w - v. Variables whose
-path matches one of ``exclude`` (biases and normalisation parameters by
+stable name (or Keras path) matches one of ``exclude`` (biases and normalisation parameters by
 default, as in the paper's ResNet recipes) pass g through unchanged, without
 weight decay.
 
@@ -20,18 +20,17 @@ so two replicas at batch B equal one at batch 2B: LARS reduces first (unless
 an outer wrapper already did), scales, and hands the reduced gradient down.
 """
 
-import re
-
 import keras
 import tensorflow as tf
 
-from moxlite.optimizers import catalog, wrapper as wrapper_lib
+from moxlite.optimizers import catalog, exclusion, wrapper as wrapper_lib
 from moxlite.optimizers.catalog import DEFAULT_EXCLUDE  # noqa: F401  (re-exported)
 
 
 def variable_path(variable):
-    """The name LARS matches exclusion patterns against (Keras path, else tf name)."""
-    return getattr(variable, "path", None) or variable.name
+    """The variable's Keras path as this process made it up, else its TensorFlow name (exclusion
+    patterns are searched in its stable name too: ``exclusion``)."""
+    return exclusion.process_path(variable)
 
 
 @keras.saving.register_keras_serializable(package="moxlite")
@@ -45,10 +44,10 @@ class LARS(wrapper_lib.OptimizerWrapper):
         if "exclude" in parameters and isinstance(parameters["exclude"], list):
             parameters["exclude"] = tuple(parameters["exclude"])
         super().__init__(inner_optimizer, name=name, **parameters)
-        self._exclude_pattern = re.compile("|".join(self.exclude)) if self.exclude else None
+        self._exclude_pattern = exclusion.compiled(self.exclude)
 
     def is_excluded(self, variable):
-        return bool(self._exclude_pattern and self._exclude_pattern.search(variable_path(variable)))
+        return exclusion.matches(self._exclude_pattern, variable)
 
     def trust_ratio(self, gradient, weight):
         """ratio*||w||/(||g||+wd*||w||+eps), or 1 when either norm is 0."""

@@ -64,7 +64,7 @@ import keras
 import tensorflow as tf
 
 from moxlite import compat, context, logs, stable_names
-from moxlite.optimizers import catalog, schedules, thor_damping, thor_factors, thor_inverse, thor_refresh
+from moxlite.optimizers import catalog, exclusion, schedules, thor_damping, thor_factors, thor_inverse, thor_refresh
 from moxlite.optimizers import wrapper as wrapper_lib
 from moxlite.optimizers.lars import variable_path
 
@@ -86,6 +86,19 @@ def _identities(variable):
 
 def _or_zero(tensor):
     return tf.zeros([]) if tensor is None else tensor
+
+
+def _dense_with_static_shape(gradient, variable):
+    """``gradient`` as a dense tensor with the static shape of ``variable``.
+
+    A gradient's traced shape can be partly unknown ([None, 64] for a Dense kernel fed a
+    sequence of unknown length: the tape builds it from the input's dynamic shape), and an
+    Embedding's can be an IndexedSlices; the variable's shape is always known, and is the one
+    the preconditioning reshapes to and from.
+    """
+    if isinstance(gradient, tf.IndexedSlices):
+        gradient = tf.convert_to_tensor(gradient)
+    return tf.reshape(gradient, tuple(int(d) for d in variable.shape))
 
 
 class _Slot:
@@ -133,7 +146,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
             if isinstance(parameters.get(key), list):
                 parameters[key] = tuple(parameters[key])
         super().__init__(inner_optimizer, name=name, **parameters)
-        self._decay_skip = re.compile("|".join(self.weight_decay_exclude)) if self.weight_decay_exclude else None
+        self._decay_skip = exclusion.compiled(self.weight_decay_exclude)
         self._include = re.compile("|".join(self.include)) if self.include else None
         self._exclude = re.compile("|".join(self.exclude)) if self.exclude else None
         self._slots = []             # in order of first appearance
@@ -521,9 +534,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
         for gradient, variable in zip(grads, variables):
             slot = self._slot_covering(variable)
             if slot is not None and slot.state is not None:
+                gradient = _dense_with_static_shape(gradient, variable)
                 gradient = tf.cast(self._preconditioned(slot, tf.cast(gradient, tf.float32), damping_sqrt),
-                               gradient.dtype)
-            if self.weight_decay and not (self._decay_skip and self._decay_skip.search(variable_path(variable))):
+                                   gradient.dtype)
+            if self.weight_decay and not exclusion.matches(self._decay_skip, variable):
                 weight = tf.convert_to_tensor(variable)
                 gradient = gradient + tf.cast(self.weight_decay, gradient.dtype) * tf.cast(weight, gradient.dtype)
             out.append(gradient)
@@ -548,7 +562,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         matrix = thor_inverse.apply_right(state["g_inverse"].value, matrix)
         if geometry.spatial != 1:
             matrix = matrix / geometry.spatial
-        return tf.reshape(matrix, gradient.shape)
+        return tf.reshape(matrix, geometry.kernel_shape)
 
     def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced, rest):
         if not reduced:

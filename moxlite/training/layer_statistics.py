@@ -3,8 +3,9 @@
 
 While a step traces model_fn, a ``_Recorder`` handler of ``moxlite.training.interception``
 sees every layer call on this thread, sub-layers of composite layers included. For a
-requested kind (Dense, Conv2D, EinsumDense, Embedding, LayerNormalization, or a custom
-layer that declares ``moxlite_layer_kind``) it replaces, for that call and this thread
+requested kind (Dense, Conv2D, EinsumDense, Embedding, LayerNormalization, keras-hub's
+PositionEmbedding as an Embedding of the position ids, or a custom layer that declares
+``moxlite_layer_kind``) it replaces, for that call and this thread
 only, the layer's instance ``call`` by one that records the input the layer computes on
 and adds a zero "probe" tensor, watched by the step's gradient tape, to the
 pre-activation output (Dense, Conv2D, EinsumDense: inside ``activation``, where the bias
@@ -15,7 +16,8 @@ gradient unchanged. Both instance attributes are put back when the call returns.
 A call the recorder cannot use is recorded as ``unseen`` with the reason, so that the
 wrapper gives that layer the plain gradient and names it at start-up: a layer called
 inside a loop or branch of its own (an RNN cell runs in a ``tf.while_loop``, whose
-tensors the step cannot read), or one whose ``call`` never applied ``self.activation``.
+tensors the step cannot read), one whose ``call`` never applied ``self.activation``, or a
+``ReversibleEmbedding`` called with ``reverse=True`` (``embedding_calls``).
 
 Records are keyed by the layer's kernel variable, never by layer name (a layer built
 inside model_fn gets a new name on each trace but the same variables), and named by
@@ -30,7 +32,7 @@ import keras
 import tensorflow as tf
 
 from moxlite import compat
-from moxlite.training import interception
+from moxlite.training import embedding_calls, interception
 
 _KINDS = {
     "Dense": keras.layers.Dense,
@@ -74,6 +76,8 @@ def kind_of(layer):
     declared = getattr(type(layer), KIND_ATTRIBUTE, None)
     if declared is not None:
         return declared if declared in _KINDS else None
+    if embedding_calls.is_position_embedding(layer):
+        return "Embedding"    # a lookup of the position ids (embedding_calls)
     for kind, cls in _KINDS.items():
         if isinstance(layer, cls):
             return kind
@@ -85,6 +89,8 @@ def _kernel_of(layer, kind):
         kernel = layer.gamma if layer.gamma is not None else layer.beta
     else:
         name = "embeddings" if kind == "Embedding" else "kernel"
+        if embedding_calls.is_position_embedding(layer):
+            name = embedding_calls.POSITION_TABLE
         kernel = compat.layer_weight_variable(layer, name)
         if kernel is None:
             kernel = _public_weight(layer, name)
@@ -156,11 +162,18 @@ class _Recorder:
             self.records.append(LayerRecord(kind, layer, kernel, self.empty(), name=name, unseen=(
                 "called inside a loop or branch of its own, e.g. an RNN cell's tf.while_loop")))
             return original(inputs, *args, **kwargs)
+        if kind == "Embedding" and embedding_calls.is_reverse_call(args, kwargs):
+            if embedding_calls.ties_weights(layer):
+                self.records.append(LayerRecord(kind, layer, kernel, self.empty(), name=name,
+                                                unseen=embedding_calls.REVERSE_REASON))
+            return original(inputs, *args, **kwargs)
         record = LayerRecord(kind, layer, kernel, inputs, name=name)
         self.records.append(record)
         if kind in _NO_PROBE:
             return original(inputs, *args, **kwargs)
         if kind == "Embedding":
+            if embedding_calls.is_position_embedding(layer):
+                record.inputs = embedding_calls.position_ids(inputs, args, kwargs)
             outputs = original(inputs, *args, **kwargs)
             record.probe = self.probe(outputs)
             return outputs + record.probe
