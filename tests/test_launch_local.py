@@ -62,8 +62,10 @@ def _pids(run, count, seconds=30):
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_kills_every_task_and_grandchild_even_if_they_ignore_sigterm(launches, signum):
     # The tasks never save: a 2 s grace to do so (the default is 60 s) is all they get.
+    # The run's own --timeout only bounds a hang: at the start of a loaded suite the six processes
+    # took over 120 s to start, the timeout fired first and the launcher rightly exited 124.
     run = launches(["--workers=2", "--ps=1", "--async", "--save-grace=2"], ["python", distlib.script("stubborn.py")],
-                   timeout=120)
+                   timeout=600)
     pids = _pids(run, 6)  # 3 tasks, each with a grandchild
     assert all(distlib.alive(pid) for pid in pids)
     interrupted = time.monotonic()
