@@ -56,7 +56,7 @@ def _kubeflow_tf_config(job, namespace, replicas, task_type, index, port=2222):
                       separators=(",", ":"))
 
 
-# The TF_CONFIG of the chief pod of pending-docs/cluster.md's TFJob "mnist" (1 chief, 2 workers, 1 ps).
+# The TF_CONFIG of the chief pod of the README's TFJob "mnist" (1 chief, 2 workers, 1 ps).
 DOCUMENTED_TF_CONFIG = (
     '{"cluster":{"chief":["mnist-chief-0.default.svc:2222"],"ps":["mnist-ps-0.default.svc:2222"],'
     '"worker":["mnist-worker-0.default.svc:2222","mnist-worker-1.default.svc:2222"]},'
