@@ -4,7 +4,9 @@ Real subprocesses, real signals: ``moxlite-run`` interrupted mid-training
 saves a checkpoint at the current step, says where in one line and exits
 130/143; the next run resumes from it and ends with the weights of an
 uninterrupted run. Under ``tools/launch_local.py`` (two synchronous workers)
-the launcher forwards SIGTERM and the workers stop together at one step.
+the launcher forwards SIGTERM and the workers stop together at one step. A task
+that only serves (a ps, an asynchronous worker) has nothing to save and ends at
+SIGTERM or Ctrl-C at once.
 """
 
 import os
@@ -16,6 +18,7 @@ import sys
 import numpy as np
 import pytest
 
+from moxlite.distribute import cluster
 from moxlite.recipes import cli
 from tests import distlib, runlib
 
@@ -91,3 +94,43 @@ def test_launch_local_forwards_sigterm_and_sync_workers_stop_together(launches, 
     for got, want in zip(runlib.checkpoint_variables(str(log_dir)),
                          runlib.checkpoint_variables(str(tmp_path / "single"))):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_serving_task_ends_at_sigterm_and_at_ctrl_c_without_waiting_for_sigkill():
+    """A ps started by moxlite-run (which turns SIGTERM into an exception) and worker 0's server as a
+    coordinator starts it (Python's own Ctrl-C handler): neither handler can run while the process
+    blocks in the server's join, so before, both outlived the signal until a SIGKILL came (the
+    launcher's 3 s, a Kubernetes pod's 30 s grace). Both start at once: one TensorFlow start-up each."""
+    environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    environ["PYTHONPATH"] = ROOT + os.pathsep + environ.get("PYTHONPATH", "")
+    environ.pop("TF_CONFIG", None)
+    ps, worker, chief = (f"127.0.0.1:{cluster.free_port()}" for _ in range(3))
+    hosts = [f"--ps_hosts={ps}", f"--worker_hosts={worker}"]
+    commands = {
+        signal.SIGTERM: [sys.executable, "-m", "moxlite", "recipes/mnist_mlp.yaml", "--job_name=ps", "--task_index=0",
+                         "--sync_replicas=false", *hosts],
+        signal.SIGINT: [sys.executable, "-m", "moxlite.distribute.server", "--job_name=worker", "--task_index=0",
+                        "--nosync_replicas", f"--chief_hosts={chief}", *hosts],
+    }
+    processes = {signum: subprocess.Popen(command, cwd=ROOT, env=environ, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True)
+                 for signum, command in commands.items()}
+    try:
+        for signum, process in processes.items():
+            lines = []
+            for line in process.stdout:
+                lines.append(line)
+                if "INFO:moxlite:serving " in line:
+                    break
+            assert "INFO:moxlite:serving " in lines[-1], "".join(lines)
+        for signum, process in processes.items():
+            process.send_signal(signum)
+            try:
+                code = process.wait(timeout=20)   # the server is gone, at once
+            except subprocess.TimeoutExpired:
+                code = "still serving 20 s after the signal"
+            assert code == -signum, (signal.Signals(signum).name, code)
+    finally:
+        for process in processes.values():
+            process.kill()
+            process.wait()

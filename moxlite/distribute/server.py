@@ -15,6 +15,7 @@ import ctypes
 import signal
 import subprocess
 import sys
+import threading
 
 from moxlite import logs
 from moxlite.distribute import cluster
@@ -38,7 +39,22 @@ def serve_forever(view):
         tf.train.ClusterSpec(view.training_jobs()), job_name=view.task_type,
         task_index=view.task_index, protocol="grpc", start=True)
     logs.get_logger().info("serving %s:%d at %s", view.task_type, view.task_index, view.address())
+    _end_at_stop_signals()
     server.join()
+
+
+def _end_at_stop_signals():
+    """SIGTERM and SIGINT end this serving process at once: there is nothing to save here.
+
+    A Python-level handler (moxlite-run's SIGTERM-as-exception, Python's KeyboardInterrupt)
+    never runs while the main thread blocks in ``server.join()``, so without this a server
+    outlived every SIGTERM and Ctrl-C until SIGKILL: launch_local's kill grace (3 s),
+    Kubernetes' termination grace (30 s) or Slurm's KillWait, at the end of every run.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return   # signal handlers belong to the main thread; a server joined elsewhere keeps them
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def worker0_command(view):
