@@ -1,5 +1,7 @@
 """thor on real loopback clusters (tools/launch_local.py) against a single-process run."""
 
+import types
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -15,7 +17,7 @@ STEPS = 7   # refreshes at updates 0, 3, 6 and stale steps between
 
 @pytest.fixture(scope="module")
 def one_process_16(tmp_path_factory):
-    """The single-process reference three tests compare with: STEPS steps at batch 16, constant
+    """The single-process reference two tests compare with: STEPS steps at batch 16, constant
     damping. Trained once per worker (the tests only read its checkpoint)."""
     from moxlite import flags
     import keras
@@ -57,31 +59,56 @@ def test_two_sync_workers_train_a_tiny_bert_as_one_process_at_the_global_batch(l
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
-def test_one_worker_and_one_ps_equal_one_process(launches, tmp_path, one_process_16):
+PS_DECAY = 0.6   # the 1 worker + 1 ps run's damping schedule: 0.05 * 0.6^step
+
+
+@pytest.fixture(scope="module")
+def one_worker_and_one_ps(tmp_path_factory):
+    """1 worker + 1 ps, STEPS steps at batch 16 under a damping schedule, and the single-process run
+    it must equal: one cluster (three TensorFlow processes) for the two tests below. A constant
+    damping is the schedule's special case (thor reads a callable's value where it reads a
+    constant), so one schedule run proves the shared inverses and the step the schedule reads."""
+    from moxlite import flags
+    import keras
+
+    log_dir = tmp_path_factory.mktemp("one_worker_and_one_ps")
+    run = distlib.Launch(["--workers=1", "--ps=1", "--async"],
+                         SCRIPT + [f"--log_dir={log_dir / 'cluster'}", f"--steps={STEPS}", "--batch=16",
+                                   f"--damping_decay={PS_DECAY}"], timeout=180)
+    try:
+        code = run.wait()
+    finally:
+        run.kill()
+    flags.reset_flags()
+    keras.backend.clear_session()
+    train_thor.train(str(log_dir / "single"), STEPS, 16, damping=train_thor.decaying_damping(PS_DECAY))
+    cluster = thorlib.model_variables(log_dir / "cluster") if code == 0 else None   # else: the tests show why
+    single = thorlib.model_variables(log_dir / "single")
+    return types.SimpleNamespace(code=code, run=run, cluster=cluster, single=single)
+
+
+@pytest.mark.cluster   # one_worker_and_one_ps starts it through tests.distlib
+def test_one_worker_and_one_ps_equal_one_process(one_worker_and_one_ps):
     """Parameter servers: the inverses are shared state on the ps, refreshed by the worker."""
-    run = launches(["--workers=1", "--ps=1", "--async"],
-                   SCRIPT + [f"--log_dir={tmp_path / 'cluster'}", f"--steps={STEPS}", "--batch=16"], timeout=180)
-    assert run.wait() == 0, run.output()
-    assert run.results()["worker:0"]["global_step"] == STEPS
-    cluster = thorlib.model_variables(tmp_path / "cluster")
-    assert len(cluster) == len(one_process_16)
-    for got, want in zip(cluster, one_process_16):
+    ps = one_worker_and_one_ps
+    assert ps.code == 0, ps.run.output()
+    assert ps.run.results()["worker:0"]["global_step"] == STEPS
+    assert "thor: preconditioning 2 layer(s)" in ps.run.output()
+    assert len(ps.cluster) == len(ps.single)
+    for got, want in zip(ps.cluster, ps.single):
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
-def test_one_worker_and_one_ps_with_a_damping_schedule_equal_one_process(launches, tmp_path, one_process_16):
+@pytest.mark.cluster
+def test_one_worker_and_one_ps_with_a_damping_schedule_equal_one_process(one_worker_and_one_ps, one_process_16):
     """The damping schedule reads the run's global step (as the learning rate does), not Keras's
     iterations, which lose increments on a ps: 1 worker + 1 ps still equals one process."""
-    run = launches(["--workers=1", "--ps=1", "--async"],
-                   SCRIPT + [f"--log_dir={tmp_path / 'cluster'}", f"--steps={STEPS}", "--batch=16",
-                             "--damping_decay=0.6"], timeout=180)
-    assert run.wait() == 0, run.output()
-    train_thor.train(str(tmp_path / "single"), STEPS, 16, damping=train_thor.decaying_damping(0.6))
-    cluster, single = (thorlib.model_variables(tmp_path / name) for name in ("cluster", "single"))
-    for got, want in zip(cluster, single):
+    ps = one_worker_and_one_ps
+    assert ps.code == 0, ps.run.output()
+    for got, want in zip(ps.cluster, ps.single):
         np.testing.assert_allclose(got, want, atol=1e-5)
     # The schedule matters: a constant damping (the shared reference run) ends elsewhere.
-    assert max(np.abs(a - b).max() for a, b in zip(single, one_process_16)) > 1e-4
+    assert max(np.abs(a - b).max() for a, b in zip(ps.single, one_process_16)) > 1e-4
 
 
 def test_batch_gradients_over_thor_on_one_worker_and_one_ps_equals_one_process(launches, tmp_path):
