@@ -25,14 +25,17 @@ def script(name):
 class Launch:
     """A running ``launch_local.py``; its output is collected in ``lines``."""
 
-    def __init__(self, launcher_args, command, timeout, extra_env=None):
+    def __init__(self, launcher_args, command, timeout, extra_env=None, sigint_ignored=False):
+        """``sigint_ignored``: start the launcher with SIGINT ignored, as a non-interactive shell
+        starts a background job."""
         environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
         environ["PYTHONPATH"] = ROOT + os.pathsep + environ.get("PYTHONPATH", "")
         environ.pop("TF_CONFIG", None)
         environ.update(extra_env or {})
         self.timeout = timeout
+        shell = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"] if sigint_ignored else []
         self.process = subprocess.Popen(
-            [sys.executable, LAUNCHER, *launcher_args, f"--timeout={timeout}", "--", *command],
+            [*shell, sys.executable, LAUNCHER, *launcher_args, f"--timeout={timeout}", "--", *command],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environ, cwd=ROOT,
             start_new_session=True, text=True)
         self.lines = []

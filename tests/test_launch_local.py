@@ -16,8 +16,8 @@ def launches():
     """Start launches with ``launches(args, command, timeout)``; all are killed at teardown."""
     started = []
 
-    def launch(args, command, timeout, extra_env=None):
-        started.append(distlib.Launch(args, command, timeout, extra_env))
+    def launch(args, command, timeout, extra_env=None, sigint_ignored=False):
+        started.append(distlib.Launch(args, command, timeout, extra_env, sigint_ignored))
         return started[-1]
 
     yield launch
@@ -72,6 +72,19 @@ def test_interrupt_kills_every_task_and_grandchild_even_if_they_ignore_sigterm(l
     run.process.send_signal(signum)
     assert run.wait() == 128 + signum
     assert time.monotonic() - interrupted < 30   # the 2 s grace, then SIGTERM, then SIGKILL after 3 s
+    time.sleep(0.5)
+    assert [pid for pid in pids if distlib.alive(pid)] == []
+
+
+def test_sigint_stops_a_launcher_started_with_sigint_ignored(launches):
+    """A background job of a non-interactive shell (a CI script's `&`, pytest started so) starts with
+    SIGINT ignored; the launcher then ran on to its --timeout (exit 124), and so the SIGINT case of
+    the interrupt test above waited 600 s and failed. Now it stops at once (130), leaving nothing."""
+    run = launches(["--workers=1", "--save-grace=2"], ["python", distlib.script("stubborn.py")], timeout=120,
+                   sigint_ignored=True)
+    pids = _pids(run, 2)
+    run.process.send_signal(signal.SIGINT)
+    assert run.wait() == 130, run.output()
     time.sleep(0.5)
     assert [pid for pid in pids if distlib.alive(pid)] == []
 

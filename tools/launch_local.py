@@ -228,6 +228,10 @@ def main(argv=None):
         raise KeyboardInterrupt(signum)
 
     signal.signal(signal.SIGTERM, interrupted)
+    # SIGINT too: a background job of a non-interactive shell starts with SIGINT ignored (POSIX),
+    # and without a handler of its own the launcher let `kill -INT` pass until its --timeout. The
+    # tasks started after this get SIGINT's default again (a handler is reset at exec, SIG_IGN is not).
+    signal.signal(signal.SIGINT, interrupted)
     code, threads = 130, []
     try:
         threads = start(tasks)
