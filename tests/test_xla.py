@@ -169,6 +169,22 @@ def test_auto_does_not_measure_a_short_run(tmp_path, compiled_functions, capsys)
     assert not compiled_functions
 
 
+def test_a_variant_out_of_trial_time_is_not_run_again_while_the_other_is_measured():
+    """A slow compiled step (1 s a step) spends its 2 s in one call; the plain one (10 ms a
+    step) then runs its 30 trial steps alone, instead of alternating with more slow calls."""
+    budget = compilation.Budget(min_steps=4, max_trial_steps=30, trial_seconds=2.0)
+    choice = compilation.Choice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"),
+                                budget=budget)
+    seconds_per_step = {True: 1.0, False: 0.01}
+    ran = {True: 0, False: 0}
+    while choice.decided is None:
+        compiled, steps = choice.plan(10)
+        ran[compiled] += steps
+        choice.record(compiled, steps, steps * seconds_per_step[compiled])
+    assert ran == {True: 1 + 10, False: 1 + 30}   # the traced call each, then the trials
+    assert choice.decided is False
+
+
 def test_the_trial_is_at_most_five_percent_of_the_run():
     choice = compilation.Choice("auto", tf.distribute.get_strategy(), lambda: 1000, logging.getLogger("t"))
     choice.start()

@@ -297,8 +297,17 @@ class Choice:
             if not self._traced[variant]:
                 return variant, 1
         variant = self._next
+        if self._done(variant):   # a variant whose trial is over is not run again while the other's goes on
+            variant = not variant
         left = self.trial_steps - self._steps[variant]
         return variant, max(1, min(asked, left, -(-self.trial_steps // 3)))
+
+    def _done(self, variant):
+        """Whether ``variant``'s trial is over: its steps, or (in one process) its seconds, are spent.
+        Synchronous workers decide together, at the same call: by step counts alone."""
+        if self._steps[variant] >= self.trial_steps:
+            return True
+        return self._agree is None and self._seconds[variant] >= self.budget.trial_seconds
 
     def record(self, compiled, steps, seconds):
         if self.decided is not None or steps <= 0:
@@ -309,10 +318,7 @@ class Choice:
         self._steps[compiled] += steps
         self._seconds[compiled] += seconds
         self._next = not compiled
-        # Synchronous workers decide together, at the same call: by step counts alone.
-        out_of_time = self._agree is None and (lambda v: self._seconds[v] >= self.budget.trial_seconds)
-        done = [self._steps[v] >= self.trial_steps or bool(out_of_time and out_of_time(v)) for v in (False, True)]
-        if all(done):
+        if self._done(False) and self._done(True):
             self._decide()
 
     def rate(self, compiled):
