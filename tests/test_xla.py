@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite import errors
-from moxlite.training import compilation, loop
+from moxlite.training import compilation, compiled_updates, loop
 from tests import runlib
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -66,6 +66,20 @@ def compiled_functions(monkeypatch):
     return made
 
 
+@pytest.fixture
+def compiled_update_devices(monkeypatch):
+    """The devices whose Keras updates were traced as an XLA function (``compiled_updates``)."""
+    devices = []
+    original = compiled_updates._PerDeviceUpdates._compiled
+
+    def compiled(self, components):
+        devices.append(components[0].device)
+        return original(self, components)
+
+    monkeypatch.setattr(compiled_updates._PerDeviceUpdates, "_compiled", compiled)
+    return devices
+
+
 def train(log_dir, jit_compile, steps=4, optimizer="momentum", num_gpus=1, model_fn=tiny_model_fn):
     mox.set_flag("num_gpus", num_gpus)
     if optimizer == "o1_dynamic_loss_scale":
@@ -101,11 +115,14 @@ def small_budget(monkeypatch, **values):
 
 @pytest.mark.parametrize("num_gpus", [1, 2])
 @pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
-def test_the_compiled_step_trains_as_the_uncompiled_one(tmp_path, compiled_functions, optimizer, num_gpus, capsys):
+def test_the_compiled_step_trains_as_the_uncompiled_one(tmp_path, compiled_functions, compiled_update_devices,
+                                                        optimizer, num_gpus, capsys):
     plain_result, plain = train(tmp_path / "plain", False, optimizer=optimizer, num_gpus=num_gpus)
-    assert not compiled_functions
+    assert not compiled_functions and not compiled_update_devices
     result, compiled = train(tmp_path / "xla", True, optimizer=optimizer, num_gpus=num_gpus)
     assert len(compiled_functions) == num_gpus   # one XLA function per replica, and it was kept
+    if num_gpus > 1:   # and the Keras optimizer's updates compiled on each device
+        assert len(set(compiled_update_devices)) == num_gpus, compiled_update_devices
     output = capsys.readouterr().out
     assert f"jit_compile=true: the {'whole step' if num_gpus == 1 else 'per-replica forward and backward'}" in output
     assert "training without XLA" not in output
