@@ -350,6 +350,53 @@ def inside_xla():
     return bool(in_xla(tf.compat.v1.get_default_graph()))
 
 
+
+# Per-device updates under a strategy (compiled Keras updates) --------------------------------
+
+def _distribute_internals():
+    from tensorflow.python.distribute import distribute_lib, distribute_utils
+
+    for owner, name, attribute in ((distribute_lib, "distribute_lib", "UpdateContext"),
+                                   (distribute_utils, "distribute_utils", "select_replica")):
+        if not hasattr(owner, attribute):
+            raise _missing(f"tensorflow.python.distribute.{name}", attribute,
+                           "compile the optimizer's updates per device under Mirrored")
+    return distribute_lib, distribute_utils
+
+
+def update_devices(grads_and_vars):
+    """The devices of the variables' components, in order (what ``extended.update`` walks),
+    when every variable is mirrored over the same devices; else None."""
+    devices = None
+    for _, variable in grads_and_vars:
+        components = getattr(backing_variable(variable), "values", None)
+        if components is None:
+            return None
+        own = tuple(component.device for component in components)
+        if devices is None:
+            devices = own
+        elif own != devices:
+            return None
+    return devices
+
+
+def replica_component(index, value):
+    """Device ``index``'s part of a per-replica or mirrored ``value`` (anything else as it is):
+    what ``extended.update`` hands the update function on that device."""
+    return _distribute_internals()[1].select_replica(index, value)
+
+
+def variable_component(index, variable):
+    """Device ``index``'s component of a mirrored (Keras or TensorFlow) variable."""
+    return backing_variable(variable).values[index]
+
+
+def update_context(index):
+    """The context ``extended.update`` runs device ``index``'s update in: there a mirrored
+    variable (an optimizer slot) reads and assigns its component on that device. No public
+    API enters it outside ``extended.update``, which takes one variable at a time."""
+    return _distribute_internals()[0].UpdateContext(index)
+
 # Checkpoints -------------------------------------------------------------------------------------
 
 class SavedStrings(tf.__internal__.tracking.Trackable):

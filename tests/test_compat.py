@@ -316,3 +316,23 @@ def test_inside_xla_is_true_only_while_tracing_a_jit_compiled_function():
     tf.function(lambda: record("xla"), jit_compile=True)()
     assert seen == {"plain": False, "xla": True}
     assert not compat.inside_xla()   # eagerly
+
+
+def test_per_device_update_helpers_reach_each_components_own_slot(two_device_strategy):
+    """What ``extended.update`` does per device, taken apart: the variables' devices, each
+    device's component and value, and the update context in which a mirrored slot assigns
+    only its component on that device."""
+    with two_device_strategy.scope():
+        weight = keras.Variable(np.zeros(2, np.float32))
+        slot = tf.Variable(np.zeros(2, np.float32))
+    per_replica = two_device_strategy.experimental_distribute_values_from_function(
+        lambda context: tf.constant(float(context.replica_id_in_sync_group + 1)))
+    devices = compat.update_devices([(None, weight), (None, slot)])
+    assert devices == tuple(component.device for component in slot.values) and len(devices) == 2
+    assert compat.update_devices([(None, tf.Variable(1.0))]) is None   # not mirrored
+    for index in range(2):
+        assert compat.variable_component(index, weight) is weight.value.values[index]
+        assert float(compat.replica_component(index, per_replica)) == index + 1
+        with tf.device(devices[index]), compat.update_context(index):
+            slot.assign_add(tf.fill([2], float(index + 1)))
+    np.testing.assert_array_equal([c.numpy() for c in slot.values], [[1.0, 1.0], [2.0, 2.0]])

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite import errors
-from moxlite.training import compilation, loop
+from moxlite.training import compilation, compiled_updates, loop
 from tests import runlib
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -66,6 +66,20 @@ def compiled_functions(monkeypatch):
     return made
 
 
+@pytest.fixture
+def compiled_update_devices(monkeypatch):
+    """The devices whose Keras updates were traced as an XLA function (``compiled_updates``)."""
+    devices = []
+    original = compiled_updates._PerDeviceUpdates._compiled
+
+    def compiled(self, components):
+        devices.append(components[0].device)
+        return original(self, components)
+
+    monkeypatch.setattr(compiled_updates._PerDeviceUpdates, "_compiled", compiled)
+    return devices
+
+
 def train(log_dir, jit_compile, steps=4, optimizer="momentum", num_gpus=1, model_fn=tiny_model_fn):
     mox.set_flag("num_gpus", num_gpus)
     if optimizer == "o1_dynamic_loss_scale":
@@ -101,11 +115,14 @@ def small_budget(monkeypatch, **values):
 
 @pytest.mark.parametrize("num_gpus", [1, 2])
 @pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
-def test_the_compiled_step_trains_as_the_uncompiled_one(tmp_path, compiled_functions, optimizer, num_gpus, capsys):
+def test_the_compiled_step_trains_as_the_uncompiled_one(tmp_path, compiled_functions, compiled_update_devices,
+                                                        optimizer, num_gpus, capsys):
     plain_result, plain = train(tmp_path / "plain", False, optimizer=optimizer, num_gpus=num_gpus)
-    assert not compiled_functions
+    assert not compiled_functions and not compiled_update_devices
     result, compiled = train(tmp_path / "xla", True, optimizer=optimizer, num_gpus=num_gpus)
     assert len(compiled_functions) == num_gpus   # one XLA function per replica, and it was kept
+    if num_gpus > 1:   # and the Keras optimizer's updates compiled on each device
+        assert len(set(compiled_update_devices)) == num_gpus, compiled_update_devices
     output = capsys.readouterr().out
     assert f"jit_compile=true: the {'whole step' if num_gpus == 1 else 'per-replica forward and backward'}" in output
     assert "training without XLA" not in output
@@ -167,6 +184,22 @@ def test_auto_does_not_measure_a_short_run(tmp_path, compiled_functions, capsys)
     assert "INFO:moxlite:jit_compile=auto: 4 steps to train, fewer than 200: without XLA, not measured" \
         in capsys.readouterr().out
     assert not compiled_functions
+
+
+def test_a_variant_out_of_trial_time_is_not_run_again_while_the_other_is_measured():
+    """A slow compiled step (1 s a step) spends its 2 s in one call; the plain one (10 ms a
+    step) then runs its 30 trial steps alone, instead of alternating with more slow calls."""
+    budget = compilation.Budget(min_steps=4, max_trial_steps=30, trial_seconds=2.0)
+    choice = compilation.Choice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"),
+                                budget=budget)
+    seconds_per_step = {True: 1.0, False: 0.01}
+    ran = {True: 0, False: 0}
+    while choice.decided is None:
+        compiled, steps = choice.plan(10)
+        ran[compiled] += steps
+        choice.record(compiled, steps, steps * seconds_per_step[compiled])
+    assert ran == {True: 1 + 10, False: 1 + 30}   # the traced call each, then the trials
+    assert choice.decided is False
 
 
 def test_the_trial_is_at_most_five_percent_of_the_run():

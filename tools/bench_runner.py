@@ -38,11 +38,9 @@ step costs, less disturbed when other jobs share the cores.
 """
 
 import argparse
-import logging
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -51,9 +49,9 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import moxlite as mox  # noqa: E402
-from moxlite import logs  # noqa: E402
 from moxlite.data import mnist  # noqa: E402
-from benchlib import HIDDEN, mlp_model_fn  # noqa: E402
+from benchlib import (HIDDEN, dataset, fit_times, hand_written_times, loss_fn, mlp_model_fn,  # noqa: E402
+                      moxlite_times, quiet_console, spread, steady_rate)
 
 LOG_EVERY = 10
 AUTO = "auto"
@@ -66,49 +64,17 @@ def log_every(steps_per_loop):
     return LOG_EVERY if steps_per_loop == AUTO else max(LOG_EVERY, steps_per_loop)
 
 
-def dataset(images, labels, batch_size):
-    return (tf.data.Dataset.from_tensor_slices((images, labels)).repeat()
-            .batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
-
-
 def build_model():
     return keras.Sequential([keras.Input((784,)), keras.layers.Dense(HIDDEN, activation="relu"),
                              keras.layers.Dense(10)])
 
 
-def loss_fn(labels, logits):
-    return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
-
-
-class _StepTimes(logging.Handler):
-    """Records (step, time) for each of moxlite's training log lines."""
-
-    def __init__(self):
-        super().__init__()
-        self.times = []
-
-    def emit(self, record):
-        message = record.getMessage()
-        if message.startswith("step: "):
-            self.times.append((int(message.split("(")[0].split()[1]), clock()))
-
-
 def time_moxlite(images, labels, batch_size, steps, steps_per_loop, summaries=True):
-    def input_fn(mode):
-        return tf.data.Dataset.from_tensor_slices((images, labels)).repeat()
-
-    recorder = _StepTimes()
-    logger = logs.get_logger()
-    logger.addHandler(recorder)
-    try:
-        with tempfile.TemporaryDirectory() as log_dir:
-            mox.run(input_fn=input_fn, model_fn=mlp_model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.05),
-                    run_mode=mox.ModeKeys.TRAIN, batch_size=batch_size, log_dir=log_dir,
-                    max_number_of_steps=steps, log_every_n_steps=log_every(steps_per_loop),
-                    steps_per_loop=steps_per_loop, save_summary_steps=100 if summaries else 0)
-    finally:
-        logger.removeHandler(recorder)
-    return recorder.times
+    times, _ = moxlite_times(images, labels, clock, model_fn=mlp_model_fn,
+                             optimizer_fn=mox.get_optimizer_fn("sgd", 0.05), batch_size=batch_size,
+                             max_number_of_steps=steps, log_every_n_steps=log_every(steps_per_loop),
+                             steps_per_loop=steps_per_loop, save_summary_steps=100 if summaries else 0)
+    return times
 
 
 def time_hand_written_loop(images, labels, batch_size, steps, steps_per_loop, check_finite=False):
@@ -130,38 +96,8 @@ def time_hand_written_loop(images, labels, batch_size, steps, steps_per_loop, ch
         total = tf.add_n([loss] + [tf.reduce_sum(g) for g in gradients])
         return loss, tf.math.is_finite(total)
 
-    @tf.function
-    def train_steps(iterator, num_steps):
-        loss = tf.zeros([])
-        for _ in tf.range(num_steps):
-            x, y = next(iterator)
-            loss, finite = train_step(x, y)
-            if not finite:
-                break
-        return loss
-
     iterator = iter(dataset(images, labels, batch_size))
-    num_steps = tf.constant(steps_per_loop)
-    every = log_every(steps_per_loop)
-    times = []
-    for step in range(steps_per_loop, steps + 1, steps_per_loop):
-        loss = train_steps(iterator, num_steps)
-        if step % every == 0:
-            float(loss)
-            times.append((step, clock()))
-    return times
-
-
-class _FitTimes(keras.callbacks.Callback):
-    def __init__(self, every):
-        super().__init__()
-        self.every = every
-        self.times = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        step = batch + 1
-        if step % self.every == 0:
-            self.times.append((step, clock()))
+    return hand_written_times(train_step, iterator, steps, steps_per_loop, log_every(steps_per_loop), clock)
 
 
 def time_fit(images, labels, batch_size, steps, steps_per_loop):
@@ -169,17 +105,7 @@ def time_fit(images, labels, batch_size, steps, steps_per_loop):
     model.compile(optimizer=keras.optimizers.SGD(0.05),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   steps_per_execution=steps_per_loop)
-    recorder = _FitTimes(log_every(steps_per_loop))
-    model.fit(dataset(images, labels, batch_size), steps_per_epoch=steps, epochs=1, verbose=0,
-              callbacks=[recorder])
-    return recorder.times
-
-
-def steady_rate(times, warmup):
-    """Steps per second between the first mark at or after ``warmup`` and the last mark."""
-    marks = [(step, at) for step, at in times if step >= warmup]
-    (first_step, first_time), (last_step, last_time) = marks[0], marks[-1]
-    return (last_step - first_step) / (last_time - first_time)
+    return fit_times(model, dataset(images, labels, batch_size), steps, log_every(steps_per_loop), clock)
 
 
 def time_checked_hand_written_loop(images, labels, batch_size, steps, steps_per_loop):
@@ -196,10 +122,6 @@ OTHERS = ("hand-written", "model.fit", "hand+check")
 # Not in the table's columns: moxlite doing only the work the hand-written loop does.
 NO_SUMMARIES = "moxlite, no summaries"
 VARIANTS = {NO_SUMMARIES: time_moxlite_without_summaries}
-
-
-def spread(values):
-    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def main():
@@ -221,8 +143,7 @@ def main():
     runs = [(n, name) for n in loops for name in [*CONTENDERS, *VARIANTS]]
     if AUTO in values:
         runs.append((AUTO, "moxlite.run"))
-    for handler in logs.get_logger().handlers:   # keep the console quiet, the records flowing
-        handler.setLevel(logging.WARNING)
+    quiet_console()
     (images, labels), _ = mnist.split()
     images = images.reshape(-1, 784)
     rates = {run: [] for run in runs}

@@ -23,81 +23,53 @@ over rounds of moxlite auto's ratio to the faster hand-written loop and to model
 """
 
 import argparse
-import logging
+import os
 import statistics
 import sys
-import tempfile
 import time
 
-import keras
-import numpy as np
-import tensorflow as tf
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import moxlite as mox
-from moxlite import logs
-from moxlite.data import mnist
-from moxlite.models import build_model_fn
-from moxlite.models.networks import NETWORKS
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
-clock = time.perf_counter
+import moxlite as mox  # noqa: E402
+from moxlite.data import mnist  # noqa: E402
+from moxlite.models import build_model_fn  # noqa: E402
+from moxlite.models.networks import NETWORKS  # noqa: E402
+from benchlib import (dataset, fit_times, hand_written_times, loss_fn, moxlite_times, quiet_console,  # noqa: E402
+                      spread, steady_rate)
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = CLOCKS["wall"]
 BATCH = 64
 LEARNING_RATE, MOMENTUM = 0.01, 0.9
 SMALL_VIT = {"patch_size": 7, "embed_dim": 64, "depth": 2, "num_heads": 4, "drop_path": 0.0}
 FULL_VIT = {"patch_size": 7, "drop_path": 0.0}
 MODELS = {"mlp": ("mlp", {"hidden_units": [256]}), "cnn": ("lenet", {}), "vit": ("vit_tiny", SMALL_VIT)}
 CONTENDERS = ("moxlite auto", "moxlite true", "moxlite false", "hand XLA", "hand", "fit XLA")
+AUTO_LINE = "jit_compile=auto: "
 
 
 def images_for(name, images):
     return images.reshape(-1, 784) if name == "mlp" else images.reshape(-1, 28, 28, 1)
 
 
-class _StepTimes(logging.Handler):
-    """(step, time) of each of moxlite's training log lines."""
-
-    def __init__(self):
-        super().__init__()
-        self.times = []
-
-    def emit(self, record):
-        message = record.getMessage()
-        if message.startswith("step: "):
-            self.times.append((int(message.split("(")[0].split()[1]), clock()))
-
-
 def time_moxlite(model, images, labels, steps, n, jit_compile):
+    """(step, time) marks and auto's choice line (None under true and false)."""
     network, options = MODELS[model]
-
-    def input_fn(mode):
-        return tf.data.Dataset.from_tensor_slices((images, labels)).repeat()
-
-    recorder = _StepTimes()
-    logger = logs.get_logger()
-    logger.addHandler(recorder)
-    try:
-        with tempfile.TemporaryDirectory() as log_dir:
-            mox.run(input_fn=input_fn, model_fn=build_model_fn(network, 10, **options),
-                    optimizer_fn=mox.get_optimizer_fn("momentum", LEARNING_RATE, momentum=MOMENTUM),
-                    run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=log_dir, max_number_of_steps=steps,
-                    log_every_n_steps=n, steps_per_loop=n, save_summary_steps=0, jit_compile=jit_compile)
-    finally:
-        logger.removeHandler(recorder)
-    return recorder.times
+    times, kept = moxlite_times(
+        images, labels, clock, keep_prefixes=(AUTO_LINE,), model_fn=build_model_fn(network, 10, **options),
+        optimizer_fn=mox.get_optimizer_fn("momentum", LEARNING_RATE, momentum=MOMENTUM), batch_size=BATCH,
+        max_number_of_steps=steps, log_every_n_steps=n, steps_per_loop=n, save_summary_steps=0,
+        jit_compile=jit_compile)
+    return times, (kept[-1] if kept else None)
 
 
 def keras_network(model):
     network, options = MODELS[model]
     shape = (784,) if model == "mlp" else (28, 28, 1)
     return NETWORKS[network](shape, 10, **options)
-
-
-def dataset(images, labels):
-    return (tf.data.Dataset.from_tensor_slices((images, labels)).repeat()
-            .batch(BATCH, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
-
-
-def loss_fn(labels, logits):
-    return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
 
 
 def time_hand_written(model, images, labels, steps, n, xla):
@@ -111,36 +83,10 @@ def time_hand_written(model, images, labels, steps, n, xla):
             loss = loss_fn(y, network(x, training=True))
         gradients = tape.gradient(loss, network.trainable_variables)
         optimizer.apply_gradients(zip(gradients, network.trainable_variables))
-        return loss
+        return loss, tf.constant(True)
 
     step = tf.function(train_step, jit_compile=True) if xla else train_step
-
-    @tf.function
-    def train_steps(iterator, num_steps):
-        loss = tf.zeros([])
-        for _ in tf.range(num_steps):
-            x, y = next(iterator)
-            loss = step(x, y)
-        return loss
-
-    iterator = iter(dataset(images, labels))
-    num_steps = tf.constant(n)
-    times = []
-    for done in range(n, steps + 1, n):
-        float(train_steps(iterator, num_steps))
-        times.append((done, clock()))
-    return times
-
-
-class _FitTimes(keras.callbacks.Callback):
-    def __init__(self, every):
-        super().__init__()
-        self.every = every
-        self.times = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        if (batch + 1) % self.every == 0:
-            self.times.append((batch + 1, clock()))
+    return hand_written_times(step, iter(dataset(images, labels, BATCH)), steps, n, n, clock), None
 
 
 def time_fit(model, images, labels, steps, n):
@@ -148,9 +94,7 @@ def time_fit(model, images, labels, steps, n):
     network.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE, momentum=MOMENTUM),
                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                     steps_per_execution=n, jit_compile=True)
-    recorder = _FitTimes(n)
-    network.fit(dataset(images, labels), steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[recorder])
-    return recorder.times
+    return fit_times(network, dataset(images, labels, BATCH), steps, n, clock), None
 
 
 def run_contender(name, model, images, labels, steps, n):
@@ -161,14 +105,49 @@ def run_contender(name, model, images, labels, steps, n):
     return time_fit(model, images, labels, steps, n)
 
 
-def steady_rate(times, warmup):
-    marks = [(step, at) for step, at in times if step >= warmup]
-    (first_step, first_time), (last_step, last_time) = marks[0], marks[-1]
-    return (last_step - first_step) / max(last_time - first_time, 1e-9)
+def choice_of(line):
+    """'XLA', 'no XLA' or the line itself (not measured, refused) from auto's log line."""
+    if line is None:
+        return "no line"
+    if line.endswith("training with XLA"):
+        return "XLA"
+    if line.endswith("training without XLA"):
+        return "no XLA"
+    return line
 
 
-def spread(values):
-    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+def measure_model(model, images, labels, options):
+    """{contender: [steps/sec per round]} and auto's choice per round, for one model; rounds
+    alternate the contenders' order."""
+    rates = {name: [] for name in CONTENDERS}
+    choices = []
+    for round_index in range(options.rounds):
+        for name in CONTENDERS if round_index % 2 == 0 else reversed(CONTENDERS):
+            keras.backend.clear_session()
+            times, auto_line = run_contender(name, model, images, labels, options.steps, options.steps_per_loop)
+            rates[name].append(steady_rate(times, options.warmup))
+            if name == "moxlite auto":
+                choices.append(auto_line)
+    return rates, choices
+
+
+def print_model(model, rates, choices, options):
+    auto = rates["moxlite auto"]
+    faster_hand = [max(a, b) for a, b in zip(rates["hand XLA"], rates["hand"])]
+    medians = " | ".join(f"{statistics.median(rates[name]):.0f}" for name in CONTENDERS)
+    print(f"\n{model}: batch {BATCH}, steps {options.warmup}->{options.steps}, steps per call "
+          f"{options.steps_per_loop}, rounds {options.rounds}, clock {options.clock} "
+          "(median steps/sec; ratios: median (min-max) over rounds)")
+    print("| model | " + " | ".join(CONTENDERS) + " | auto / faster hand | auto / fit XLA |")
+    print("|---|" + "---|" * (len(CONTENDERS) + 2))
+    print(f"| {model} | {medians} | {spread([a / h for a, h in zip(auto, faster_hand)])} | "
+          f"{spread([a / f for a, f in zip(auto, rates['fit XLA'])])} |")
+    for name, values in rates.items():
+        print(f"{model:4s} {name:14s} rounds: {', '.join(f'{v:.0f}' for v in values)}")
+    print(f"{model:4s} auto's choice per round: {', '.join(choice_of(line) for line in choices)}")
+    if choices and choices[0] is not None:
+        print(f"{model:4s} auto's first line: {choices[0]}")
+    sys.stdout.flush()
 
 
 def main():
@@ -178,38 +157,25 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps_per_loop", type=int, default=10)
     parser.add_argument("--models", default="mlp,cnn,vit")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="wall seconds, or this process's CPU seconds (all threads)")
     parser.add_argument("--vit_full", action="store_true", help="ViT-Ti's own sizes (192 wide, 12 blocks, 3 heads)")
     parser.add_argument("--quick", action="store_true", help="40 steps, warmup 10, one round: a smoke run")
     options = parser.parse_args()
     sys.argv[1:] = []   # moxlite reads MoXing's flags from the command line
+    global clock
+    clock = CLOCKS[options.clock]
     if options.quick:
         options.steps, options.warmup, options.rounds = 40, 10, 1
     if options.vit_full:
         MODELS["vit"] = ("vit_tiny", FULL_VIT)
-    for handler in logs.get_logger().handlers:   # a quiet console, the records still flowing
-        handler.setLevel(logging.WARNING)
+    quiet_console()
     (images, labels), _ = mnist.split()
-    models = [m.strip() for m in options.models.split(",")]
-    n = options.steps_per_loop
-    runs = [(model, name) for model in models for name in CONTENDERS]
-    rates = {run: [] for run in runs}
-    for round_index in range(options.rounds):
-        for model, name in runs if round_index % 2 == 0 else reversed(runs):
-            keras.backend.clear_session()
-            times = run_contender(name, model, images_for(model, images), labels, options.steps, n)
-            rates[(model, name)].append(steady_rate(times, options.warmup))
-    print(f"batch: {BATCH}  steps: {options.warmup}->{options.steps}  steps per call: {n}  rounds: {options.rounds}"
-          f"  (median steps/sec; ratios: median (min-max) over rounds)")
-    print("| model | " + " | ".join(CONTENDERS) + " | auto / faster hand | auto / fit XLA |")
-    print("|---|" + "---|" * (len(CONTENDERS) + 2))
-    for model in models:
-        auto = rates[(model, "moxlite auto")]
-        faster_hand = [max(a, b) for a, b in zip(rates[(model, "hand XLA")], rates[(model, "hand")])]
-        medians = " | ".join(f"{statistics.median(rates[(model, name)]):.0f}" for name in CONTENDERS)
-        print(f"| {model} | {medians} | {spread([a / h for a, h in zip(auto, faster_hand)])} | "
-              f"{spread([a / f for a, f in zip(auto, rates[(model, 'fit XLA')])])} |")
-    for (model, name), values in rates.items():
-        print(f"{model:4s} {name:14s} rounds: {', '.join(f'{v:.0f}' for v in values)}")
+    for model in [m.strip() for m in options.models.split(",")]:
+        started = time.perf_counter()
+        rates, choices = measure_model(model, images_for(model, images), labels, options)
+        print_model(model, rates, choices, options)
+        print(f"{model:4s} took {time.perf_counter() - started:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

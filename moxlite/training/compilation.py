@@ -8,7 +8,9 @@ Where XLA can take the step depends on the strategy (``placement``):
   (model_fn, the loss, its gradients, THOR's layer records) is compiled on its own
   device; the cross-replica part (gradient all-reduce, the optimizer stack's
   ``merge_call``) is not, since XLA compiles one device's program and cannot hold a
-  ``merge_call`` or a collective of logical CPU devices;
+  ``merge_call`` or a collective of logical CPU devices. Under Mirrored the last stage of
+  the stack, the Keras optimizer's variable updates, is compiled again per device
+  (``compiled_updates``);
 - parameter servers: nothing, the variables live on other tasks, which a compiled step
   on a worker cannot read;
 - TPUStrategy: compiles every step itself; nothing is added.
@@ -30,6 +32,7 @@ on at most ``fraction`` of the run's steps plus one extra trace. A run of fewer 
 trains without XLA (logged).
 """
 
+import contextlib
 import copy
 import dataclasses
 import time
@@ -37,6 +40,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from moxlite.training import compiled_updates
 from moxlite.training.validation import jit_compile_mode
 
 WHOLE_STEP = "whole step"             # forward, backward and the optimizer stack
@@ -196,6 +200,17 @@ class CompiledStep:
         self.where = where
         self.refused: Optional[str] = None
         self._compiled = {}   # one per replica: each reads its own replica's variables
+        if where == PER_REPLICA:
+            for pipeline in train_step.pipelines:
+                compiled_updates.install(pipeline.base)
+
+    def tracing(self):
+        """The context the compiled variant's ``strategy.run`` is traced in: with several
+        replicas the Keras optimizer's updates compile per device (``compiled_updates``),
+        unless XLA refused the step."""
+        if self.where != PER_REPLICA:
+            return contextlib.nullcontext()
+        return compiled_updates.tracing_compiled(lambda: self.refused is None)
 
     def replica_step(self, batch):
         if self.refused is not None:
@@ -297,8 +312,17 @@ class Choice:
             if not self._traced[variant]:
                 return variant, 1
         variant = self._next
+        if self._done(variant):   # a variant whose trial is over is not run again while the other's goes on
+            variant = not variant
         left = self.trial_steps - self._steps[variant]
         return variant, max(1, min(asked, left, -(-self.trial_steps // 3)))
+
+    def _done(self, variant):
+        """Whether ``variant``'s trial is over: its steps, or (in one process) its seconds, are spent.
+        Synchronous workers decide together, at the same call: by step counts alone."""
+        if self._steps[variant] >= self.trial_steps:
+            return True
+        return self._agree is None and self._seconds[variant] >= self.budget.trial_seconds
 
     def record(self, compiled, steps, seconds):
         if self.decided is not None or steps <= 0:
@@ -309,10 +333,7 @@ class Choice:
         self._steps[compiled] += steps
         self._seconds[compiled] += seconds
         self._next = not compiled
-        # Synchronous workers decide together, at the same call: by step counts alone.
-        out_of_time = self._agree is None and (lambda v: self._seconds[v] >= self.budget.trial_seconds)
-        done = [self._steps[v] >= self.trial_steps or bool(out_of_time and out_of_time(v)) for v in (False, True)]
-        if all(done):
+        if self._done(False) and self._done(True):
             self._decide()
 
     def rate(self, compiled):

@@ -189,7 +189,8 @@ class SyncTrainer(Trainer):
 
     def _one_step(self, batch, keys, compiled=False):
         """One step on ``batch``: its log values, whether it was non-finite, its summed loss."""
-        with user_summary_step(self.global_step.read_value() + 1):
+        tracing = self._compiled_step.tracing() if compiled else contextlib.nullcontext()
+        with user_summary_step(self.global_step.read_value() + 1), tracing:
             per_replica, guard = self.strategy.run(self._replica_step, args=(batch, compiled))
         if self.strategy.num_replicas_in_sync > 1:
             # Any replica's non-finite step is the step's: a SUM, whatever log_first_clone says.
