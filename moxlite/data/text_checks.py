@@ -99,7 +99,7 @@ def read_vocabulary_file(path, option="vocabulary"):
         raise DataOptionError(option, f"{path!r} does not exist; give a vocabulary file (one token per line, "
                                       f"BERT's vocab.txt), or null to learn one from the corpus")
     if mox_file.is_directory(path):
-        raise DataOptionError(option, f"{path!r} is a folder; give the vocabulary file in it, e.g. "
+        raise DataOptionError(option, f"{path!r} is a directory; give the vocabulary file in it, e.g. "
                                       f"{path.rstrip('/') + '/vocab.txt'!r}")
     try:
         tokens = parse_vocabulary(mox_file.read(path, binary=True).decode("utf-8"))
