@@ -5,6 +5,7 @@ of numpy reproduce exactly; small MLPs check what numpy cannot easily follow
 against another moxlite run (one device vs two, interrupted vs not).
 """
 
+import hashlib
 import os
 
 import keras
@@ -109,8 +110,9 @@ def numpy_softmax_regression(images, labels, batch_size, num_steps, learning_rat
 
     Keras's SGD with momentum: v = momentum * v - lr * g; w += v. With ``clip``, gradients
     are first scaled to norm ``clip`` when larger: jointly (global_norm) or each on its own.
+    ``images`` are the regression's inputs: MNIST rows, or features a frozen layer computed.
     """
-    kernel = np.zeros((NUM_FEATURES, NUM_CLASSES), np.float64)
+    kernel = np.zeros((images.shape[1], NUM_CLASSES), np.float64)
     bias = np.zeros(NUM_CLASSES, np.float64)
     velocity_k, velocity_b = np.zeros_like(kernel), np.zeros_like(bias)
     count = len(labels)
@@ -132,6 +134,17 @@ def numpy_softmax_regression(images, labels, batch_size, num_steps, learning_rat
         kernel += velocity_k
         bias += velocity_b
     return kernel, bias
+
+
+def tree_bytes(path):
+    """{relative path: sha256} of every file below ``path`` (byte-for-byte state)."""
+    state = {}
+    for root, _, files in os.walk(path):
+        for name in files:
+            full = os.path.join(root, name)
+            with open(full, "rb") as handle:
+                state[os.path.relpath(full, path)] = hashlib.sha256(handle.read()).hexdigest()
+    return state
 
 
 def directory_state(path):

@@ -7,7 +7,6 @@ data sets and MoXing's helpers) raises the same one-line moxlite errors while
 input_fn is built, so ``run`` leaves log_dir as it was.
 """
 
-import hashlib
 import json
 import os
 import subprocess
@@ -22,6 +21,7 @@ import moxlite as mox
 from moxlite import errors
 from moxlite.data import datasets, sources
 from moxlite.recipes import cli
+from tests import runlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -62,17 +62,6 @@ def write_records(path, records):
 def good_records(path, count=4, num_classes=2):
     return write_records(path, [example({"image/encoded": png_bytes(index * 20),
                                           "image/class/label": index % num_classes}) for index in range(count)])
-
-
-def tree_bytes(path):
-    """{relative path: sha256} of every file below ``path`` (byte-for-byte state)."""
-    state = {}
-    for root, _, files in os.walk(path):
-        for name in files:
-            full = os.path.join(root, name)
-            with open(full, "rb") as handle:
-                state[os.path.relpath(full, path)] = hashlib.sha256(handle.read()).hexdigest()
-    return state
 
 
 IMAGE_FOLDER_RECIPE = """\
@@ -311,12 +300,12 @@ def test_a_bad_recipe_run_leaves_an_earlier_run_in_log_dir_byte_for_byte(tmp_pat
     train, evaluation = image_tree(tmp_path / "train"), image_tree(tmp_path / "val")
     path = recipe_file(tmp_path, IMAGE_FOLDER_RECIPE, train, evaluation)
     assert cli.main([str(path)]) == 0
-    before = tree_bytes(tmp_path / "logs")
+    before = runlib.tree_bytes(tmp_path / "logs")
     (tmp_path / "train" / "dog" / "0.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)
     capsys.readouterr()
     assert cli.main([str(path), "--set", "run.steps=4"]) == 2
     assert "does not decode as a JPEG, PNG, BMP or GIF image" in capsys.readouterr().err
-    assert tree_bytes(tmp_path / "logs") == before
+    assert runlib.tree_bytes(tmp_path / "logs") == before
 
 
 # ----------------------------------------------------------------- the Python API
@@ -414,7 +403,7 @@ def test_run_with_a_moxing_data_set_over_a_bad_file_writes_nothing(tmp_path):
 
     mox.run(input_fn=input_fn, model_fn=_classifier_model_fn, optimizer_fn=lambda: mox.get_optimizer_fn("sgd", 0.1)(),
             run_mode=mox.ModeKeys.TRAIN, batch_size=2, max_number_of_steps=2, log_dir=str(log_dir))
-    before = tree_bytes(log_dir)
+    before = runlib.tree_bytes(log_dir)
     assert before
     with open(os.path.join(root, "cat", "1.png"), "wb") as handle:
         handle.write(b"\x89PNG\r\n\x1a\n" + b"\x02" * 40)
@@ -424,7 +413,7 @@ def test_run_with_a_moxing_data_set_over_a_bad_file_writes_nothing(tmp_path):
         mox.run(input_fn=input_fn, model_fn=_classifier_model_fn,
                 optimizer_fn=lambda: mox.get_optimizer_fn("sgd", 0.1)(), run_mode=mox.ModeKeys.TRAIN,
                 batch_size=2, max_number_of_steps=4, log_dir=str(log_dir))
-    assert tree_bytes(log_dir) == before
+    assert runlib.tree_bytes(log_dir) == before
 
 
 def test_header_checks_agree_with_tensorflow(tmp_path):

@@ -11,7 +11,6 @@ carried across: the resumed run recomputes the inverses at its first update,
 and its weights equal those of a run whose schedule refreshes at that update.
 """
 
-import hashlib
 import os
 import shutil
 
@@ -26,16 +25,6 @@ from tests import runlib
 BATCH = 16
 TF_WARNINGS = ("Value in checkpoint could not be found", "Python objects that were not bound", "WARNING:tensorflow",
                "expected dtype")
-
-
-def tree_bytes(path):
-    state = {}
-    for root, _, files in os.walk(path):
-        for name in files:
-            full = os.path.join(root, name)
-            with open(full, "rb") as handle:
-                state[os.path.relpath(full, path)] = hashlib.sha256(handle.read()).hexdigest()
-    return state
 
 
 def optimizer_fn(thor=None):
@@ -73,7 +62,7 @@ REFUSED = {
 def test_a_change_the_checkpoint_cannot_follow_is_one_line_and_writes_nothing(name, tmp_path, capfd):
     first, second, fragment = REFUSED[name]
     train(tmp_path, 3, **first)
-    before = tree_bytes(tmp_path)
+    before = runlib.tree_bytes(tmp_path)
     capfd.readouterr()
     with pytest.raises(errors.CheckpointError) as raised:
         train(tmp_path, 6, **second)
@@ -84,7 +73,7 @@ def test_a_change_the_checkpoint_cannot_follow_is_one_line_and_writes_nothing(na
     assert f"checkpoint_path='{tmp_path}' restores the model variables only" in message
     err = capfd.readouterr().err
     assert not [warning for warning in TF_WARNINGS if warning in err], err
-    assert tree_bytes(tmp_path) == before
+    assert runlib.tree_bytes(tmp_path) == before
 
 
 def test_a_recipe_resumed_without_its_thor_wrapper_exits_2_with_one_line(tmp_path, capfd):
@@ -99,7 +88,7 @@ optimizer:
   wrappers: [{{name: thor, frequency: 2}}]
 """)
     assert cli.main([str(recipe)]) == 0
-    before = tree_bytes(tmp_path / "logs")
+    before = runlib.tree_bytes(tmp_path / "logs")
     capfd.readouterr()
     assert cli.main([str(recipe), "--set", "optimizer.wrappers=[]", "--set", "run.steps=4"]) == 2
     captured = capfd.readouterr()
@@ -107,7 +96,7 @@ optimizer:
     assert lines == [line for line in lines if line.startswith("moxlite-run: error: cannot resume")] and len(lines) == 1, \
         captured.err
     assert "optimizer stack thor > SGD in the checkpoint, SGD in this run" in lines[0]
-    assert tree_bytes(tmp_path / "logs") == before
+    assert runlib.tree_bytes(tmp_path / "logs") == before
 
 
 def test_a_new_block_size_is_carried_across_and_equals_a_run_refreshing_at_that_update(tmp_path, capfd):

@@ -41,13 +41,7 @@ def test_var_scopes_with_one_loss_trains_only_that_scope(tmp_path):
     np.testing.assert_array_equal(saved["body/bias"], np.zeros(8))
     # The head trains as softmax regression on the frozen body's features (numpy).
     images, labels = runlib.mnist_rows(96)
-    features = images.astype(np.float64) @ initial
-    kernel, bias = np.zeros((8, 10)), np.zeros(10)
-    for step in range(3):
-        x, y = features[step * BATCH:(step + 1) * BATCH], labels[step * BATCH:(step + 1) * BATCH]
-        p = runlib.softmax_probabilities(x @ kernel + bias)
-        p[np.arange(BATCH), y] -= 1.0
-        kernel, bias = kernel - 0.5 * x.T @ p / BATCH, bias - 0.5 * p.mean(axis=0)
+    kernel, bias = runlib.numpy_softmax_regression(images.astype(np.float64) @ initial, labels, BATCH, 3, 0.5)
     np.testing.assert_allclose(saved["head/kernel"], kernel, atol=1e-4)
     np.testing.assert_allclose(saved["head/bias"], bias, atol=1e-5)
 
@@ -132,13 +126,7 @@ def test_var_scopes_match_whole_components_wherever_they_stand_and_say_so(tmp_pa
     np.testing.assert_array_equal(saved["sequential/header/bias"], np.zeros(runlib.NUM_CLASSES))
     # The head trains on the frozen body's features, under the identity "header" (numpy).
     images, labels = runlib.mnist_rows(96)
-    features = images.astype(np.float64) @ initial
-    kernel, bias = np.zeros((8, 10)), np.zeros(10)
-    for step in range(3):
-        x, y = features[step * BATCH:(step + 1) * BATCH], labels[step * BATCH:(step + 1) * BATCH]
-        p = runlib.softmax_probabilities(x @ kernel + bias)
-        p[np.arange(BATCH), y] -= 1.0
-        kernel, bias = kernel - 0.5 * x.T @ p / BATCH, bias - 0.5 * p.mean(axis=0)
+    kernel, bias = runlib.numpy_softmax_regression(images.astype(np.float64) @ initial, labels, BATCH, 3, 0.5)
     np.testing.assert_allclose(saved["sequential/head/kernel"], kernel, atol=1e-4)
     np.testing.assert_allclose(saved["sequential/head/bias"], bias, atol=1e-5)
     out = capsys.readouterr()

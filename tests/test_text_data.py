@@ -250,3 +250,15 @@ def test_a_sequence_longer_than_the_models_is_refused():
     with pytest.raises(DataOptionError, match="seq_length: 513 is longer than the model's max_sequence_length 512 "
                                               r"\(its position embeddings\); use seq_length <= 512"):
         text_checks.check_sequence_length(513, 512)
+
+
+def test_a_vocabulary_or_a_text_pattern_naming_a_directory_is_one_line_with_the_fix(tmp_path):
+    """Both say 'is a directory' and what to give instead: the file in it, or a glob of the files."""
+    with pytest.raises(DataOptionError) as raised:
+        text_checks.read_vocabulary_file(str(tmp_path))
+    assert str(raised.value) == (f"vocabulary: {str(tmp_path)!r} is a directory; give the vocabulary file in it, "
+                                 f"e.g. {str(tmp_path) + '/vocab.txt'!r}")
+    with pytest.raises(DataOptionError) as raised:
+        text_checks.text_files(str(tmp_path), "train_files")
+    assert str(raised.value) == (f"train_files: {str(tmp_path)!r} is a directory; give glob patterns of the text "
+                                 f"files in it, e.g. {os.path.join(str(tmp_path), '*.txt')!r}")

@@ -1,6 +1,7 @@
 """THOR from recipes: schedule blocks for the learning rate and the damping, their errors, and the two THOR recipes."""
 
 import os
+import re
 
 import pytest
 import tensorflow as tf
@@ -49,6 +50,20 @@ def test_explicit_steps_per_epoch_wins_and_polynomial_block_builds(tmp_path):
                                  "end_value: 3.244e-5, total_steps: 100}"])
     assert float(builders._learning_rate(loaded)(50)) == pytest.approx((0.0034 - 3.244e-5) / 2 + 3.244e-5, rel=1e-6)
 
+
+
+def test_dry_run_shows_the_damping_schedule_with_its_settings(capsys, tmp_path):
+    """The thor wrapper's line names the damping schedule and its resolved settings, not an object address."""
+    recipe = os.path.join(REPO, "recipes", "mnist_cnn_thor.yaml")
+    assert cli.main([recipe, "--set", f"run.log_dir={tmp_path / 'never'}", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    thor_line = next(line for line in out.splitlines() if line.strip().startswith("1. thor("))
+    samples, global_batch = map(int, re.search(r"ceil\((\d+) samples / global batch (\d+)\)", out).groups())
+    # The recipe's block {damping_init: 0.03, decay_rate: 0.5}; steps_per_epoch is MindSpore's samples // batch.
+    assert (f"thor(damping=thor_damping(damping_init=0.03, decay_rate=0.5, steps_per_epoch={samples // global_batch}), "
+            in thor_line), thor_line
+    assert "object at 0x" not in out
+    assert not (tmp_path / "never").exists()
 
 BAD_SCHEDULES = [
     ("{schedule: thor, lr_init: -1, lr_decay: 4, lr_end_epoch: 50}",

@@ -72,6 +72,18 @@ def positive_int_or_none(owner, name, value, hint=""):
     return value
 
 
+def decoded_image(data, channels, image_size=None, augmentation_fn=None):
+    """The image in the encoded bytes ``data`` (JPEG, PNG, BMP or GIF's first frame), as the image data sets give it:
+    ``channels`` channels, resized to ``image_size`` (nearest neighbour) when given, then ``augmentation_fn`` applied."""
+    image = tf.io.decode_image(data, channels=channels, expand_animations=False)
+    image.set_shape([None, None, channels])
+    if image_size is not None:
+        image = tf.image.resize(image, image_size, method="nearest")
+    if augmentation_fn is not None:
+        image = augmentation_fn(image)
+    return image
+
+
 class FeatureDataset:
     """Named features built by ``_build_features``; the base of MoXing's data-set classes.
 

@@ -13,7 +13,7 @@ import tensorflow as tf
 from moxlite import errors
 from moxlite.data import probe, sources
 from moxlite.data.sources import IMAGE_EXTENSIONS
-from moxlite.data.feature_dataset import FeatureDataset, positive_int_or_none
+from moxlite.data.feature_dataset import FeatureDataset, decoded_image, positive_int_or_none
 from moxlite.file import data_cache
 
 
@@ -158,12 +158,7 @@ class ImageClassificationRawDataset(FeatureDataset):
         return tf.io.read_file(path), label, path
 
     def _build_features(self, data, label, path):
-        image = tf.io.decode_image(data, channels=self.channels, expand_animations=False)
-        image.set_shape([None, None, self.channels])
-        if self.image_size is not None:
-            image = tf.image.resize(image, self.image_size, method="nearest")
-        if self.augmentation_fn is not None:
-            image = self.augmentation_fn(image)
+        image = decoded_image(data, self.channels, self.image_size, self.augmentation_fn)
         self._add_feature("image", image)
         self._add_feature("label", tf.one_hot(label, self.metadata.num_classes) if self.label_one_hot else label)
         self._add_feature("image_name", path)

@@ -83,27 +83,63 @@ def image_header_problem(head):
     return f"is not {IMAGE_FORMATS} (it starts with {bytes(head[:8])!r})"
 
 
-def _head(path, size):
+def is_remote(pattern):
+    """True for an object-storage path or pattern (obs://, s3://), read through moxlite.file."""
+    return "://" in pattern
+
+
+def match_files(patterns):
+    """The sorted paths the glob ``patterns`` match (object-storage patterns through moxlite.file)."""
+    found = set()
+    for pattern in patterns:
+        if is_remote(pattern):
+            from moxlite import file as mox_file
+
+            found.update(mox_file.glob(pattern))
+        else:
+            found.update(glob.glob(pattern))
+    return sorted(found)
+
+
+def head(path, size):
+    """The first ``size`` bytes of the file ``path`` (of an object: only those bytes are fetched)."""
+    if is_remote(path):
+        from moxlite import file as mox_file
+
+        with mox_file.File(path, "rb") as handle:
+            return handle.read(size)
     with open(path, "rb") as handle:
         return handle.read(size)
+
+
+def checked_files(patterns, option, kind, example, probe_bytes, header_problem, remote=False):
+    """The sorted files the glob ``patterns`` match, each passing ``header_problem`` on its first bytes.
+
+    kind: what the files hold, for the messages ("TFRecord files"); example: the glob
+    suggested inside a directory that was given ('*'); probe_bytes: how many first bytes
+    ``header_problem`` reads (it returns None or what is wrong); remote: object-storage
+    patterns are matched too. Otherwise a DataOptionError naming ``option``.
+    """
+    files = match_files(patterns) if remote else sorted({path for pattern in patterns for path in glob.glob(pattern)})
+    if not files:
+        shown = ", ".join(patterns) if patterns else "nothing"
+        where = " (local or obs://)" if remote else ""
+        raise DataOptionError(option, f"{shown} match no file; give glob patterns of {kind}{where}")
+    for path in files:
+        if not is_remote(path) and os.path.isdir(path):
+            raise DataOptionError(option, f"{path!r} is a directory; give glob patterns of the {kind} in it, e.g. "
+                                          f"{os.path.join(path, example)!r}")
+        problem = header_problem(head(path, probe_bytes))
+        if problem:
+            raise DataOptionError(option, f"{path!r} {problem}")
+    return files
 
 
 # ----------------------------------------------------------------- TFRecord files
 
 def tfrecord_files(patterns, option):
     """The sorted files the glob ``patterns`` match, each starting a TFRecord; DataOptionError naming ``option``."""
-    files = sorted({path for pattern in patterns for path in glob.glob(pattern)})
-    if not files:
-        shown = ", ".join(patterns) if patterns else "nothing"
-        raise DataOptionError(option, f"{shown} match no file; give glob patterns of TFRecord files")
-    for path in files:
-        if os.path.isdir(path):
-            raise DataOptionError(option, f"{path!r} is a directory; give glob patterns of the TFRecord files in "
-                                          f"it, e.g. {os.path.join(path, '*')!r}")
-        problem = tfrecord_header_problem(_head(path, TFRECORD_HEADER_BYTES))
-        if problem:
-            raise DataOptionError(option, f"{path!r} {problem}")
-    return files
+    return checked_files(patterns, option, "TFRecord files", "*", TFRECORD_HEADER_BYTES, tfrecord_header_problem)
 
 
 def check_class_count(num_classes, allow_single_class, option, subject):
@@ -147,7 +183,7 @@ def list_images(directory, class_names, option):
     return paths, labels
 
 
-def check_image_headers(paths, labels, option, read=_head, per_class=HEADER_PROBES_PER_CLASS):
+def check_image_headers(paths, labels, option, read=head, per_class=HEADER_PROBES_PER_CLASS):
     """The first ``per_class`` images of each class start like an image (``read(path, n)`` gives bytes)."""
     seen = {}
     for path, label in zip(paths, labels):

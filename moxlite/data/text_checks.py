@@ -14,9 +14,7 @@ the option and the fix, before anything is read or written:
 Errors are ``sources.DataOptionError``, whose ``option`` a recipe maps to its line.
 """
 
-import glob
-import os
-
+from moxlite.data import sources
 from moxlite.data.sources import DataOptionError
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -101,7 +99,7 @@ def read_vocabulary_file(path, option="vocabulary"):
         raise DataOptionError(option, f"{path!r} does not exist; give a vocabulary file (one token per line, "
                                       f"BERT's vocab.txt), or null to learn one from the corpus")
     if mox_file.is_directory(path):
-        raise DataOptionError(option, f"{path!r} is a folder; give the vocabulary file in it, e.g. "
+        raise DataOptionError(option, f"{path!r} is a directory; give the vocabulary file in it, e.g. "
                                       f"{path.rstrip('/') + '/vocab.txt'!r}")
     try:
         tokens = parse_vocabulary(mox_file.read(path, binary=True).decode("utf-8"))
@@ -116,33 +114,6 @@ def read_vocabulary_file(path, option="vocabulary"):
 
 
 # ----------------------------------------------------------------- text files
-
-def _is_remote(pattern):
-    return "://" in pattern
-
-
-def match_files(patterns):
-    """The sorted paths the glob ``patterns`` match (object-storage patterns through moxlite.file)."""
-    found = set()
-    for pattern in patterns:
-        if _is_remote(pattern):
-            from moxlite import file as mox_file
-
-            found.update(mox_file.glob(pattern))
-        else:
-            found.update(glob.glob(pattern))
-    return sorted(found)
-
-
-def _head(path, size):
-    if _is_remote(path):
-        from moxlite import file as mox_file
-
-        with mox_file.File(path, "rb") as handle:   # the first bytes only, not the whole object
-            return handle.read(size)
-    with open(path, "rb") as handle:
-        return handle.read(size)
-
 
 def text_file_problem(head):
     """None when ``head`` (a file's first bytes) starts a file of text lines; else what is wrong."""
@@ -159,27 +130,15 @@ def text_file_problem(head):
 
 
 def text_files(patterns, option):
-    """The sorted files of text the glob ``patterns`` match; DataOptionError naming ``option`` otherwise."""
+    """The sorted files of text the glob ``patterns`` match (local or object storage); DataOptionError naming ``option`` otherwise."""
     if isinstance(patterns, str):
         patterns = [patterns]
-    files = match_files(patterns)
-    if not files:
-        shown = ", ".join(patterns) if patterns else "nothing"
-        raise DataOptionError(option, f"{shown} match no file; give glob patterns of text files (local or obs://)")
-    for path in files:
-        if not _is_remote(path) and os.path.isdir(path):
-            raise DataOptionError(option, f"{path!r} is a folder; give glob patterns of the text files in it, e.g. "
-                                          f"{os.path.join(path, '*.txt')!r}")
-        problem = text_file_problem(_head(path, TEXT_PROBE_BYTES))
-        if problem:
-            raise DataOptionError(option, f"{path!r} {problem}")
-    return files
+    return sources.checked_files(patterns, option, "text files", "*.txt", TEXT_PROBE_BYTES, text_file_problem,
+                                 remote=True)
 
 
 def check_files(name, options):
     """The recipe checks of masked-LM data set ``name`` (text, bert_tfrecord, bert_synthetic) before TensorFlow."""
-    from moxlite.data import sources
-
     if name == "bert_tfrecord":
         sources.tfrecord_files(options["train_files"], "train_files")
         sources.tfrecord_files(options["eval_files"], "eval_files")

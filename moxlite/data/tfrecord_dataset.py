@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from moxlite import errors, logs
 from moxlite.data import probe
-from moxlite.data.feature_dataset import FeatureDataset, positive_int_or_none
+from moxlite.data.feature_dataset import FeatureDataset, decoded_image, positive_int_or_none
 from moxlite.file import data_cache
 
 DEFAULT_SHUFFLE_BUFFER = 10000
@@ -286,12 +286,7 @@ class ImageClassificationTFRecordDataset(BaseTFRecordDataset):
         self.channels = channels
 
     def _build_features(self, data, label, *custom):
-        image = tf.io.decode_image(data, channels=self.channels, expand_animations=False)
-        image.set_shape([None, None, self.channels])
-        if self.image_size is not None:
-            image = tf.image.resize(image, self.image_size, method="nearest")
-        if self.augmentation_fn is not None:
-            image = self.augmentation_fn(image)
+        image = decoded_image(data, self.channels, self.image_size, self.augmentation_fn)
         label = tf.cast(tf.reshape(label, []), tf.int32)
         if self.label_one_hot:
             label = tf.one_hot(label, self.metadata.num_classes)

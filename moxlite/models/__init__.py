@@ -15,6 +15,28 @@ from moxlite.models.classifier import classifier_model_fn
 from moxlite.models.networks import NETWORKS
 
 
+def _checked_options_class(name, arguments, options):
+    """The options dataclass of model ``name``, once ``arguments`` (model-section keys such as
+    weight_decay) and the network's ``options`` pass the recipe schema's checks.
+
+    An unknown option (with the closest accepted name) or a value out of range is an
+    ArgumentError naming it, as the recipe loader would say it.
+    """
+    from moxlite.recipes import schema
+
+    options_class = schema.model_options_class(name)
+    accepted = [field.name for field in dataclasses.fields(options_class)]
+    for key in options:
+        if key not in accepted:
+            close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise errors.ArgumentError(f"{name}: unknown option {key!r}{hint}; accepted: {', '.join(accepted)}")
+    found = schema.check_values(schema.ModelSection, arguments) or schema.check_values(options_class, options)
+    if found:
+        raise errors.ArgumentError(f"{name}: {found[0]}={found[1]}")
+    return options_class
+
+
 def build_model_fn(name, num_classes, weight_decay=0.0, label_smoothing=0.0, allow_single_class=False, **options):
     """model_fn(inputs, mode) of built-in network ``name`` with its ``options`` (see moxlite.models.networks).
 
@@ -30,19 +52,10 @@ def build_model_fn(name, num_classes, weight_decay=0.0, label_smoothing=0.0, all
         raise errors.ArgumentError(f"model {name!r} is not built in{bert_hint}; choose one of {', '.join(NETWORKS)}")
     from moxlite.recipes import schema
 
-    options_class = schema.model_options_class(name)
-    accepted = [field.name for field in dataclasses.fields(options_class)]
-    for key in options:
-        if key not in accepted:
-            close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise errors.ArgumentError(f"{name}: unknown option {key!r}{hint}; accepted: {', '.join(accepted)}")
     arguments = {"weight_decay": weight_decay, "label_smoothing": label_smoothing}
     if not (allow_single_class and num_classes == 1):
         arguments["num_classes"] = num_classes
-    found = schema.check_values(schema.ModelSection, arguments) or schema.check_values(options_class, options)
-    if found:
-        raise errors.ArgumentError(f"{name}: {found[0]}={found[1]}")
+    options_class = _checked_options_class(name, arguments, options)
     builder = NETWORKS[name]
 
     def build_network(image_shape):
@@ -62,21 +75,10 @@ def build_bert_model_fn(name, weight_decay=0.0, **options):
     so a mistake is an ArgumentError naming it before the run starts.
     """
     from moxlite.models import bert
-    from moxlite.recipes import schema
 
     if name not in bert.MODEL_NAMES:
         raise errors.ArgumentError(f"model {name!r} is not a built-in BERT; choose one of {', '.join(bert.MODEL_NAMES)}")
-    options_class = schema.model_options_class(name)
-    accepted = [field.name for field in dataclasses.fields(options_class)]
-    for key in options:
-        if key not in accepted:
-            close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise errors.ArgumentError(f"{name}: unknown option {key!r}{hint}; accepted: {', '.join(accepted)}")
-    found = schema.check_values(schema.ModelSection, {"weight_decay": weight_decay}) or \
-        schema.check_values(options_class, options)
-    if found:
-        raise errors.ArgumentError(f"{name}: {found[0]}={found[1]}")
+    _checked_options_class(name, {"weight_decay": weight_decay}, options)
     return bert.bert_model_fn(bert.MODEL_NAMES[name], weight_decay=weight_decay, **options)
 
 

@@ -50,12 +50,29 @@ def _checked(schedule, **arguments):
     return {key: float(value) for key, value in arguments.items()}
 
 
+class _ThorSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """What the THOR schedules share: a repr that names the schedule and its settings.
+
+    ``NAME`` is the schedule's name in a recipe block, so ``repr`` reads as the block
+    that builds it, e.g. ``thor_polynomial(initial_value=0.05, end_value=0.001,
+    total_steps=1000, power=1)``: the thor wrapper's line in ``--dry-run`` (and any
+    log of the wrapper's parameters) shows the settings, not an object address.
+    """
+
+    NAME = None
+
+    def __repr__(self):
+        settings = ", ".join(f"{key}={value:.6g}" if isinstance(value, float) else f"{key}={value!r}"
+                             for key, value in self.get_config().items())
+        return f"{self.NAME}({settings})"
+
+
 def _epoch_at_end_of(step, steps_per_epoch):
     return (tf.cast(step, tf.float64) + 1.0) / steps_per_epoch
 
 
 @keras.saving.register_keras_serializable(package="moxlite")
-class ThorLearningRate(keras.optimizers.schedules.LearningRateSchedule):
+class ThorLearningRate(_ThorSchedule):
     """MindSpore's ``get_thor_lr``: a power decay to 0 at ``lr_end_epoch``, halved twice near the end.
 
     lr_init: the learning rate at step 0 (before the decay of its first step).
@@ -90,7 +107,7 @@ class ThorLearningRate(keras.optimizers.schedules.LearningRateSchedule):
 
 
 @keras.saving.register_keras_serializable(package="moxlite")
-class ThorDamping(keras.optimizers.schedules.LearningRateSchedule):
+class ThorDamping(_ThorSchedule):
     """MindSpore's ``get_thor_damping``: damping_init * decay_rate ** (epoch / 10).
 
     damping_init: the damping at step 0 (ResNet-50: 0.02714 Ascend, 0.02345 GPU).
@@ -116,7 +133,7 @@ class ThorDamping(keras.optimizers.schedules.LearningRateSchedule):
 
 
 @keras.saving.register_keras_serializable(package="moxlite")
-class ThorPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
+class ThorPolynomialDecay(_ThorSchedule):
     """MindSpore's BERT THOR schedules: polynomial decay, no warm-up, for the learning rate or the damping.
 
     initial_value: the value at step 0 (BERT: lr 3.4e-3, damping 5e-2).

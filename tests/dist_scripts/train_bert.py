@@ -6,8 +6,6 @@ and, imported, for the single-process reference run at the global batch.
     python tests/dist_scripts/train_bert.py --log_dir=/tmp/x --steps=3 --batch=4  + MoXing cluster flags
 """
 
-import argparse
-import json
 import os
 import sys
 
@@ -16,6 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 import moxlite as mox  # noqa: E402
 from tests import bertlib  # noqa: E402
+from tests.dist_scripts import script_main  # noqa: E402
 
 NUM_SAMPLES = 32
 
@@ -36,15 +35,8 @@ def train(log_dir, steps, batch):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--log_dir", required=True)
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--batch", type=int, required=True)
-    args, _ = parser.parse_known_args()
-    print(f"PID {os.getpid()}", flush=True)
-    result = train(args.log_dir, args.steps, args.batch)
-    if result is not None:
-        print("RESULT " + json.dumps({key: float(value) for key, value in result.items()}), flush=True)
+    args = script_main.parse_arguments()
+    script_main.print_result(train(args.log_dir, args.steps, args.batch))
     return 0
 
 

@@ -11,8 +11,6 @@ tools/launch_local.py) and, imported, for the single-process reference run.
 batch_gradients(N) outermost: momentum -> lars -> batch_gradients.
 """
 
-import argparse
-import json
 import os
 import sys
 
@@ -22,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 import moxlite as mox  # noqa: E402
 from tests import runlib  # noqa: E402
+from tests.dist_scripts import script_main  # noqa: E402
 
 NUM_ROWS = 512
 LEARNING_RATE = 0.1
@@ -55,23 +54,19 @@ def train(log_dir, steps, batch, model="mlp", save_steps=10, log_every=5, optimi
                    save_model_steps=save_steps, save_summary_steps=summary_steps)
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--log_dir", required=True)
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--batch", type=int, required=True)
+def add_own_arguments(parser):
     parser.add_argument("--model", default="mlp", choices=["mlp", "softmax"])
     parser.add_argument("--save_steps", type=int, default=10)
     parser.add_argument("--log_every", type=int, default=5)
     parser.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum_lars"])
     parser.add_argument("--num_batches", type=int, default=1)
     parser.add_argument("--nan_row", type=int, default=None)
-    args, _ = parser.parse_known_args()
-    print(f"PID {os.getpid()}", flush=True)
-    result = train(args.log_dir, args.steps, args.batch, args.model, args.save_steps, args.log_every,
-                   args.optimizer, args.num_batches, args.nan_row)
-    if result is not None:  # None in a process that only served
-        print("RESULT " + json.dumps({key: float(value) for key, value in result.items()}), flush=True)
+
+
+def main():
+    args = script_main.parse_arguments(add_own_arguments)
+    script_main.print_result(train(args.log_dir, args.steps, args.batch, args.model, args.save_steps, args.log_every,
+                                   args.optimizer, args.num_batches, args.nan_row))
     return 0
 
 

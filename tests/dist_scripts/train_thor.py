@@ -11,8 +11,6 @@ groups of --batch rows, each worker reading them in its own random order, so one
 one group: a refresh's factors tell which batch they came from), --steps_per_loop.
 """
 
-import argparse
-import json
 import os
 import sys
 
@@ -21,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 import moxlite as mox  # noqa: E402
 from tests import runlib, thorlib  # noqa: E402
+from tests.dist_scripts import script_main  # noqa: E402
 
 NUM_ROWS = 256
 THOR = dict(lr=0.05, momentum=0.9, damping=0.05, frequency=3, weight_decay=5e-4)
@@ -70,24 +69,20 @@ def train(log_dir, steps, batch, num_batches=1, damping=None, groups=0, steps_pe
                    save_model_steps=save_every, steps_per_loop=steps_per_loop, keep_checkpoint_max=20)
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--log_dir", required=True)
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--batch", type=int, required=True)
+def add_own_arguments(parser):
     parser.add_argument("--num_batches", type=int, default=1)
     parser.add_argument("--damping_decay", type=float, default=None, help="damping = 0.05 * this^step")
     parser.add_argument("--groups", type=int, default=0)
     parser.add_argument("--steps_per_loop", type=int, default=1)
     parser.add_argument("--save_every", type=int, default=None)
     parser.add_argument("--frequency", type=int, default=None)
-    args, _ = parser.parse_known_args()
-    print(f"PID {os.getpid()}", flush=True)
-    result = train(args.log_dir, args.steps, args.batch, args.num_batches,
-                   decaying_damping(args.damping_decay) if args.damping_decay else None, args.groups, args.steps_per_loop,
-                   args.save_every, args.frequency)
-    if result is not None:  # None in a process that only served
-        print("RESULT " + json.dumps({key: float(value) for key, value in result.items()}), flush=True)
+
+
+def main():
+    args = script_main.parse_arguments(add_own_arguments)
+    script_main.print_result(train(args.log_dir, args.steps, args.batch, args.num_batches,
+                                   decaying_damping(args.damping_decay) if args.damping_decay else None, args.groups,
+                                   args.steps_per_loop, args.save_every, args.frequency))
     return 0
 
 

@@ -4,8 +4,6 @@ cluster the flags say (tests/test_distributed_thor.py; imported for the single-p
     python tests/dist_scripts/train_thor_bert.py --log_dir=/tmp/x --steps=3 --batch=4  + MoXing cluster flags
 """
 
-import argparse
-import json
 import os
 import sys
 
@@ -13,18 +11,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tests import thorbertlib  # noqa: E402
+from tests.dist_scripts import script_main  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--log_dir", required=True)
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--batch", type=int, required=True)
-    args, _ = parser.parse_known_args()
-    print(f"PID {os.getpid()}", flush=True)
-    result = thorbertlib.train_masked_lm(args.log_dir, args.steps, args.batch)
-    if result is not None:  # None in a process that only served
-        print("RESULT " + json.dumps({key: float(value) for key, value in result.items()}), flush=True)
+    args = script_main.parse_arguments()
+    script_main.print_result(thorbertlib.train_masked_lm(args.log_dir, args.steps, args.batch))
     return 0
 
 
