@@ -10,7 +10,7 @@ then passed through ``augmentation_fn``), ``label`` (int32) and
 
 import tensorflow as tf
 
-from moxlite import errors
+from moxlite import compat, errors
 from moxlite.data import probe, sources
 from moxlite.data.sources import IMAGE_EXTENSIONS
 from moxlite.data.feature_dataset import FeatureDataset, positive_int_or_none
@@ -163,7 +163,7 @@ class ImageClassificationRawDataset(FeatureDataset):
         if self.image_size is not None:
             image = tf.image.resize(image, self.image_size, method="nearest")
         if self.augmentation_fn is not None:
-            image = self.augmentation_fn(image)
+            image = compat.converted_user_function(self.augmentation_fn)(image)
         self._add_feature("image", image)
         self._add_feature("label", tf.one_hot(label, self.metadata.num_classes) if self.label_one_hot else label)
         self._add_feature("image_name", path)

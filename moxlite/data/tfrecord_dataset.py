@@ -22,7 +22,7 @@ order and the runner's per-worker shards are disjoint and complete.
 
 import tensorflow as tf
 
-from moxlite import errors, logs
+from moxlite import compat, errors, logs
 from moxlite.data import probe
 from moxlite.data.feature_dataset import FeatureDataset, positive_int_or_none
 from moxlite.file import data_cache
@@ -291,7 +291,7 @@ class ImageClassificationTFRecordDataset(BaseTFRecordDataset):
         if self.image_size is not None:
             image = tf.image.resize(image, self.image_size, method="nearest")
         if self.augmentation_fn is not None:
-            image = self.augmentation_fn(image)
+            image = compat.converted_user_function(self.augmentation_fn)(image)
         label = tf.cast(tf.reshape(label, []), tf.int32)
         if self.label_one_hot:
             label = tf.one_hot(label, self.metadata.num_classes)
