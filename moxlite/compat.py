@@ -9,6 +9,8 @@ name instead of as a wrong number somewhere in a run.
 """
 
 import contextlib
+import types
+import warnings
 
 import tensorflow as tf
 
@@ -455,3 +457,87 @@ def iterator_reads():
         yield reads
     finally:
         owner._next_internal = original
+
+
+# AutoGraph ---------------------------------------------------------------------------------------
+# moxlite's own functions are written for graph mode (tf.cond, tf.while_loop, Python logic on
+# static values) and need no conversion; converting them cost most of a traced step's tracing.
+# User functions moxlite calls inside a trace are converted explicitly (converted_user_function).
+
+def _autograph_rules():
+    """AutoGraph's conversion rules module (``tensorflow.python.autograph.core.config``) and its rule classes."""
+    try:
+        from tensorflow.python.autograph.core import config, config_lib
+    except ImportError as missing:
+        raise CompatibilityError(
+            f"TensorFlow has no tensorflow.python.autograph.core.config ({missing}), which moxlite uses to keep "
+            f"AutoGraph from converting its own functions (written for {PINNED}); install those versions or "
+            f"update moxlite/compat.py") from None
+    if not isinstance(getattr(config, "CONVERSION_RULES", None), tuple):
+        raise _missing("tensorflow.python.autograph.core.config", "CONVERSION_RULES (a tuple of rules)",
+                       "keep AutoGraph from converting its own functions")
+    for name in ("DoNotConvert", "Action"):
+        if not hasattr(config_lib, name):
+            raise _missing("tensorflow.python.autograph.core.config_lib", name,
+                           "keep AutoGraph from converting its own functions")
+    return config, config_lib
+
+
+def leave_unconverted(package):
+    """Keep AutoGraph from converting the functions of ``package`` and its modules (idempotent).
+
+    AutoGraph has no public setting for this: its ``CONVERSION_RULES`` (TensorFlow's own list
+    that already leaves ``tensorflow``, ``keras`` and ``numpy`` alone) gains a ``DoNotConvert``
+    rule, put first so that no later rule overrides it. A ``tf.function`` body is still
+    converted (AutoGraph converts what it is asked to convert explicitly); the functions it
+    calls in ``package`` run as written.
+    """
+    config, config_lib = _autograph_rules()
+    if not is_left_unconverted(package):
+        config.CONVERSION_RULES = (config_lib.DoNotConvert(package),) + tuple(config.CONVERSION_RULES)
+
+
+def is_left_unconverted(package):
+    """True when AutoGraph's first rule matching module ``package`` says not to convert it."""
+    config, config_lib = _autograph_rules()
+    module = types.ModuleType(package)   # a rule reads a module's name only
+    for rule in config.CONVERSION_RULES:
+        action = rule.get_action(module)
+        if action != config_lib.Action.NONE:
+            return action == config_lib.Action.DO_NOT_CONVERT
+    return False
+
+
+def converted_user_function(function):
+    """``function`` as AutoGraph runs it when a converted caller calls it: converted inside a trace.
+
+    moxlite's own functions are not converted (``leave_unconverted``), so a user function that
+    moxlite calls while tracing (``model_fn``, an ``input_fn`` traced by a strategy, an
+    augmentation or preprocessing function) would otherwise run unconverted, and its Python
+    ``if``/``for`` on tensors would fail. ``tf.__internal__.autograph.tf_convert`` is the
+    entry TensorFlow's own higher-order functions use (``strategy.run``, ``Dataset.map``); it
+    follows the conversion status of the trace (a ``do_not_convert`` caller, a function marked
+    ``tf.autograph.experimental.do_not_convert``). Executing eagerly the function is returned
+    as it is, as no caller converts eager code.
+    """
+    if tf.executing_eagerly():
+        return function
+    internal = getattr(getattr(tf, "__internal__", None), "autograph", None)
+    convert = getattr(internal, "tf_convert", None)
+    status = getattr(internal, "control_status_ctx", None)
+    if convert is None or status is None:
+        raise _missing("tf.__internal__.autograph", "tf_convert or control_status_ctx",
+                       "convert the user functions it calls while tracing")
+    return convert(function, status())
+
+
+def _leave_moxlite_unconverted():
+    try:
+        leave_unconverted("moxlite")
+    except CompatibilityError as missing:
+        # Converting moxlite's functions costs tracing time only: they do not rely on it.
+        warnings.warn(f"{missing}; AutoGraph will convert moxlite's functions too (slower tracing, same results)",
+                      RuntimeWarning, stacklevel=2)
+
+
+_leave_moxlite_unconverted()

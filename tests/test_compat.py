@@ -336,3 +336,50 @@ def test_per_device_update_helpers_reach_each_components_own_slot(two_device_str
         with tf.device(devices[index]), compat.update_context(index):
             slot.assign_add(tf.fill([2], float(index + 1)))
     np.testing.assert_array_equal([c.numpy() for c in slot.values], [[1.0, 1.0], [2.0, 2.0]])
+
+
+def test_leave_unconverted_puts_one_do_not_convert_rule_first(monkeypatch):
+    from tensorflow.python.autograph.core import config
+
+    monkeypatch.setattr(config, "CONVERSION_RULES", tuple(config.CONVERSION_RULES))
+    assert not compat.is_left_unconverted("some_user_package")
+    compat.leave_unconverted("some_user_package")
+    compat.leave_unconverted("some_user_package")
+    assert compat.is_left_unconverted("some_user_package.module")
+    assert sum("some_user_package" in str(rule) for rule in config.CONVERSION_RULES) == 1
+    assert "some_user_package" in str(config.CONVERSION_RULES[0])
+
+
+def test_conversion_rules_in_another_shape_are_named_in_the_error(monkeypatch):
+    from tensorflow.python.autograph.core import config
+
+    monkeypatch.setattr(config, "CONVERSION_RULES", list(config.CONVERSION_RULES))
+    with pytest.raises(compat.CompatibilityError, match="CONVERSION_RULES"):
+        compat.leave_unconverted("moxlite")
+
+
+def test_without_the_conversion_rules_moxlite_warns_and_is_converted_as_before(monkeypatch):
+    from tensorflow.python.autograph.core import config
+
+    rules = tuple(config.CONVERSION_RULES)
+    monkeypatch.delattr(config, "CONVERSION_RULES")
+    with pytest.warns(RuntimeWarning, match="AutoGraph will convert moxlite's functions too"):
+        compat._leave_moxlite_unconverted()
+    monkeypatch.setattr(config, "CONVERSION_RULES", rules, raising=False)
+    assert compat.is_left_unconverted("moxlite")
+
+
+def test_a_converted_user_function_follows_the_conversion_status_of_the_trace():
+    def branch(x):
+        if tf.reduce_sum(x) > 0:
+            return x * 2.0
+        return x - 1.0
+
+    assert compat.converted_user_function(branch) is branch   # eagerly: as it is
+    with tf.Graph().as_default():   # building a graph, no converted caller: converted here
+        x = -tf.ones([2])
+        with pytest.raises(tf.errors.OperatorNotAllowedInGraphError):
+            branch(x)
+        result = compat.converted_user_function(branch)(x)
+        with tf.compat.v1.Session() as session:
+            np.testing.assert_allclose(session.run(result), [-2.0, -2.0])

@@ -32,7 +32,7 @@ import threading
 
 import tensorflow as tf
 
-from moxlite import errors
+from moxlite import compat, errors
 
 
 _local = threading.local()
@@ -80,7 +80,7 @@ def decoded_image(data, channels, image_size=None, augmentation_fn=None):
     if image_size is not None:
         image = tf.image.resize(image, image_size, method="nearest")
     if augmentation_fn is not None:
-        image = augmentation_fn(image)
+        image = compat.converted_user_function(augmentation_fn)(image)
     return image
 
 
@@ -125,8 +125,10 @@ class FeatureDataset:
         self._pending = collections.OrderedDict()
         _local.seed = seed
         try:
-            parsed = self._parse(*element) if isinstance(element, tuple) else self._parse(element)
-            self._build_features(*parsed)
+            # _parse and _build_features may be a user subclass's, and the transforms user functions.
+            parse = compat.converted_user_function(self._parse)
+            parsed = parse(*element) if isinstance(element, tuple) else parse(element)
+            compat.converted_user_function(self._build_features)(*parsed)
             if not self._pending:
                 raise errors.ArgumentError(
                     f"{type(self).__name__}._build_features added no feature; call "
@@ -135,7 +137,7 @@ class FeatureDataset:
             for key, functions in (transforms or {}).items():
                 if key in features:
                     for function in functions:
-                        features[key] = function(features[key])
+                        features[key] = compat.converted_user_function(function)(features[key])
             return features
         finally:
             self._pending = None

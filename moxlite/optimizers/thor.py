@@ -432,8 +432,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
 
     def _damping(self):
         damping = self.damping
-        if callable(damping):
-            damping = damping(self._schedule_step())
+        if callable(damping):   # a schedule: the user's own function is converted as in a converted caller
+            damping = compat.converted_user_function(damping)(self._schedule_step())
         return tf.maximum(tf.cast(damping, tf.float32), 0.0)
 
     def _schedule_step(self):

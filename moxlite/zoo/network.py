@@ -31,7 +31,7 @@ call the variables of the first, so variables are created once however often
 import keras
 import tensorflow as tf
 
-from moxlite import dtype_scope, errors, graph_collections
+from moxlite import compat, dtype_scope, errors, graph_collections
 from moxlite.contract import ModeKeys
 from moxlite.zoo import catalog
 
@@ -77,7 +77,7 @@ def get_model_fn(name, run_mode, num_classes, weight_decay=0.0, data_format="NHW
             size = [image_height or images.shape[1], image_width or images.shape[2]]
             images = tf.cast(tf.image.resize(images, size), images.dtype)
         if preprocess_fn is not None:
-            images = preprocess_fn(images)
+            images = compat.converted_user_function(preprocess_fn)(images)
         policy = _policy_for(images.dtype)
         model = _build(found, num_classes, tuple(images.shape[1:]), policy,
                        weights if tf.executing_eagerly() else None, name)
