@@ -432,6 +432,10 @@ def main(argv=None):
     parser.add_argument("--results", default=None,
                         help="bert_tiny: the folder of run files, reused by later commands "
                              "(default <log-root>/bert_tiny_results)")
+    parser.add_argument("--lamb-settings", default=None, help="bert_tiny: Lamb's sweep as learning rates")
+    parser.add_argument("--adamw-settings", default=None, help="bert_tiny: AdamW's sweep as learning rates")
+    parser.add_argument("--run-seeds", default=None,
+                        help="bert_tiny: only these seeds (e.g. 1,2) of each optimizer's first setting; no sweep")
     parser.add_argument("--timed-seeds", default=None,
                         help="bert_tiny --timing-only: the seeds to time, e.g. 0,1 (default: all)")
     parser.add_argument("--log-root", default="runs/bench_thor", help="where the runs' log_dirs go")

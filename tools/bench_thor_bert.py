@@ -2,7 +2,7 @@
 
     python tools/bench_thor.py --workload bert_tiny --no-timing      # sweep and seeds: steps to target
     flock /tmp/bench.lock python tools/bench_thor.py --workload bert_tiny --timing-only
-                                                 # the best settings again, timed: seconds to target, the plot
+                                                 # the best settings again, timed: wall seconds to target
     python tools/bench_thor.py --workload bert_tiny --quick          # a check that it runs, no figures
 
 The workload is the recipes' (recipes/bert_tiny_mlm_thor.yaml and its Lamb baseline): moxlite's
@@ -26,23 +26,24 @@ The target is the lowest final held-out accuracy over the seeds of the best base
 AdamW, the one with the higher median final accuracy): an accuracy every seed of it reaches.
 
 Steps to target are seeded, so they do not depend on the machine's load: the sweep runs at low
-priority with ``--no-timing``. ``--timing-only`` then runs each optimizer's best setting again on
-every seed (``--timed-seeds`` for some), without the held-out evaluation and only up to the
-target, for the wall-clock seconds: run it alone on the machine (through the benchmarks' lock).
-Every run is kept as a JSON file under ``--results`` and reused by a later command with the same
-steps, so the sweep can be split across commands (``--optimizers``, ``--thor-settings``) and the
-timing across locked calls. ``--thor-variant NAME=key:value,...`` adds THOR with other wrapper
-parameters (pi_damping, refresh, trace_threshold, interval_growth, frequency), reported against
-THOR in a second table.
+priority with ``--no-timing``. ``--timing-only`` runs each optimizer's best setting of the seed-0
+sweep on every seed (``--timed-seeds`` for some, then nothing is reported), kept as timed: run it
+alone (through the benchmarks' lock); the runs its sweep has to make are timed too. A timed run is
+the same seeded run, so where no untimed run of a seed is kept it gives that seed's steps too.
+``--run-seeds 1,2`` runs only those seeds of each optimizer's first setting (no sweep, no report).
+Every run is kept as a JSON file under ``--results`` (only when it reached its last step) and
+reused by a later command with the same steps, so the work can be split across commands
+(``--optimizers``, ``--thor-settings``, ``--lamb-settings``, ``--adamw-settings``) and locked calls.
+``--thor-variant NAME=key:value,...`` adds THOR with other wrapper parameters (pi_damping,
+refresh, trace_threshold, interval_growth, frequency), reported against THOR in a second table.
 
-Printed: per optimizer, the median [min-max] over seeds of the steps and seconds to the target,
-every seed, the final held-out accuracy, the ratios of THOR to Lamb and to AdamW; the plot
-(held-out accuracy against steps and against timed seconds, medians over seeds) needs matplotlib
-(``pip install -e ".[plot]"``).
+Printed: per optimizer, the median [min-max] over seeds of the steps, wall seconds (timed runs
+only) and CPU seconds (the process's, every run) to the target, every seed, the final held-out
+accuracy, the ratios of THOR to Lamb and to AdamW. The plot (held-out accuracy against steps and
+against CPU seconds, medians over seeds) needs matplotlib (``pip install -e ".[plot]"``).
 """
 
 import dataclasses
-import glob
 import json
 import math
 import os
@@ -147,6 +148,21 @@ class Corpus:
         return sum(len(batch["input_ids"]) for batch in self.held_out)
 
 
+class LazyCorpus:
+    """The Corpus, tokenized on first use only: a command whose runs are all kept needs none."""
+
+    def __init__(self, print_fn=print):
+        self._corpus = None
+        self._print_fn = print_fn
+
+    def __getattr__(self, name):
+        if self._corpus is None:
+            self._corpus = Corpus()
+            self._print_fn(f"   corpus: vocabulary {self._corpus.vocab_size}, {len(self._corpus.train_sequences)} "
+                           f"training and {self._corpus.held_out_sequences()} held-out sequences")
+        return getattr(self._corpus, name)
+
+
 class Recorder:
     """The ModelSpec hook, called every log interval: wall and CPU seconds of the interval (its own
     time excluded) and, unless ``held_out`` is None, the held-out masked-LM accuracy."""
@@ -209,10 +225,10 @@ def first_interval_timed(kind, seconds, interval):
     return seconds
 
 
-def seconds_to(run, step):
-    """Training seconds from the start to the end of ``step`` (a multiple of the interval)."""
-    wall = {int(k): v for k, v in run["wall"].items()}
-    return sum(value for last, value in wall.items() if last <= step)
+def seconds_to(run, step, clock="wall"):
+    """Training seconds (``clock``: "wall", or "cpu": the process's CPU time) from the start to the end
+    of ``step`` (a multiple of the interval)."""
+    return sum(value for last, value in run[clock].items() if int(last) <= step)
 
 
 def run_path(results, kind, setting, seed, steps, timed):
@@ -220,19 +236,31 @@ def run_path(results, kind, setting, seed, steps, timed):
     return os.path.join(results, name + ("_timed" if timed else "") + ".json")
 
 
-def train_once(kind, setting, seed, config, corpus, results, log_root, timed=False, until=None):
-    """One run (read from ``results`` when a run with the same kind, options, setting, seed and steps
-    is there): {curve, wall, cpu, final, inversions}. ``timed``: no held-out evaluation; ``until``: stop there."""
+def stored_run(results, kind, setting, seed, steps, timed):
+    """The run kept under ``results`` for these arguments (and the kind's options), or None."""
+    path = run_path(results, kind, setting, seed, steps, timed)
+    if not os.path.exists(path):
+        return None
+    with open(path) as file:
+        stored = json.load(file)
+    return stored if stored.get("options") == THOR_VARIANTS.get(kind) else None
+
+
+def train_once(kind, setting, seed, config, corpus, results, log_root, timed=False, only_timed=False):
+    """One run: {curve, wall, cpu, final, inversions}, read from ``results`` when it was kept there.
+
+    timed: a run made now is kept as timed (made alone on the machine, through the lock).
+    only_timed: only a timed run will do. Otherwise a timed run stands in for an untimed one:
+    it is the same seeded run (its held-out curve is measured too, its time excluded)."""
     steps, interval = config["steps"], config["eval_every"]
+    stored = stored_run(results, kind, setting, seed, steps, True)
+    if not only_timed:
+        stored = stored_run(results, kind, setting, seed, steps, False) or stored
+    if stored is not None:
+        return stored
+    timed = timed or only_timed
     path = run_path(results, kind, setting, seed, steps, timed)
     options = THOR_VARIANTS.get(kind)
-    if os.path.exists(path):
-        with open(path) as file:
-            stored = json.load(file)
-        if stored.get("options") == options and stored.get("until") == until:
-            return stored
-    import dataclasses as _dataclasses
-
     import keras
 
     import moxlite as mox
@@ -240,10 +268,10 @@ def train_once(kind, setting, seed, config, corpus, results, log_root, timed=Fal
 
     keras.utils.set_random_seed(seed)
     inner = bert.bert_model_fn("tiny", vocabulary_size=corpus.vocab_size, max_sequence_length=SEQ_LENGTH)
-    recorder = Recorder(inner.network, None if timed else corpus.held_out)
+    recorder = Recorder(inner.network, corpus.held_out)
 
     def model_fn(inputs, mode):
-        return _dataclasses.replace(inner(inputs, mode), hooks=[recorder])
+        return dataclasses.replace(inner(inputs, mode), hooks=[recorder])
 
     made = []
 
@@ -254,13 +282,15 @@ def train_once(kind, setting, seed, config, corpus, results, log_root, timed=Fal
     # A fresh directory per run: a log_dir holding a checkpoint would resume instead of training.
     log_dir = tempfile.mkdtemp(prefix=f"bert_tiny_{kind}_{seed}_", dir=log_root)
     mox.run(input_fn=corpus.input_fn_for(seed), model_fn=model_fn, optimizer_fn=optimizer_fn,
-            run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=log_dir, max_number_of_steps=until or steps,
+            run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=log_dir, max_number_of_steps=steps,
             log_every_n_steps=interval, save_summary_steps=10 ** 9, save_model_steps=10 ** 9)
-    run = dict(kind=kind, setting=setting, seed=seed, steps=steps, until=until, options=options,
+    if not recorder.curve or recorder.curve[-1][0] != steps:   # stopped early (SIGTERM, SIGINT): keep nothing
+        raise SystemExit(f"{kind} {setting} seed {seed} stopped before step {steps}; the run is not kept")
+    run = dict(kind=kind, setting=setting, seed=seed, steps=steps, timed=timed, options=options,
                curve=recorder.curve, final=recorder.curve[-1][1] if recorder.curve else None,
                wall=first_interval_timed(kind, recorder.wall, interval),
                cpu=first_interval_timed(kind, recorder.cpu, interval),
-               inversions=layer_inversions(kind, made[-1], until or steps) if made else None)
+               inversions=layer_inversions(kind, made[-1], steps) if made else None)
     with open(path, "w") as file:
         json.dump(run, file)
     return json.loads(json.dumps(run))   # as a later command reads it (tuples become lists)
@@ -276,13 +306,14 @@ def layer_inversions(kind, optimizer, steps):
     return len(optimizer.preconditioned_layers()) * math.ceil(steps / frequency_of(kind))
 
 
-def sweep(config, kinds, corpus, results, log_root, print_fn=print):
-    """{optimizer: (best setting, [one run per seed])}, the sweep on seed 0 (highest final accuracy)."""
+def sweep(config, kinds, corpus, results, log_root, print_fn=print, timed=False):
+    """{optimizer: (best setting, [one run per seed])}, the sweep on seed 0 (highest final accuracy);
+    the runs it makes are kept as timed with ``timed``."""
     def settings_of(kind):
         return config["sweeps"]["thor" if is_thor(kind) else kind]
 
     def train(kind, setting, seed):
-        return train_once(kind, setting, seed, config, corpus, results, log_root)
+        return train_once(kind, setting, seed, config, corpus, results, log_root, timed=timed)
 
     def describe(kind, setting, run):
         inverted = f"   layer inversions {run['inversions']}" if run.get("inversions") is not None else ""
@@ -304,21 +335,13 @@ def steps_to(run, target):
     return reached[0] if reached else None
 
 
-def time_best(best, target, config, corpus, results, log_root, seeds, print_fn=print):
-    """{kind: {seed: timed run}}: each best setting again on ``seeds``, up to the step it reached the target."""
-    timed = {}
+def time_best(best, config, corpus, results, log_root, seeds, print_fn=print):
+    """Each optimizer's best setting run again, timed, on ``seeds`` (the order rotated seed by seed)."""
     for number, seed in enumerate(seeds):
         for kind in sweeplib.rotated(list(best), number):
-            setting, runs = best[kind]
-            if seed >= len(runs):
-                continue
-            reached = steps_to(runs[seed], target)
-            run = train_once(kind, setting, seed, config, corpus, results, log_root, timed=True,
-                             until=reached or config["steps"])
-            timed.setdefault(kind, {})[seed] = run
-            print_fn(f"   timed {kind:<14} seed {seed}: {seconds_to(run, reached or config['steps']):.1f} s to step "
-                     f"{reached or config['steps']}")
-    return timed
+            run = train_once(kind, best[kind][0], seed, config, corpus, results, log_root, only_timed=True)
+            print_fn(f"   timed {kind:<14} seed {seed}: {seconds_to(run, config['steps']):.1f} s for "
+                     f"{config['steps']} steps, final held-out accuracy {run['final']:.4f}")
 
 
 def stored_timings(best, results, config):
@@ -326,31 +349,34 @@ def stored_timings(best, results, config):
     timed = {}
     for kind, (setting, runs) in best.items():
         for seed in range(len(runs)):
-            path = run_path(results, kind, setting, seed, config["steps"], True)
-            if os.path.exists(path):
-                with open(path) as file:
-                    timed.setdefault(kind, {})[seed] = json.load(file)
+            run = stored_run(results, kind, setting, seed, config["steps"], True)
+            if run is not None:
+                timed.setdefault(kind, {})[seed] = run
     return timed
 
 
 def rows(best, timed, target, kinds):
     """Table lines for ``kinds`` and {kind: (steps, seconds, finals)} per seed."""
-    lines = [f"   {'optimizer':<26}{'steps to target':>18}{'seconds to target':>22}{'final accuracy':>26}   reached"]
+    lines = [f"   {'optimizer':<26}{'steps to target':>18}{'wall s to target':>22}{'CPU s to target':>22}"
+             f"{'final accuracy':>26}   reached"]
     summary = {}
     for kind in kinds:
         setting, runs = best[kind]
         steps = [steps_to(run, target) for run in runs]
         seconds = [seconds_to(timed[kind][seed], s) if s is not None and seed in timed.get(kind, {}) else None
                    for seed, s in enumerate(steps)]
+        cpu = [seconds_to(run, s, "cpu") if s is not None else None for run, s in zip(runs, steps)]
         finals = [run["final"] for run in runs]
         inversions = [run.get("inversions") for run in runs]
-        summary[kind] = (steps, seconds, finals)
+        summary[kind] = (steps, seconds, finals, cpu)
         label = f"{kind} {tuple(setting) if isinstance(setting, list) else setting}"
         lines.append(f"   {label:<26}{sweeplib.median_range(steps):>18}"
-                     f"{sweeplib.median_range(seconds, '{:.1f}'):>22}{sweeplib.median_range(finals, '{:.4f}'):>26}"
+                     f"{sweeplib.median_range(seconds, '{:.1f}'):>22}{sweeplib.median_range(cpu, '{:.1f}'):>22}"
+                     f"{sweeplib.median_range(finals, '{:.4f}'):>26}"
                      f"   {sum(s is not None for s in steps)}/{len(runs)}")
         inverted = f", layer inversions {inversions}" if any(v is not None for v in inversions) else ""
-        lines.append(f"      every seed: steps {steps}, seconds {[None if s is None else round(s, 1) for s in seconds]},"
+        lines.append(f"      every seed: steps {steps}, wall s {[None if s is None else round(s, 1) for s in seconds]},"
+                     f" CPU s {[None if s is None else round(s, 1) for s in cpu]},"
                      f" final {[round(f, 4) for f in finals]}{inverted}")
     return lines, summary
 
@@ -382,14 +408,15 @@ def report(best, timed):
 
 
 def ratio_line(kind, base, summary):
-    steps, seconds, finals = summary[kind]
-    base_steps, base_seconds, base_finals = summary[base]
-    return (f"   {kind} / {base}: steps {sweeplib.ratio(steps, base_steps)}, seconds {sweeplib.ratio(seconds, base_seconds)}"
-            f", final accuracy {statistics.median(finals) - statistics.median(base_finals):+.4f}")
+    steps, seconds, finals, cpu = summary[kind]
+    base_steps, base_seconds, base_finals, base_cpu = summary[base]
+    return (f"   {kind} / {base}: steps {sweeplib.ratio(steps, base_steps)}, wall seconds "
+            f"{sweeplib.ratio(seconds, base_seconds)}, CPU seconds {sweeplib.ratio(cpu, base_cpu)}, "
+            f"final accuracy {statistics.median(finals) - statistics.median(base_finals):+.4f}")
 
 
-def plot(best, timed, path, print_fn=print):
-    """Held-out accuracy against steps and against timed seconds (medians over the seeds); matplotlib."""
+def plot(best, path, print_fn=print):
+    """Held-out accuracy against steps and against CPU seconds (medians over the seeds); matplotlib."""
     try:
         import matplotlib
     except ImportError:
@@ -408,20 +435,16 @@ def plot(best, timed, path, print_fn=print):
         steps = [point[0] for point in runs[0]["curve"]]
         accuracy = np.median([[point[1] for point in run["curve"]] for run in runs], axis=0)
         axes[0, 0].plot(steps, accuracy, label=label)
-        seeds = sorted(timed.get(kind, {}))
-        if seeds:   # seconds: each seed's timed intervals up to its last timed step, median over seeds
-            last = min(max(int(k) for k in timed[kind][seed]["wall"]) for seed in seeds)
-            points = [step for step in steps if step <= last]
-            seconds = np.median([[seconds_to(timed[kind][seed], step) for step in points] for seed in seeds], axis=0)
-            axes[0, 1].plot(seconds, accuracy[:len(points)], label=label)
-    for column, unit in enumerate(("steps", "wall-clock seconds (timed runs, up to the target)")):
+        seconds = np.median([[seconds_to(run, step, "cpu") for step in steps] for run in runs], axis=0)
+        axes[0, 1].plot(seconds, accuracy, label=label)
+    for column, unit in enumerate(("steps", "training CPU seconds (the process's, all threads)")):
         axis = axes[0, column]
         axis.axhline(target, color="grey", linestyle=":", linewidth=1)
         axis.set_xlabel(unit)
         axis.set_ylabel("held-out masked-LM accuracy")
         axis.legend(loc="lower right", fontsize=8)
     axes[0, 0].set_title(f"bert_tiny: accuracy vs steps (median of {len(best[kinds[0]][1])} seeds)", fontsize=9)
-    axes[0, 1].set_title(f"accuracy vs seconds (dotted: target, {baseline}'s lowest final)", fontsize=9)
+    axes[0, 1].set_title(f"accuracy vs CPU seconds (dotted: target, {baseline}'s lowest final)", fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=72)
     print_fn(f"\nPlot written to {path}")
@@ -442,6 +465,9 @@ def main(args, print_fn=print):
         THOR_VARIANTS[name] = options
     if args.thor_settings:
         config["sweeps"]["thor"] = [tuple(float(v) for v in pair.split(":")) for pair in args.thor_settings.split(",")]
+    for kind in BASELINES:
+        if getattr(args, f"{kind}_settings"):
+            config["sweeps"][kind] = [float(v) for v in getattr(args, f"{kind}_settings").split(",")]
     kinds = ([k.strip() for k in args.optimizers.split(",")] if args.optimizers
              else list(config["sweeps"]) + [k for k in THOR_VARIANTS if k != "thor"])
     results = args.results or os.path.join(args.log_root, "bert_tiny_results")
@@ -451,19 +477,25 @@ def main(args, print_fn=print):
              f"sweeps {config['sweeps']}, optimizers {kinds}, THOR frequency {FREQUENCY}, {config['steps']} steps, "
              f"held-out accuracy every {config['eval_every']} steps; runs kept in {results}")
     started = time.time()
-    corpus = Corpus()
-    print_fn(f"\n## bert_tiny: {config['steps']} steps of batch {BATCH} x {SEQ_LENGTH} tokens, vocabulary "
-             f"{corpus.vocab_size}, {len(corpus.train_sequences)} training and {corpus.held_out_sequences()} "
-             f"held-out sequences")
-    best = sweep(config, kinds, corpus, results, args.log_root, print_fn)
-    if args.timing_only or not args.no_timing:
-        _, target = target_of(best)
+    corpus = LazyCorpus(print_fn)
+    print_fn(f"\n## bert_tiny: {config['steps']} steps of batch {BATCH} x {SEQ_LENGTH} tokens")
+    if args.run_seeds:   # the first setting of each optimizer on these seeds only: no sweep, no report
+        for seed in (int(s) for s in args.run_seeds.split(",")):
+            for kind in kinds:
+                setting = config["sweeps"]["thor" if is_thor(kind) else kind][0]
+                run = train_once(kind, setting, seed, config, corpus, results, args.log_root)
+                print_fn(f"   {kind} {setting} seed {seed}: final held-out accuracy {run['final']:.4f}")
+        return None
+    if args.timing_only or not args.no_timing:   # the seed-0 sweep's best settings, timed on the seeds
+        chosen = sweep(dict(config, seeds=1), kinds, corpus, results, args.log_root, print_fn, timed=True)
         seeds = ([int(s) for s in args.timed_seeds.split(",")] if args.timed_seeds else range(config["seeds"]))
-        time_best(best, target, config, corpus, results, args.log_root, seeds, print_fn)
+        time_best(chosen, config, corpus, results, args.log_root, seeds, print_fn)
+        if args.timed_seeds:
+            return chosen
+    best = sweep(config, kinds, corpus, results, args.log_root, print_fn)
     timed = stored_timings(best, results, config)
     for line in report(best, timed):
         print_fn(line)
-    if timed:
-        plot(best, timed, args.plot, print_fn)
+    plot(best, args.plot, print_fn)
     print_fn(f"\nTotal wall time {time.time() - started:.0f} s")
     return best
