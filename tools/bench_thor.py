@@ -434,6 +434,8 @@ def main(argv=None):
                              "(default <log-root>/bert_tiny_results)")
     parser.add_argument("--lamb-settings", default=None, help="bert_tiny: Lamb's sweep as learning rates")
     parser.add_argument("--adamw-settings", default=None, help="bert_tiny: AdamW's sweep as learning rates")
+    parser.add_argument("--report-only", action="store_true",
+                        help="bert_tiny: the tables and plot from the kept runs alone (a missing seed is left out)")
     parser.add_argument("--run-seeds", default=None,
                         help="bert_tiny: only these seeds (e.g. 1,2) of each optimizer's first setting; no sweep")
     parser.add_argument("--timed-seeds", default=None,
