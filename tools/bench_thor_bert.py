@@ -508,7 +508,7 @@ def main(args, print_fn=print):
                 run = train_once(kind, setting, seed, config, corpus, results, args.log_root)
                 print_fn(f"   {kind} {setting} seed {seed}: final held-out accuracy {run['final']:.4f}")
         return None
-    if args.timing_only or not args.no_timing:   # the seed-0 sweep's best settings, timed on the seeds
+    if not args.report_only and (args.timing_only or not args.no_timing):   # the seed-0 sweep's best settings, timed on the seeds
         chosen = sweep(dict(config, seeds=1), kinds, corpus, results, args.log_root, print_fn, timed=True)
         seeds = ([int(s) for s in args.timed_seeds.split(",")] if args.timed_seeds else range(config["seeds"]))
         time_best(chosen, config, corpus, results, args.log_root, seeds, print_fn)
