@@ -55,6 +55,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import sweeplib  # noqa: E402  (tools/, put on the path above)
+from sweeplib import median_range, ratio, reach, rotated  # noqa: E402
+
 TARGETS = {"cnn": 0.95, "mlp": 0.93}
 BATCH = 64
 FREQUENCY = 50
@@ -113,26 +116,6 @@ def is_thor(kind):
 
 def frequency_of(kind):
     return THOR_VARIANTS.get(kind, {}).get("frequency", FREQUENCY)
-
-
-def parse_variant(text):
-    """``NAME=key:value,key:value`` -> (NAME, {key: value}); values are numbers, true/false or words."""
-    name, _, body = text.partition("=")
-    options = {}
-    for item in filter(None, body.split(",")):
-        key, _, value = item.partition(":")
-        if value.lower() in ("true", "false"):
-            options[key] = value.lower() == "true"
-        else:
-            try:
-                number = float(value)
-                options[key] = int(number) if key == "frequency" else (bool(number) if key == "pi_damping"
-                                                                         else number)
-            except ValueError:
-                options[key] = value
-    if not name.startswith("thor"):
-        raise SystemExit(f"--thor-variant {text!r}: the name must start with 'thor' (e.g. thor+pi=pi_damping:1)")
-    return name, options
 
 
 class Recorder:
@@ -233,21 +216,6 @@ def finish(kind, recorder, steps):
                 cpu_refresh=[t for s, t in cpu.items() if s > 1 and is_refresh(kind, s)])
 
 
-def reach(curve, target):
-    """(steps, seconds) when test accuracy first reaches target, or None."""
-    for step, seconds, accuracy in curve:
-        if accuracy >= target:
-            return step, seconds
-    return None
-
-
-# ----------------------------------------------------------------- the benchmark
-
-def rotated(items, by):
-    by %= len(items)
-    return items[by:] + items[:by]
-
-
 def benchmark(config, models, log_root, print_fn=print):
     from moxlite.data import mnist
 
@@ -258,23 +226,22 @@ def benchmark(config, models, log_root, print_fn=print):
     for model_name in models:
         steps, target = config["steps"][model_name], TARGETS[model_name]
         print_fn(f"\n## {model_name}: {steps} steps of batch {BATCH}, target {target:.0%} test accuracy")
-        best = {}
-        for kind in kinds:  # the sweep, seed 0
-            tried = []
-            for setting in config["sweeps"]["thor" if is_thor(kind) else kind]:
-                run = train_once(model_name, kind, setting, 0, steps, config["eval_every"], data, log_root)
-                reached = reach(run["curve"], target)
-                print_fn(f"   sweep {kind:<9} {str(setting):<14} steps to target: "
-                         f"{reached[0] if reached else '-':>5}   final test {run['final']:.4f}"
-                         + (f"   layer inversions {run['inversions']}" if run.get("inversions") is not None else ""))
-                tried.append(((reached[0] if reached else 10 ** 9), -run["final"], str(setting), setting, run))
-            tried.sort(key=lambda t: t[:3])
-            best[kind] = (tried[0][3], [tried[0][4]])
-        for seed in range(1, config["seeds"]):  # the best settings on the other seeds, order rotated
-            for kind in rotated(kinds, seed):
-                setting = best[kind][0]
-                best[kind][1].append(train_once(model_name, kind, setting, seed, steps, config["eval_every"], data,
-                                                log_root))
+
+        def train(kind, setting, seed):
+            return train_once(model_name, kind, setting, seed, steps, config["eval_every"], data, log_root)
+
+        def describe(kind, setting, run):
+            reached = reach(run["curve"], target)
+            return (f"   sweep {kind:<9} {str(setting):<14} steps to target: {reached[0] if reached else '-':>5}   "
+                    f"final test {run['final']:.4f}"
+                    + (f"   layer inversions {run['inversions']}" if run.get("inversions") is not None else ""))
+
+        def rank(run):   # fewest steps to the target, then the higher final accuracy
+            reached = reach(run["curve"], target)
+            return (reached[0] if reached else 10 ** 9), -run["final"]
+
+        best = sweeplib.sweep_then_seeds(kinds, lambda kind: config["sweeps"]["thor" if is_thor(kind) else kind],
+                                         train, rank, config["seeds"], print_fn, describe)
         results[model_name] = best
         lines = report(model_name, best, target)
         if config["timing_rounds"]:
@@ -329,13 +296,6 @@ def timing_only(models, rounds, steps, log_root, print_fn=print):
                 print_fn(line)
 
 
-def _median_range(values, form="{:.0f}"):
-    values = [v for v in values if v is not None]
-    if not values:
-        return "not reached"
-    return f"{form.format(statistics.median(values))} [{form.format(min(values))}-{form.format(max(values))}]"
-
-
 def report(model_name, best, target):
     lines = [f"   {'optimizer':<24}{'steps to ' + format(target, '.0%'):>22}{'seconds to ' + format(target, '.0%'):>26}"
              f"{'final test acc.':>28}   reached"]
@@ -348,25 +308,18 @@ def report(model_name, best, target):
         summary[kind] = (steps, seconds, finals)
         label = f"{kind} {setting}"
         inversions = [run.get("inversions") for run in runs]
-        inverted = f"   layer inversions {_median_range(inversions)}" if any(v is not None for v in inversions) else ""
-        lines.append(f"   {label:<24}{_median_range(steps):>22}{_median_range(seconds, '{:.2f}'):>26}"
-                     f"{_median_range(finals, '{:.4f}'):>28}   {sum(r is not None for r in reached)}/{len(runs)}"
+        inverted = f"   layer inversions {median_range(inversions)}" if any(v is not None for v in inversions) else ""
+        lines.append(f"   {label:<24}{median_range(steps):>22}{median_range(seconds, '{:.2f}'):>26}"
+                     f"{median_range(finals, '{:.4f}'):>28}   {sum(r is not None for r in reached)}/{len(runs)}"
                      f"{inverted}")
     base_steps, base_seconds, base_finals = summary["momentum"]
     for kind in summary:
         if kind == "momentum":
             continue
         steps, seconds, finals = summary[kind]
-        lines.append(f"   {kind} / momentum: steps {_ratio(steps, base_steps)}, seconds {_ratio(seconds, base_seconds)}, "
+        lines.append(f"   {kind} / momentum: steps {ratio(steps, base_steps)}, seconds {ratio(seconds, base_seconds)}, "
                      f"final accuracy {statistics.median(finals) - statistics.median(base_finals):+.4f}")
     return lines
-
-
-def _ratio(values, base):
-    values, base = [v for v in values if v is not None], [v for v in base if v is not None]
-    if not values or not base:
-        return "n/a (a side did not reach the target)"
-    return f"{statistics.median(values) / statistics.median(base):.2f}x"
 
 
 def tenth_percentile(values):
@@ -383,20 +336,20 @@ def step_time_lines(rounds, steps):
     momentum = [r["momentum"][0] * 1e3 for r in rounds]
     lines = [f"   step times: {len(rounds)} rounds of {steps}-step runs, optimizers back to back in rotated order; "
              f"ratios to momentum's step within each round, median [min-max]",
-             f"      momentum step {_median_range(momentum, '{:.2f}')} ms"]
+             f"      momentum step {median_range(momentum, '{:.2f}')} ms"]
     for kind in rounds[0]:
         if kind == "momentum":
             continue
         plain = [r[kind][0] * 1e3 for r in rounds]
-        line = (f"      {kind} step {_median_range(plain, '{:.2f}')} ms = "
-                f"{_median_range(ratios(kind, 0), '{:.2f}')}x momentum")
+        line = (f"      {kind} step {median_range(plain, '{:.2f}')} ms = "
+                f"{median_range(ratios(kind, 0), '{:.2f}')}x momentum")
         refresh = [r[kind][1] * 1e3 for r in rounds if r[kind][1] is not None]
         if refresh:
-            line = (f"      {kind} plain step {_median_range(plain, '{:.2f}')} ms = "
-                    f"{_median_range(ratios(kind, 0), '{:.2f}')}x momentum; refresh step "
-                    f"{_median_range(refresh, '{:.1f}')} ms = {_median_range(ratios(kind, 1), '{:.1f}')}x")
+            line = (f"      {kind} plain step {median_range(plain, '{:.2f}')} ms = "
+                    f"{median_range(ratios(kind, 0), '{:.2f}')}x momentum; refresh step "
+                    f"{median_range(refresh, '{:.1f}')} ms = {median_range(ratios(kind, 1), '{:.1f}')}x")
         lines.append(line)
-    fast = [f"{kind} {_median_range([r[kind][2] / r['momentum'][2] for r in rounds], '{:.2f}')}x"
+    fast = [f"{kind} {median_range([r[kind][2] / r['momentum'][2] for r in rounds], '{:.2f}')}x"
             for kind in rounds[0] if kind != "momentum"]
     lines.append(f"      10th-percentile plain steps against momentum's (less sensitive to load): {'; '.join(fast)}")
     return lines
@@ -424,7 +377,7 @@ def estimated_time_lines(best, rounds, target):
             refresh = r[kind][1] if r[kind][1] is not None else r[kind][0]
             ratios.append(((steps - refreshes) * r[kind][0] + refreshes * refresh) / (base * r["momentum"][0]))
         lines.append(f"   {kind} time to target rebuilt from its {steps:g} steps ({refreshes} refreshes) and the paired "
-                     f"step times, against momentum's {base:g}: {_median_range(ratios, '{:.2f}')}x")
+                     f"step times, against momentum's {base:g}: {median_range(ratios, '{:.2f}')}x")
     return lines
 
 
@@ -475,7 +428,18 @@ def main(argv=None):
                              "on the bundled corpus against Lamb and AdamW (tools/bench_thor_bert.py)")
     parser.add_argument("--quick", action="store_true", help="bert_tiny: a few steps, one seed (a check that it runs)")
     parser.add_argument("--plot", default=None, help="plot file (default tools/bench_thor.png, bert_tiny: "
-                                                     "tools/bench_thor_bert.png)")
+                                                     "tools/figures/bench_thor_bert_tiny.png)")
+    parser.add_argument("--results", default=None,
+                        help="bert_tiny: the folder of run files, reused by later commands "
+                             "(default <log-root>/bert_tiny_results)")
+    parser.add_argument("--lamb-settings", default=None, help="bert_tiny: Lamb's sweep as learning rates")
+    parser.add_argument("--adamw-settings", default=None, help="bert_tiny: AdamW's sweep as learning rates")
+    parser.add_argument("--report-only", action="store_true",
+                        help="bert_tiny: the tables and plot from the kept runs alone (a missing seed is left out)")
+    parser.add_argument("--run-seeds", default=None,
+                        help="bert_tiny: only these seeds (e.g. 1,2) of each optimizer's first setting; no sweep")
+    parser.add_argument("--timed-seeds", default=None,
+                        help="bert_tiny --timing-only: the seeds to time, e.g. 0,1 (default: all)")
     parser.add_argument("--log-root", default="runs/bench_thor", help="where the runs' log_dirs go")
     parser.add_argument("--timing-only", action="store_true",
                         help="only momentum's and THOR's step times (wall and CPU), at fixed settings; no sweep")
@@ -509,7 +473,8 @@ def main(argv=None):
     if args.workload == "bert_tiny":
         import bench_thor_bert
 
-        args.plot = args.plot or os.path.join(REPO, "tools", "bench_thor_bert.png")
+        args.plot = args.plot or os.path.join(REPO, "tools", "figures", "bench_thor_bert_tiny.png")
+        os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
         bench_thor_bert.main(args)
         return 0
     args.plot = args.plot or os.path.join(REPO, "tools", "bench_thor.png")
@@ -517,7 +482,7 @@ def main(argv=None):
     if args.seeds:
         config["seeds"] = args.seeds
     for text in args.thor_variant:
-        name, options = parse_variant(text)
+        name, options = sweeplib.parse_variant(text)
         THOR_VARIANTS[name] = options
     config["sweeps"] = dict(config["sweeps"])
     if args.thor_settings:

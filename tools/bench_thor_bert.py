@@ -1,97 +1,189 @@
 """THOR against Lamb and AdamW on BERT-tiny masked-LM pre-training over the bundled corpus, through moxlite.run.
 
-    python tools/bench_thor.py --workload bert_tiny            # the reduced run (a shared machine)
-    python tools/bench_thor.py --workload bert_tiny --full     # more steps, seeds and settings
-    python tools/bench_thor.py --workload bert_tiny --quick    # a check that it runs (minutes), no figures
+    python tools/bench_thor.py --workload bert_tiny --no-timing      # sweep and seeds: steps to target
+    flock /tmp/bench.lock python tools/bench_thor.py --workload bert_tiny --timing-only
+                                                 # the best settings again, timed: wall seconds to target
+    python tools/bench_thor.py --workload bert_tiny --quick          # a check that it runs, no figures
 
-The workload: moxlite's built-in bert_tiny (keras-hub's BertBackbone, 2 layers, hidden 64, 2 heads,
-dropout 0.1) on the ``text`` data set's bundled corpus (WordPiece, sequences of SEQ_LENGTH tokens,
-15 % masked by the 80/10/10 rule), batch BATCH. Each optimizer is swept on seed 0 (THOR: learning
-rate and damping together, over momentum 0.9, frequency FREQUENCY, weight decay 5e-4 with LayerNorm
-and biases excluded, as MindSpore's BERT THOR; Lamb and AdamW: the learning rate, weight decay 0.01);
-its best setting (the highest final held-out accuracy) is then run on the other seeds. Every
-``--eval-every`` steps a ModelSpec hook measures the masked-LM accuracy (weighted, as model_fn's) on
-the whole held-out split, masked once; its own time is not counted.
+The workload is the recipes' (recipes/bert_tiny_mlm_thor.yaml and its Lamb baseline): moxlite's
+bert_tiny (keras-hub's BertBackbone: 2 layers, hidden 64, 2 heads, dropout 0.1) on the ``text``
+data set's bundled corpus (WordPiece with the bundled vocabulary, SEQ_LENGTH-token sequences, 15 %
+masked by the 80/10/10 rule, at most MAX_PREDICTIONS predictions), batch BATCH, with the recipes'
+schedules over the run's steps: THOR over momentum 0.9 (frequency FREQUENCY, 128-blocks, weight
+decay 5e-4 without LayerNorm and biases) with its learning rate and damping decaying linearly to
+1/100 and 1/50 of their start (MindSpore's BERT schedules, thor_polynomial); Lamb and AdamW (weight
+decay 0.01) with a linear decay to 0. A setting is THOR's (start learning rate, start damping), a
+baseline's start learning rate.
 
-Printed: per optimizer, the median [min-max] over seeds of the steps and training seconds to the
-target, the final held-out accuracy, and the ratios to Lamb and to AdamW. The target is the lowest
-final held-out accuracy over the seeds of the best baseline (the one of Lamb and AdamW with the
-higher median final accuracy): an accuracy every seed of the best baseline reaches. Step 1 carries
-graph tracing and is timed as the run's median step of its kind (THOR: refresh or not). A plot
-(held-out accuracy against steps and against seconds, medians over seeds) is written with
-matplotlib when it is installed.
+Each optimizer is swept on seed 0 (the highest final held-out accuracy wins); its best setting is
+then run on the other seeds, which change the initial weights, dropout, the shuffle and the masks.
+A ModelSpec hook fires every ``eval_every`` steps (the log interval): it stamps the wall and CPU
+time of the steps since its last call and measures the masked-LM accuracy (weighted, as model_fn's)
+on the whole held-out split, masked once; its own time is not counted. The first interval carries
+graph tracing: it is timed as the median interval of its kind (holding a THOR refresh or not).
+
+The target is the lowest final held-out accuracy over the seeds of the best baseline (of Lamb and
+AdamW, the one with the higher median final accuracy): an accuracy every seed of it reaches.
+
+Steps to target are seeded, so they do not depend on the machine's load: the sweep runs at low
+priority with ``--no-timing``. ``--timing-only`` runs each optimizer's best setting of the seed-0
+sweep on every seed (``--timed-seeds`` for some, then nothing is reported), kept as timed: run it
+alone (through the benchmarks' lock); the runs its sweep has to make are timed too. A timed run is
+the same seeded run, so where no untimed run of a seed is kept it gives that seed's steps too.
+``--run-seeds 1,2`` runs only those seeds of each optimizer's first setting (no sweep, no report).
+Every run is kept as a JSON file under ``--results`` (only when it reached its last step) and
+reused by a later command with the same steps, so the work can be split across commands
+(``--optimizers``, ``--thor-settings``, ``--lamb-settings``, ``--adamw-settings``) and locked calls.
+``--thor-variant NAME=key:value,...`` adds THOR with other wrapper parameters (pi_damping,
+refresh, trace_threshold, interval_growth, frequency), reported against THOR in a second table.
+
+Printed: per optimizer, the median [min-max] over seeds of the steps, wall seconds (timed runs
+only) and CPU seconds (the process's, every run) to the target, every seed, the final held-out
+accuracy, the ratios of THOR to Lamb and to AdamW. The plot (held-out accuracy against steps and
+against CPU seconds, medians over seeds) needs matplotlib (``pip install -e ".[plot]"``).
 """
 
 import dataclasses
+import json
+import math
+import os
 import statistics
 import tempfile
 import time
 
+import sweeplib
+
 SEQ_LENGTH = 64
 MAX_PREDICTIONS = 10
 BATCH = 32
-FREQUENCY = 100
+FREQUENCY = 50
+BLOCK_SIZE = 128
 BASELINES = ("lamb", "adamw")
+# The recipes' ends of the schedules, as fractions of their start (bert_tiny_mlm_thor.yaml:
+# learning rate 0.05 -> 0.0005, damping 0.05 -> 0.001; bert_tiny_mlm_lamb.yaml: lr -> 0).
+THOR_LR_END, THOR_DAMPING_END = 1 / 100, 1 / 50
+# THOR variants named on the command line: kind -> extra thor wrapper parameters.
+THOR_VARIANTS = {"thor": {}}
 
-# optimizer -> settings swept on seed 0; THOR settings are (learning rate, damping).
-REDUCED = dict(steps=600, seeds=3, eval_every=50, sweeps={
-    "thor": [(0.05, 0.05), (0.1, 0.05)],
-    "lamb": [3e-3, 1e-2],
-    "adamw": [1e-3, 3e-3],
+# optimizer -> settings swept on seed 0; the recipe's own setting first.
+REDUCED = dict(steps=600, seeds=3, eval_every=25, sweeps={
+    "thor": [(0.05, 0.05), (0.01, 0.05), (0.0034, 0.05)],   # the recipe's lr, and down to MindSpore's BERT lr
+    "lamb": [1e-2, 3e-3, 3e-2],
+    "adamw": [3e-3, 1e-3, 1e-2],
 })
-FULL = dict(steps=2000, seeds=5, eval_every=100, sweeps={
-    "thor": [(0.02, 0.05), (0.05, 0.05), (0.1, 0.05), (0.1, 0.1), (0.2, 0.1)],
-    "lamb": [1e-3, 3e-3, 1e-2, 2e-2],
-    "adamw": [3e-4, 1e-3, 3e-3, 1e-2],
+FULL = dict(steps=2000, seeds=5, eval_every=25, sweeps={
+    "thor": [(0.05, 0.05), (0.1, 0.05), (0.02, 0.05), (0.05, 0.2), (0.1, 0.2), (0.2, 0.1)],
+    "lamb": [1e-2, 3e-3, 3e-2, 1e-3],
+    "adamw": [3e-3, 1e-3, 1e-2, 3e-4],
 })
-QUICK = dict(steps=6, seeds=1, eval_every=3, sweeps={"thor": [(0.05, 0.05)], "lamb": [1e-2], "adamw": [1e-3]})
+QUICK = dict(steps=50, seeds=1, eval_every=25, sweeps={"thor": [(0.05, 0.05)], "lamb": [1e-2], "adamw": [3e-3]})
 
 
-def optimizer_fn_for(kind, setting):
+def is_thor(kind):
+    return kind in THOR_VARIANTS
+
+
+def frequency_of(kind):
+    return THOR_VARIANTS.get(kind, {}).get("frequency", FREQUENCY)
+
+
+def optimizer_fn_for(kind, setting, steps):
+    import keras
+
     import moxlite as mox
+    from moxlite.optimizers.thor_schedules import ThorPolynomialDecay
 
-    if kind == "lamb":
-        return mox.get_optimizer_fn("lamb", learning_rate=setting, weight_decay=0.01)
-    if kind == "adamw":
-        return mox.get_optimizer_fn("adamw", learning_rate=setting, weight_decay=0.01)
+    if kind in BASELINES:
+        decay = keras.optimizers.schedules.PolynomialDecay(setting, steps, end_learning_rate=0.0)
+        return mox.get_optimizer_fn(kind, learning_rate=decay, weight_decay=0.01)
     learning_rate, damping = setting
-    inner = mox.get_optimizer_fn("momentum", learning_rate=learning_rate, momentum=0.9)
-    return mox.get_optimizer_wrapper_fn("thor", inner, damping=damping, frequency=FREQUENCY, weight_decay=5e-4,
-                                        weight_decay_exclude=["layernorm", "layer_norm", "bias"])
+    inner = mox.get_optimizer_fn("momentum", momentum=0.9, learning_rate=ThorPolynomialDecay(
+        learning_rate, learning_rate * THOR_LR_END, steps))
+    options = dict({"frequency": FREQUENCY}, **THOR_VARIANTS[kind])
+    return mox.get_optimizer_wrapper_fn(
+        "thor", inner, damping=ThorPolynomialDecay(damping, damping * THOR_DAMPING_END, steps),
+        block_size=BLOCK_SIZE, weight_decay=5e-4, weight_decay_exclude=["layernorm", "layer_norm", "bias"],
+        **options)
 
 
-def corpus(seed):
-    """The bundled corpus as moxlite's ``text`` data set (input_fn, facts) and its held-out batches, masked once."""
-    import numpy as np
+class Corpus:
+    """The bundled corpus, tokenized once per process (a run shuffles and masks it as the ``text`` data set does).
 
-    from moxlite.contract import ModeKeys
-    from moxlite.data import text_datasets
+    The training split's packed sequences are kept in memory; a run's input_fn shuffles them
+    with its seed and masks them with ``text_datasets.masked_examples``, the text data set's own
+    masking (the same rule and random numbers of (seed, index)). The held-out split comes from
+    the text data set itself (seed 0: masked the same way for every run), in batches of 256.
+    """
 
-    data = text_datasets.text(seq_length=SEQ_LENGTH, max_predictions=MAX_PREDICTIONS, seed=seed)
-    held_out = [{key: np.asarray(value) for key, value in batch.items()}
-                for batch in data.input_fn(ModeKeys.EVAL).batch(256)]
-    return data, held_out
+    def __init__(self):
+        import numpy as np
+
+        from moxlite.contract import ModeKeys
+        from moxlite.data import text_checks, text_datasets, wordpiece
+
+        data = text_datasets.text(seq_length=SEQ_LENGTH, max_predictions=MAX_PREDICTIONS, seed=0)
+        self.vocab_size = data.text.vocab_size
+        self.held_out = [{key: np.asarray(value) for key, value in batch.items()}
+                         for batch in data.input_fn(ModeKeys.EVAL).batch(256)]
+        vocab = text_datasets.text_vocabulary([wordpiece.BUNDLED_TRAIN], wordpiece.BUNDLED_VOCABULARY)
+        self._ids = vocab.ids
+        packed = text_datasets.pack_sequences(text_datasets._lines([wordpiece.BUNDLED_TRAIN]), vocab.tokenize,
+                                              SEQ_LENGTH, vocab.ids[text_checks.CLS], vocab.ids[text_checks.SEP])
+        self.train_sequences = np.stack([np.asarray(sequence) for sequence in packed])
+
+    def input_fn_for(self, seed):
+        import tensorflow as tf
+
+        from moxlite.data import text_datasets
+
+        def input_fn(mode):
+            sequences = tf.data.Dataset.from_tensor_slices(self.train_sequences)
+            sequences = sequences.shuffle(len(self.train_sequences), seed=seed, reshuffle_each_iteration=True)
+            return text_datasets.masked_examples(sequences.repeat(), seed=seed, vocab_size=self.vocab_size,
+                                                 ids=self._ids, mask_rate=0.15, max_predictions=MAX_PREDICTIONS)
+
+        return input_fn
+
+    def held_out_sequences(self):
+        return sum(len(batch["input_ids"]) for batch in self.held_out)
+
+
+class LazyCorpus:
+    """The Corpus, tokenized on first use only: a command whose runs are all kept needs none."""
+
+    def __init__(self, print_fn=print):
+        self._corpus = None
+        self._print_fn = print_fn
+
+    def __getattr__(self, name):
+        if self._corpus is None:
+            self._corpus = Corpus()
+            self._print_fn(f"   corpus: vocabulary {self._corpus.vocab_size}, {len(self._corpus.train_sequences)} "
+                           f"training and {self._corpus.held_out_sequences()} held-out sequences")
+        return getattr(self._corpus, name)
 
 
 class Recorder:
-    """The ModelSpec hook: per-step times (its own time excluded) and held-out masked-LM accuracy every few steps."""
+    """The ModelSpec hook, called every log interval: wall and CPU seconds of the interval (its own
+    time excluded) and, unless ``held_out`` is None, the held-out masked-LM accuracy."""
 
-    def __init__(self, network_of, held_out, eval_every):
+    def __init__(self, network_of, held_out):
         self.network_of = network_of
         self.held_out = held_out
-        self.eval_every = eval_every
-        self.step_seconds = {}
-        self.curve = []   # (step, None, accuracy); seconds are filled in by finish()
+        self.wall = {}    # last step of an interval -> its seconds
+        self.cpu = {}
+        self.curve = []   # (step, accuracy)
         self._left_hook = None
 
     def __call__(self, global_step, log_values):
-        entered = time.perf_counter()
+        entered, entered_cpu = time.perf_counter(), time.process_time()
         step = int(global_step)
-        if self._left_hook is not None and step not in self.step_seconds:
-            self.step_seconds[step] = entered - self._left_hook
-        if step % self.eval_every == 0 and (not self.curve or self.curve[-1][0] != step):
-            self.curve.append((step, None, self.accuracy()))
-        self._left_hook = time.perf_counter()
+        if self._left_hook is not None and step not in self.wall:
+            self.wall[step] = entered - self._left_hook[0]
+            self.cpu[step] = entered_cpu - self._left_hook[1]
+        if self.held_out is not None and (not self.curve or self.curve[-1][0] != step):
+            self.curve.append((step, self.accuracy()))
+        self._left_hook = (time.perf_counter(), time.process_time())
 
     def accuracy(self):
         import tensorflow as tf
@@ -112,121 +204,241 @@ class Recorder:
         return right / total
 
 
-def is_refresh(kind, step):
-    """THOR refreshes on applied update 0, FREQUENCY, ...: global steps 1, 1 + FREQUENCY, ..."""
-    return kind == "thor" and (step - 1) % FREQUENCY == 0
+def holds_refresh(kind, last_step, interval):
+    """Whether the interval of steps (last_step - interval, last_step] holds a THOR refresh (global
+    steps 1, 1 + frequency, ...: applied updates 0, frequency, ...)."""
+    if not is_thor(kind):
+        return False
+    frequency = frequency_of(kind)
+    return any((step - 1) % frequency == 0 for step in range(last_step - interval + 1, last_step + 1))
 
 
-def train_once(kind, setting, seed, steps, eval_every, data, held_out, log_root):
+def first_interval_timed(kind, seconds, interval):
+    """``seconds`` ({last step: seconds}) with the first interval (graph tracing; not measured) set to the
+    median of the measured intervals of its kind."""
+    seconds = dict(seconds)
+    same = [value for step, value in seconds.items()
+            if holds_refresh(kind, step, interval) == holds_refresh(kind, interval, interval)]
+    same = same or list(seconds.values())
+    if same:
+        seconds[interval] = statistics.median(same)
+    return seconds
+
+
+def seconds_to(run, step, clock="wall"):
+    """Training seconds (``clock``: "wall", or "cpu": the process's CPU time) from the start to the end
+    of ``step`` (a multiple of the interval)."""
+    return sum(value for last, value in run[clock].items() if int(last) <= step)
+
+
+def run_path(results, kind, setting, seed, steps, timed):
+    name = f"{kind}_{'_'.join(map(str, setting)) if isinstance(setting, (tuple, list)) else setting}_seed{seed}_{steps}"
+    return os.path.join(results, name + ("_timed" if timed else "") + ".json")
+
+
+def stored_run(results, kind, setting, seed, steps, timed):
+    """The run kept under ``results`` for these arguments (and the kind's options), or None."""
+    path = run_path(results, kind, setting, seed, steps, timed)
+    if not os.path.exists(path):
+        return None
+    with open(path) as file:
+        stored = json.load(file)
+    return stored if stored.get("options") == THOR_VARIANTS.get(kind) else None
+
+
+def train_once(kind, setting, seed, config, corpus, results, log_root, timed=False, only_timed=False):
+    """One run: {curve, wall, cpu, final, inversions}, read from ``results`` when it was kept there.
+
+    timed: a run made now is kept as timed (made alone on the machine, through the lock).
+    only_timed: only a timed run will do. Otherwise a timed run stands in for an untimed one:
+    it is the same seeded run (its held-out curve is measured too, its time excluded)."""
+    steps, interval = config["steps"], config["eval_every"]
+    stored = stored_run(results, kind, setting, seed, steps, True)
+    if not only_timed:
+        stored = stored_run(results, kind, setting, seed, steps, False) or stored
+    if stored is not None:
+        return stored
+    timed = timed or only_timed
+    path = run_path(results, kind, setting, seed, steps, timed)
+    options = THOR_VARIANTS.get(kind)
     import keras
 
     import moxlite as mox
     from moxlite.models import bert
 
     keras.utils.set_random_seed(seed)
-    inner = bert.bert_model_fn("tiny", vocabulary_size=data.text.vocab_size, max_sequence_length=SEQ_LENGTH)
-    recorder = Recorder(inner.network, held_out, eval_every)
+    inner = bert.bert_model_fn("tiny", vocabulary_size=corpus.vocab_size, max_sequence_length=SEQ_LENGTH)
+    recorder = Recorder(inner.network, corpus.held_out)
 
     def model_fn(inputs, mode):
         return dataclasses.replace(inner(inputs, mode), hooks=[recorder])
 
+    made = []
+
+    def optimizer_fn():
+        made.append(optimizer_fn_for(kind, setting, steps)())
+        return made[-1]
+
     # A fresh directory per run: a log_dir holding a checkpoint would resume instead of training.
     log_dir = tempfile.mkdtemp(prefix=f"bert_tiny_{kind}_{seed}_", dir=log_root)
-    mox.run(input_fn=data.input_fn, model_fn=model_fn, optimizer_fn=optimizer_fn_for(kind, setting),
+    mox.run(input_fn=corpus.input_fn_for(seed), model_fn=model_fn, optimizer_fn=optimizer_fn,
             run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=log_dir, max_number_of_steps=steps,
-            log_every_n_steps=max(steps, 1), save_summary_steps=10 ** 9, save_model_steps=10 ** 9)
-    return finish(kind, recorder)
+            log_every_n_steps=interval, save_summary_steps=10 ** 9, save_model_steps=10 ** 9)
+    if not recorder.curve or recorder.curve[-1][0] != steps:   # stopped early (SIGTERM, SIGINT): keep nothing
+        raise SystemExit(f"{kind} {setting} seed {seed} stopped before step {steps}; the run is not kept")
+    run = dict(kind=kind, setting=setting, seed=seed, steps=steps, timed=timed, options=options,
+               curve=recorder.curve, final=recorder.curve[-1][1] if recorder.curve else None,
+               wall=first_interval_timed(kind, recorder.wall, interval),
+               cpu=first_interval_timed(kind, recorder.cpu, interval),
+               inversions=layer_inversions(kind, made[-1], steps) if made else None)
+    with open(path, "w") as file:
+        json.dump(run, file)
+    return json.loads(json.dumps(run))   # as a later command reads it (tuples become lists)
 
 
-def finish(kind, recorder):
-    """The curve in training seconds, step 1 (graph tracing) timed as the median step of its kind."""
-    times = recorder.step_seconds
-    plain = [t for s, t in times.items() if not is_refresh(kind, s)]
-    refresh = [t for s, t in times.items() if is_refresh(kind, s)]
-    same_kind = refresh if is_refresh(kind, 1) and refresh else plain
-    if same_kind:
-        times[1] = statistics.median(same_kind)
-    curve = [(step, sum(times.get(s, 0.0) for s in range(1, step + 1)), accuracy)
-             for step, _, accuracy in recorder.curve]
-    return dict(curve=curve, final=curve[-1][2] if curve else float("nan"))
+def layer_inversions(kind, optimizer, steps):
+    """THOR's layer inversions in the run (refresh 'trace' counts them; 'fixed' inverts every layer each refresh)."""
+    if not is_thor(kind):
+        return None
+    counts = optimizer.inversion_counts()
+    if counts is not None:
+        return int(sum(counts.values()))
+    return len(optimizer.preconditioned_layers()) * math.ceil(steps / frequency_of(kind))
 
 
-def reach(curve, target):
-    """(steps, seconds) when held-out accuracy first reaches target, or None."""
-    for step, seconds, accuracy in curve:
-        if accuracy >= target:
-            return step, seconds
-    return None
+def sweep(config, kinds, corpus, results, log_root, print_fn=print, timed=False):
+    """{optimizer: (best setting, [one run per seed])}, the sweep on seed 0 (highest final accuracy);
+    the runs it makes are kept as timed with ``timed``."""
+    def settings_of(kind):
+        return config["sweeps"]["thor" if is_thor(kind) else kind]
+
+    def train(kind, setting, seed):
+        return train_once(kind, setting, seed, config, corpus, results, log_root, timed=timed)
+
+    def describe(kind, setting, run):
+        inverted = f"   layer inversions {run['inversions']}" if run.get("inversions") is not None else ""
+        return f"   sweep {kind:<14} {str(setting):<14} final held-out accuracy {run['final']:.4f}{inverted}"
+
+    return sweeplib.sweep_then_seeds(kinds, settings_of, train, lambda run: -run["final"], config["seeds"],
+                                     print_fn, describe)
 
 
-def benchmark(config, log_root, print_fn=print):
-    """{optimizer: (best setting, [one run per seed])}, after the sweep on seed 0."""
-    data, held_out = corpus(seed=0)
-    print_fn(f"\n## bert_tiny: {config['steps']} steps of batch {BATCH} x {SEQ_LENGTH} tokens, vocabulary "
-             f"{data.text.vocab_size}, {sum(len(b['input_ids']) for b in held_out)} held-out sequences")
+def kept_best(config, kinds, results):
+    """As ``sweep``, from the kept runs alone (``--report-only``): a setting or seed with no kept run is
+    left out, and an optimizer with none at all."""
+    def kept(kind, setting, seed):
+        steps = config["steps"]
+        return (stored_run(results, kind, setting, seed, steps, False)
+                or stored_run(results, kind, setting, seed, steps, True))
+
     best = {}
-    for kind, settings in config["sweeps"].items():
-        tried = []
-        for setting in settings:
-            run = train_once(kind, setting, 0, config["steps"], config["eval_every"], data, held_out, log_root)
-            print_fn(f"   sweep {kind:<6} {str(setting):<14} final held-out accuracy {run['final']:.4f}")
-            tried.append((-run["final"], str(setting), setting, run))
-        tried.sort(key=lambda t: t[:2])
-        best[kind] = (tried[0][2], [tried[0][3]])
-    for seed in range(1, config["seeds"]):
-        for kind in best:
-            best[kind][1].append(train_once(kind, best[kind][0], seed, config["steps"], config["eval_every"], data,
-                                            held_out, log_root))
+    for kind in kinds:
+        tried = [(-run["final"], str(setting), setting, run) for setting in
+                 config["sweeps"]["thor" if is_thor(kind) else kind] for run in [kept(kind, setting, 0)] if run]
+        if tried:
+            setting = min(tried, key=lambda t: t[:2])[2]
+            best[kind] = (setting, [run for run in (kept(kind, setting, seed) for seed in range(config["seeds"]))
+                                    if run is not None])
     return best
 
 
 def target_of(best):
     """(baseline, target): the baseline with the higher median final accuracy, and its lowest final accuracy."""
-    baseline = max(BASELINES, key=lambda kind: statistics.median(run["final"] for run in best[kind][1]))
+    present = [kind for kind in BASELINES if kind in best]
+    baseline = max(present, key=lambda kind: statistics.median(run["final"] for run in best[kind][1]))
     return baseline, min(run["final"] for run in best[baseline][1])
 
 
-def _median_range(values, form="{:.0f}"):
-    values = [v for v in values if v is not None]
-    if not values:
-        return "not reached"
-    return f"{form.format(statistics.median(values))} [{form.format(min(values))}-{form.format(max(values))}]"
+def steps_to(run, target):
+    reached = sweeplib.reach(run["curve"], target)
+    return reached[0] if reached else None
 
 
-def _ratio(values, base):
-    values, base = [v for v in values if v is not None], [v for v in base if v is not None]
-    if not values or not base:
-        return "n/a (a side did not reach the target)"
-    return f"{statistics.median(values) / statistics.median(base):.2f}x"
+def time_best(best, config, corpus, results, log_root, seeds, print_fn=print):
+    """Each optimizer's best setting run again, timed, on ``seeds`` (the order rotated seed by seed)."""
+    for number, seed in enumerate(seeds):
+        for kind in sweeplib.rotated(list(best), number):
+            run = train_once(kind, best[kind][0], seed, config, corpus, results, log_root, only_timed=True)
+            print_fn(f"   timed {kind:<14} seed {seed}: {seconds_to(run, config['steps']):.1f} s for "
+                     f"{config['steps']} steps, final held-out accuracy {run['final']:.4f}")
 
 
-def report(best):
+def stored_timings(best, results, config):
+    """{kind: {seed: timed run}} of the timed runs already under ``results``."""
+    timed = {}
+    for kind, (setting, runs) in best.items():
+        for seed in (run["seed"] for run in runs):
+            run = stored_run(results, kind, setting, seed, config["steps"], True)
+            if run is not None:
+                timed.setdefault(kind, {})[seed] = run
+    return timed
+
+
+def rows(best, timed, target, kinds):
+    """Table lines for ``kinds`` and {kind: (steps, seconds, finals)} per seed."""
+    lines = [f"   {'optimizer':<26}{'steps to target':>18}{'wall s to target':>22}{'CPU s to target':>22}"
+             f"{'final accuracy':>26}   reached"]
+    summary = {}
+    for kind in kinds:
+        setting, runs = best[kind]
+        steps = [steps_to(run, target) for run in runs]
+        seeds = [run["seed"] for run in runs]
+        seconds = [seconds_to(timed[kind][seed], s) if s is not None and seed in timed.get(kind, {}) else None
+                   for seed, s in zip(seeds, steps)]
+        cpu = [seconds_to(run, s, "cpu") if s is not None else None for run, s in zip(runs, steps)]
+        finals = [run["final"] for run in runs]
+        inversions = [run.get("inversions") for run in runs]
+        summary[kind] = (steps, seconds, finals, cpu)
+        label = f"{kind} {tuple(setting) if isinstance(setting, list) else setting}"
+        wall = ("not timed" if all(s is None for s in seconds) and any(s is not None for s in steps)
+                else sweeplib.median_range(seconds, '{:.1f}'))
+        lines.append(f"   {label:<26}{sweeplib.median_range(steps):>18}"
+                     f"{wall:>22}{sweeplib.median_range(cpu, '{:.1f}'):>22}"
+                     f"{sweeplib.median_range(finals, '{:.4f}'):>26}"
+                     f"   {sum(s is not None for s in steps)}/{len(runs)}")
+        inverted = f", layer inversions {inversions}" if any(v is not None for v in inversions) else ""
+        lines.append(f"      seeds {seeds}: steps {steps}, wall s {[None if s is None else round(s, 1) for s in seconds]},"
+                     f" CPU s {[None if s is None else round(s, 1) for s in cpu]},"
+                     f" final {[round(f, 4) for f in finals]}{inverted}")
+    return lines, summary
+
+
+def report(best, timed):
     baseline, target = target_of(best)
     lines = [f"   target: {target:.4f} held-out masked-LM accuracy (the lowest final accuracy of the best baseline, "
-             f"{baseline})",
-             f"   {'optimizer':<22}{'steps to target':>22}{'seconds to target':>26}{'final accuracy':>28}   reached"]
-    summary = {}
-    for kind, (setting, runs) in best.items():
-        reached = [reach(run["curve"], target) for run in runs]
-        steps = [r[0] if r else None for r in reached]
-        seconds = [r[1] if r else None for r in reached]
-        finals = [run["final"] for run in runs]
-        summary[kind] = (steps, seconds, finals)
-        lines.append(f"   {kind + ' ' + str(setting):<22}{_median_range(steps):>22}"
-                     f"{_median_range(seconds, '{:.1f}'):>26}{_median_range(finals, '{:.4f}'):>28}   "
-                     f"{sum(r is not None for r in reached)}/{len(runs)}")
-        rounded = [None if s is None else round(s, 1) for s in seconds]
-        lines.append(f"      every seed: steps {steps}, seconds {rounded}, "
-                     f"final {[round(f, 4) for f in finals]}")
-    for base in BASELINES:
-        steps, seconds, finals = summary["thor"]
-        base_steps, base_seconds, base_finals = summary[base]
-        lines.append(f"   thor / {base}: steps {_ratio(steps, base_steps)}, seconds {_ratio(seconds, base_seconds)}, "
-                     f"final accuracy {statistics.median(finals) - statistics.median(base_finals):+.4f}")
+             f"{baseline})"]
+    if not timed:
+        lines.append("   (no timed runs yet: seconds come from --timing-only)")
+    main_kinds = [kind for kind in ("thor",) + BASELINES if kind in best]
+    table, summary = rows(best, timed, target, main_kinds)
+    lines += table
+    if "thor" in summary:
+        for base in BASELINES:
+            if base in summary:
+                lines.append(ratio_line("thor", base, summary))
+    variants = [kind for kind in best if is_thor(kind) and kind != "thor"]
+    if variants:
+        lines.append("   THOR variants (" + "; ".join(f"{kind}: {THOR_VARIANTS[kind]}" for kind in variants) + ")")
+        table, more = rows(best, timed, target, variants)
+        lines += table
+        summary.update(more)
+        for kind in variants:
+            for base in ("thor", "lamb"):
+                if base in summary:
+                    lines.append(ratio_line(kind, base, summary))
     return lines
 
 
+def ratio_line(kind, base, summary):
+    steps, seconds, finals, cpu = summary[kind]
+    base_steps, base_seconds, base_finals, base_cpu = summary[base]
+    return (f"   {kind} / {base}: steps {sweeplib.ratio(steps, base_steps)}, wall seconds "
+            f"{sweeplib.ratio(seconds, base_seconds)}, CPU seconds {sweeplib.ratio(cpu, base_cpu)}, "
+            f"final accuracy {statistics.median(finals) - statistics.median(base_finals):+.4f}")
+
+
 def plot(best, path, print_fn=print):
+    """Held-out accuracy against steps and against CPU seconds (medians over the seeds); matplotlib."""
     try:
         import matplotlib
     except ImportError:
@@ -237,41 +449,75 @@ def plot(best, path, print_fn=print):
     import numpy as np
 
     baseline, target = target_of(best)
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4), squeeze=False)
-    for kind, (setting, runs) in best.items():
-        length = min(len(run["curve"]) for run in runs)
-        steps = [point[0] for point in runs[0]["curve"][:length]]
-        accuracy = np.median([[p[2] for p in run["curve"][:length]] for run in runs], axis=0)
-        seconds = np.median([[p[1] for p in run["curve"][:length]] for run in runs], axis=0)
-        axes[0, 0].plot(steps, accuracy, label=f"{kind} {setting}")
-        axes[0, 1].plot(seconds, accuracy, label=f"{kind} {setting}")
-    for column, unit in enumerate(("steps", "training seconds")):
+    kinds = [kind for kind in ("thor",) + BASELINES if kind in best]
+    figure, axes = plt.subplots(1, 2, figsize=(10, 3.6), squeeze=False)
+    for kind in kinds:
+        setting, runs = best[kind]
+        label = f"{kind} {tuple(setting) if isinstance(setting, list) else setting}"
+        steps = [point[0] for point in runs[0]["curve"]]
+        accuracy = np.median([[point[1] for point in run["curve"]] for run in runs], axis=0)
+        axes[0, 0].plot(steps, accuracy, label=label)
+        seconds = np.median([[seconds_to(run, step, "cpu") for step in steps] for run in runs], axis=0)
+        axes[0, 1].plot(seconds, accuracy, label=label)
+    for column, unit in enumerate(("steps", "training CPU seconds (the process's, all threads)")):
         axis = axes[0, column]
         axis.axhline(target, color="grey", linestyle=":", linewidth=1)
         axis.set_xlabel(unit)
         axis.set_ylabel("held-out masked-LM accuracy")
-        axis.set_title(f"bert_tiny: accuracy vs {unit} (median of seeds; target from {baseline})")
-        axis.legend(loc="lower right")
+        axis.legend(loc="lower right", fontsize=8)
+    axes[0, 0].set_title(f"bert_tiny: accuracy vs steps (median of {len(best[kinds[0]][1])} seeds)", fontsize=9)
+    axes[0, 1].set_title(f"accuracy vs CPU seconds (dotted: target, {baseline}'s lowest final)", fontsize=9)
     figure.tight_layout()
-    figure.savefig(path, dpi=90)
+    figure.savefig(path, dpi=72)
     print_fn(f"\nPlot written to {path}")
     return True
 
 
 def main(args, print_fn=print):
-    """The bert_tiny workload of tools/bench_thor.py (its --full, --quick, --seeds, --plot, --log-root)."""
-    import os
-
+    """The bert_tiny workload of tools/bench_thor.py (its --full, --quick, --seeds, --plot, --log-root, --results,
+    --optimizers, --thor-variant, --thor-settings, --steps, --no-timing, --timing-only, --timed-seeds)."""
     config = dict(QUICK if args.quick else FULL if args.full else REDUCED)
+    config["sweeps"] = dict(config["sweeps"])
     if args.seeds:
         config["seeds"] = args.seeds
+    if args.steps:
+        config["steps"] = args.steps
+    for text in args.thor_variant:
+        name, options = sweeplib.parse_variant(text)
+        THOR_VARIANTS[name] = options
+    if args.thor_settings:
+        config["sweeps"]["thor"] = [tuple(float(v) for v in pair.split(":")) for pair in args.thor_settings.split(",")]
+    for kind in BASELINES:
+        if getattr(args, f"{kind}_settings"):
+            config["sweeps"][kind] = [float(v) for v in getattr(args, f"{kind}_settings").split(",")]
+    kinds = ([k.strip() for k in args.optimizers.split(",")] if args.optimizers
+             else list(config["sweeps"]) + [k for k in THOR_VARIANTS if k != "thor"])
+    results = args.results or os.path.join(args.log_root, "bert_tiny_results")
+    os.makedirs(results, exist_ok=True)
     os.makedirs(args.log_root, exist_ok=True)
     print_fn(f"{'Quick' if args.quick else 'Full' if args.full else 'Reduced'} run: {config['seeds']} seed(s), "
-             f"sweeps {config['sweeps']}, THOR frequency {FREQUENCY}, {config['steps']} steps, held-out accuracy "
-             f"every {config['eval_every']} steps")
+             f"sweeps {config['sweeps']}, optimizers {kinds}, THOR frequency {FREQUENCY}, {config['steps']} steps, "
+             f"held-out accuracy every {config['eval_every']} steps; runs kept in {results}")
     started = time.time()
-    best = benchmark(config, args.log_root, print_fn)
-    for line in report(best):
+    corpus = LazyCorpus(print_fn)
+    print_fn(f"\n## bert_tiny: {config['steps']} steps of batch {BATCH} x {SEQ_LENGTH} tokens")
+    if args.run_seeds:   # the first setting of each optimizer on these seeds only: no sweep, no report
+        for seed in (int(s) for s in args.run_seeds.split(",")):
+            for kind in kinds:
+                setting = config["sweeps"]["thor" if is_thor(kind) else kind][0]
+                run = train_once(kind, setting, seed, config, corpus, results, args.log_root)
+                print_fn(f"   {kind} {setting} seed {seed}: final held-out accuracy {run['final']:.4f}")
+        return None
+    if not args.report_only and (args.timing_only or not args.no_timing):   # the seed-0 sweep's best settings, timed on the seeds
+        chosen = sweep(dict(config, seeds=1), kinds, corpus, results, args.log_root, print_fn, timed=True)
+        seeds = ([int(s) for s in args.timed_seeds.split(",")] if args.timed_seeds else range(config["seeds"]))
+        time_best(chosen, config, corpus, results, args.log_root, seeds, print_fn)
+        if args.timed_seeds:
+            return chosen
+    best = (kept_best(config, kinds, results) if args.report_only
+            else sweep(config, kinds, corpus, results, args.log_root, print_fn))
+    timed = stored_timings(best, results, config)
+    for line in report(best, timed):
         print_fn(line)
     plot(best, args.plot, print_fn)
     print_fn(f"\nTotal wall time {time.time() - started:.0f} s")

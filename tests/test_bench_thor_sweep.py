@@ -1,0 +1,46 @@
+"""tools/sweeplib.py and bench_thor_bert.py's bookkeeping (no training): the sweep's choice, the order of
+the seeds, and the timing of intervals, against hand-worked cases."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+import bench_thor_bert  # noqa: E402
+import sweeplib  # noqa: E402
+
+
+def test_sweep_picks_the_lowest_rank_on_seed_0_then_runs_it_on_the_other_seeds_in_rotated_order():
+    finals = {("a", 1): 0.3, ("a", 2): 0.5, ("a", 3): 0.5, ("b", 10): 0.9, ("b", 20): 0.1}
+    calls = []
+
+    def train(kind, setting, seed):
+        calls.append((kind, setting, seed))
+        return {"final": finals[kind, setting] + seed / 1000}
+
+    best = sweeplib.sweep_then_seeds(["a", "b"], lambda kind: [s for k, s in finals if k == kind], train,
+                                     lambda run: -run["final"], seeds=3, print_fn=None)
+    # a: 2 and 3 tie at 0.5; the setting's text breaks the tie ("2" < "3").
+    assert best["a"][0] == 2 and best["b"][0] == 10
+    assert [run["final"] for run in best["a"][1]] == [0.5, 0.501, 0.502]
+    assert calls[5:] == [("b", 10, 1), ("a", 2, 1), ("a", 2, 2), ("b", 10, 2)]
+
+
+def test_reach_ratio_and_median_range():
+    curve = [(25, 0.1), (50, 0.29), (75, 0.31), (100, 0.4)]
+    assert sweeplib.reach(curve, 0.3) == (75, 0.31) and sweeplib.reach(curve, 0.5) is None
+    assert sweeplib.ratio([70, 80, None], [100, 120, 110]) == "0.68x"   # 75 / 110
+    assert sweeplib.median_range([3, None, 1, 2]) == "2 [1-3]"
+    assert sweeplib.median_range([None]) == "not reached"
+
+
+def test_intervals_holding_a_thor_refresh_and_the_first_interval_timed_as_its_kind():
+    # frequency 50, intervals of 25 steps: refreshes at global steps 1, 51, 101 -> intervals ending 25, 75, 125.
+    assert [bench_thor_bert.holds_refresh("thor", last, 25) for last in (25, 50, 75, 100, 125)] == [
+        True, False, True, False, True]
+    assert not bench_thor_bert.holds_refresh("lamb", 25, 25)
+    measured = {50: 1.0, 75: 3.0, 100: 1.2, 125: 5.0}   # the first interval (ends at 25) is not measured
+    timed = bench_thor_bert.first_interval_timed("thor", measured, 25)
+    assert timed[25] == 4.0   # the median of the other refresh intervals (3.0, 5.0)
+    assert bench_thor_bert.seconds_to({"wall": {str(k): v for k, v in timed.items()}}, 75) == 8.0
+    plain = bench_thor_bert.first_interval_timed("lamb", {50: 1.0, 75: 2.0, 100: 4.0}, 25)
+    assert plain[25] == 2.0
