@@ -353,6 +353,31 @@ def test_all_factors_cross_replicas_in_one_reduction_per_trace(tmp_path, monkeyp
     assert not [call for call in calls if call[0] == "all_reduce" and call[1] is not None]
 
 
+def test_the_training_loop_is_traced_once_with_the_layers_state_created_before(tmp_path, monkeypatch):
+    """THOR's per-layer factors and inverses exist before the loop is traced: a tf.function whose
+    first trace creates variables is traced a second time, which doubled the tracing of every
+    THOR run (model_fn forward and backward, on each replica, in both branches of the refresh).
+    The loop body (one ``_one_step`` call) is traced once, and the run still refreshes."""
+    from moxlite.training import loop
+
+    traced = []
+    original = loop.SyncTrainer._one_step
+
+    def counted(self, *args, **kwargs):
+        traced.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(loop.SyncTrainer, "_one_step", counted)
+    images, labels = thorlib.small_digits(BATCH * 3)
+    settings = dict(lr=0.05, momentum=0.9, damping=0.05, frequency=2, block_size=64, weight_decay=5e-4)
+    trained = _conv_run(tmp_path / "thor", thorlib.thor_optimizer_fn(**settings), BATCH, 3, images, labels)
+    assert len(traced) == 1
+    expected = thorlib.numpy_thor_conv(images, labels, thorlib.initial_conv_weights("same"), BATCH, 3, padding="same",
+                                       **settings)
+    for got, want in zip(trained, expected):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
 def test_parameters_are_checked_and_a_schedule_round_trips_through_get_config():
     from moxlite import errors
     from moxlite.optimizers.thor import THOR

@@ -121,6 +121,15 @@ class Link:
         """What per-layer records the step must take for this link (None: none)."""
         return None
 
+    def see_layers(self, records):
+        """Replica context, in a trace that never runs, before the step is first traced: the
+        per-layer records of a forward pass (``TrainStep.see_layers``), so that a link that
+        keeps state per layer can know its layers before ``create_layer_state``."""
+
+    def create_layer_state(self):
+        """Eagerly, in the strategy's scope, after ``see_layers``: create the per-layer state,
+        so that tracing the step creates no variable (see ``SyncTrainer._create_layer_state``)."""
+
     def accumulation(self):
         """How a loop that accumulates inside one step applies this stack: (1, itself) unless
         this link accumulates (``batch_gradients``) or holds state the rest must share."""
@@ -185,6 +194,18 @@ class Pipeline:
             if "layer_records" in link.READS:
                 return link.layer_statistics_request()
         return None
+
+    def see_layers(self, records):
+        """Replica context: hand a forward pass's per-layer records to the links that read them."""
+        for link in self._receivers:
+            if "layer_records" in link.READS:
+                link.see_layers(records)
+
+    def create_layer_state(self):
+        """Eagerly: let the links that read per-layer records create their per-layer state."""
+        for link in self._receivers:
+            if "layer_records" in link.READS:
+                link.create_layer_state()
 
     def loss_scale(self):
         """The factor the stack's loss scaling multiplies a loss by (1.0 without one)."""

@@ -235,6 +235,17 @@ class THOR(wrapper_lib.OptimizerWrapper):
     def summarise(self, inputs):
         return self._summed_records(inputs.layer_records, inputs.checked_gradients)
 
+    def see_layers(self, records):
+        """Replica context: the slots of a forward pass's layers, in the order model_fn calls
+        them (what the first step's records would create)."""
+        for record in records:
+            self._slot_for(record)
+
+    def create_layer_state(self):
+        """Eagerly: every slot's variables, in the order ``_collect`` creates them."""
+        for slot in sorted(self._slots, key=self._position_of):
+            self._ensure_slot_state(slot)
+
     # What the step must record.
 
     def layer_statistics_request(self):

@@ -74,7 +74,8 @@ def export_saved_model(template, element_spec, log_dir):
         found.update(positions=positions, outputs=list(export_spec.outputs_dict), version=export_spec.version)
         return {k: tf.convert_to_tensor(v) for k, v in export_spec.outputs_dict.items()}
 
-    tf.function(probe).get_concrete_function(*flat_specs)
+    # The serving function calls this trace rather than tracing model_fn a second time.
+    probed = tf.function(probe).get_concrete_function(*flat_specs)
     if not found["positions"]:
         raise errors.ModelFnError("ExportSpec.inputs_dict is empty; name at least one input to serve")
     path = resolve_version_dir(os.path.join(log_dir, EXPORT_SUBDIR), found["version"])
@@ -94,9 +95,7 @@ def export_saved_model(template, element_spec, log_dir):
             else:
                 flat.append(tf.zeros(tf.concat([[batch], tf.constant(spec.shape[1:].as_list(), tf.int32)], 0),
                                      spec.dtype))
-        inputs = as_model_inputs(tf.nest.pack_sequence_as(element_spec, flat))
-        spec = template(inputs, ModeKeys.EXPORT)
-        return {k: tf.convert_to_tensor(v) for k, v in spec.export_spec.outputs_dict.items()}
+        return probed(*flat)
 
     module = _Exportable(template.variables)
     module.serve = tf.function(serve, input_signature=signature)

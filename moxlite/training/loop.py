@@ -265,6 +265,8 @@ class SyncTrainer(Trainer):
         the compiled variant into the plain one for the rest of the run."""
         if num_steps not in self._step_counts:
             self._step_counts[num_steps] = tf.constant(num_steps, tf.int64)
+        if not self._traced:
+            self._create_layer_state()
         if compiled not in self._traced:
             # Called directly, with the iterator flattened once: a tf.function call looks
             # up its trace by the arguments' type specs and binds them to the signature,
@@ -282,6 +284,24 @@ class SyncTrainer(Trainer):
         if self._choice is not None:
             self._choice.record(compiled, int(values[0]), compilation.clock() - started)
         return values
+
+    def _create_layer_state(self):
+        """Before the loop is first traced: the per-layer state of the step's links (THOR's
+        factors and inverses), which they would otherwise create on first sight of the layers,
+        in that trace. A ``tf.function`` whose first trace creates variables is traced again
+        (the first trace is not kept), which doubled the tracing of every THOR run: here only
+        model_fn's forward pass is traced, per replica, in a function that is never run."""
+        step = self._train_step
+        if not (hasattr(step, "records_layers") and step.records_layers()):
+            return
+
+        def see(iterator):
+            with user_summary_step(self.global_step.read_value() + 1):
+                self.strategy.run(step.see_layers, args=(next(iterator),))
+
+        tf.function(see).get_concrete_function(self.iterator)
+        with self.strategy.scope():
+            step.create_layer_state()
 
     def finish(self, counted_step):
         """Nothing is in flight after ``run_steps``: the controller's count is exact."""

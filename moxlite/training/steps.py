@@ -194,6 +194,25 @@ class TrainStep:
             kinds.update(request.layer_types if request else ())
         return layer_statistics.recording(tape, kinds) if kinds else contextlib.nullcontext([])
 
+    def records_layers(self):
+        """True when some pipeline reads per-layer records (THOR)."""
+        return any(request is not None and request.layer_types for request in self._requests())
+
+    def see_layers(self, inputs):
+        """Replica context, in a trace that never runs: model_fn's forward pass on ``inputs``,
+        recorded, its records handed to the pipelines that read them (``Link.see_layers``)."""
+        with tf.GradientTape() as tape:
+            with self._recording(tape) as records, tf.compat.v1.name_scope(None):
+                self.template(as_model_inputs(inputs), ModeKeys.TRAIN)
+        for pipeline, request in zip(self.pipelines, self._requests()):
+            if request is not None:
+                pipeline.see_layers(records)
+
+    def create_layer_state(self):
+        """Eagerly: the pipelines' per-layer state, after ``see_layers``."""
+        for pipeline in self.pipelines:
+            pipeline.create_layer_state()
+
     def _recording_only_when(self, collecting, inputs, scales):
         """model_fn traced twice under one replica-context ``cond``: recording (probes watched,
         their gradients taken) when ``collecting``, else exactly as without statistics. The
