@@ -60,14 +60,14 @@ FREQUENCY = 50
 BLOCK_SIZE = 128
 BASELINES = ("lamb", "adamw")
 # The recipes' ends of the schedules, as fractions of their start (bert_tiny_mlm_thor.yaml:
-# learning rate 0.05 -> 0.0005, damping 0.05 -> 0.001; bert_tiny_mlm_lamb.yaml: lr -> 0).
+# learning rate 0.01 -> 0.0001, damping 0.05 -> 0.001; bert_tiny_mlm_lamb.yaml: lr -> 0).
 THOR_LR_END, THOR_DAMPING_END = 1 / 100, 1 / 50
 # THOR variants named on the command line: kind -> extra thor wrapper parameters.
 THOR_VARIANTS = {"thor": {}}
 
 # optimizer -> settings swept on seed 0; the recipe's own setting first.
 REDUCED = dict(steps=600, seeds=3, eval_every=25, sweeps={
-    "thor": [(0.05, 0.05), (0.01, 0.05), (0.0034, 0.05)],   # the recipe's lr, and down to MindSpore's BERT lr
+    "thor": [(0.05, 0.05), (0.01, 0.05), (0.0034, 0.05)],   # the first recipe lr, the recipe's lr now, MindSpore's BERT lr
     "lamb": [1e-2, 3e-3, 3e-2],
     "adamw": [3e-3, 1e-3, 1e-2],
 })
