@@ -38,8 +38,8 @@ def serve_forever(view):
     server = tf.distribute.Server(
         tf.train.ClusterSpec(view.training_jobs()), job_name=view.task_type,
         task_index=view.task_index, protocol="grpc", start=True)
+    _end_at_stop_signals()   # before the line that tells a launcher (or a test) the task serves
     logs.get_logger().info("serving %s:%d at %s", view.task_type, view.task_index, view.address())
-    _end_at_stop_signals()
     server.join()
 
 
