@@ -292,7 +292,7 @@ class SyncTrainer(Trainer):
         (the first trace is not kept), which doubled the tracing of every THOR run: here only
         model_fn's forward pass is traced, per replica, in a function that is never run."""
         step = self._train_step
-        if not (hasattr(step, "records_layers") and step.records_layers()):
+        if not step.records_layers():
             return
 
         def see(iterator):
