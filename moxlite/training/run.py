@@ -10,7 +10,7 @@ can fail on user input runs before anything is written to ``log_dir``.
 
 import dataclasses
 
-from moxlite import distribute, errors
+from moxlite import distribute, errors, process_exit
 from moxlite.contract import ModeKeys
 from moxlite.file import training_cache
 from moxlite.training import checkpoints, interception, precision
@@ -59,6 +59,7 @@ def run_config(config):
 
 
 def _run_checked(config):
+    process_exit.freeze_at_exit()   # a process that trains ends without a collector walk over TensorFlow
     mode = config.run_mode
     missing = mode != ModeKeys.TRAIN and checkpoints.missing_trained_model(config.log_dir, config.checkpoint_path)
     if missing:
