@@ -72,6 +72,17 @@ def launches():
         one.kill()
 
 
+@pytest.fixture(scope="session")
+def sync_run_stopped_by_sigterm(tmp_path_factory):
+    """``distlib.stopped_and_resumed_sync_run``: one cluster (four TensorFlow processes, two
+    runs) for the two tests that check it, test_distributed_training's resume and
+    test_run_interrupts' SIGTERM forwarding. Both are in the cluster group (they are marked
+    ``cluster``), so under xdist one worker runs both and starts it once."""
+    from tests import distlib
+
+    return distlib.stopped_and_resumed_sync_run(tmp_path_factory.mktemp("sync_run_stopped_by_sigterm"))
+
+
 # Under pytest-xdist (the README's test command: -n 2 --dist loadgroup), the tests that
 # start a multi-process cluster on loopback run one at a time, in one xdist group, while
 # the other workers take the rest. Two clusters at once on two cores would each run at

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "tools", "launch_local.py")
@@ -84,6 +85,53 @@ class Launch:
                 task, payload = line.split("] RESULT ", 1)
                 found[task.lstrip("[")] = json.loads(payload)
         return found
+
+
+def stopped_and_resumed_sync_run(directory, per_replica=16, more_steps=40):
+    """One synchronous cluster stopped by SIGTERM and resumed, for the tests that check either half.
+
+    Two workers (TF_CONFIG) run ``train_mnist.py`` towards a million steps, saving every 10;
+    after the step-10 checkpoint the launcher gets SIGTERM, which it forwards: the workers
+    save at their current step and exit. The same command then resumes to ``more_steps``
+    past that checkpoint, and the reference is one process trained as many steps at the
+    global batch. Failures are recorded, not raised: the tests show them with the output.
+    """
+    from moxlite import flags
+    import keras
+    import tensorflow as tf
+
+    from tests import runlib
+    from tests.dist_scripts import train_mnist
+
+    log_dir = os.path.join(str(directory), "cluster")
+    base = ["python", script("train_mnist.py"), f"--log_dir={log_dir}", f"--batch={per_replica}", "--save_steps=10"]
+    launcher = ["--workers=2", "--sync", "--use-tf-config"]
+    found = types.SimpleNamespace(log_dir=log_dir, per_replica=per_replica, stopped_at=None, second=None,
+                                  second_code=None, reference=None)
+    found.first = Launch(launcher, base + ["--steps=1000000"], timeout=150)
+    try:
+        found.reached = found.first.read_until(lambda line: "Saved checkpoint for step 10" in line, 120) is not None
+        if found.reached:
+            found.first.process.send_signal(signal.SIGTERM)
+        found.first_code = found.first.wait() if found.reached else None
+    finally:
+        found.first.kill()
+    latest = tf.train.latest_checkpoint(log_dir)
+    if found.first_code != 128 + signal.SIGTERM or latest is None:
+        return found
+    found.stopped_at = int(latest.rsplit("-", 1)[1])
+    found.steps = found.stopped_at + more_steps
+    found.second = Launch(launcher, base + [f"--steps={found.steps}"], timeout=150)
+    try:
+        found.second_code = found.second.wait()
+    finally:
+        found.second.kill()
+    flags.reset_flags()
+    keras.backend.clear_session()
+    single = os.path.join(str(directory), "single")
+    train_mnist.train(single, found.steps, 2 * per_replica)
+    found.reference = runlib.checkpoint_variables(single)
+    return found
 
 
 def alive(pid):

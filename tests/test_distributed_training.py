@@ -10,7 +10,6 @@ import sys
 import time
 
 import numpy as np
-import tensorflow as tf
 
 from tests import distlib, runlib
 from tests.dist_scripts import train_mnist
@@ -54,27 +53,22 @@ def test_sync_two_workers_equal_a_single_process_run_with_the_same_global_batch(
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_sync_run_killed_and_restarted_ends_with_the_uninterrupted_weights(launches, tmp_path):
-    # The first run asks for far more steps than it gets: the launcher is stopped after the
-    # step-10 checkpoint, and its tasks (which TF keeps alive through SIGTERM for up to the
-    # launcher's grace period) die wherever they are. The restart then asks for 40 steps
-    # past the last checkpoint, and the reference is one process run for as many steps.
-    per_replica, log_dir = 16, tmp_path / "cluster"
-    base = SCRIPT + [f"--log_dir={log_dir}", f"--batch={per_replica}", "--save_steps=10"]
-    first = launches(["--workers=2", "--sync", "--use-tf-config"], base + ["--steps=1000000"], timeout=150)
-    assert first.read_until(lambda line: "Saved checkpoint for step 10" in line, 120), first.output()
-    first.process.send_signal(signal.SIGTERM)
-    assert first.wait() == 128 + signal.SIGTERM
-    stopped_at = int(tf.train.latest_checkpoint(str(log_dir)).rsplit("-", 1)[1])
-    assert stopped_at >= 10, first.output()
-    steps = stopped_at + 40
-
-    second = launches(["--workers=2", "--sync", "--use-tf-config"], base + [f"--steps={steps}"], timeout=150)
-    assert second.wait() == 0, second.output()
-    assert f"from step {stopped_at}" in second.output()
-    assert second.results()["worker:0"]["global_step"] == steps
-    reference = _single_process_weights(tmp_path / "single", steps, 2 * per_replica)
-    for got, want in zip(runlib.checkpoint_variables(str(log_dir)), reference):
+@pytest.mark.cluster   # sync_run_stopped_by_sigterm starts it through tests.distlib
+def test_sync_run_killed_and_restarted_ends_with_the_uninterrupted_weights(sync_run_stopped_by_sigterm):
+    # The first run asks for far more steps than it gets: the launcher is stopped by SIGTERM
+    # after the step-10 checkpoint and forwards it; the workers save where they are and exit.
+    # The restart then asks for 40 steps past the last checkpoint, and the reference is one
+    # process run for as many steps (tests.distlib.stopped_and_resumed_sync_run; the same
+    # cluster serves test_run_interrupts' forwarding test).
+    run = sync_run_stopped_by_sigterm
+    assert run.reached, run.first.output()
+    assert run.first_code == 128 + signal.SIGTERM, run.first.output()
+    stopped_at = run.stopped_at
+    assert stopped_at >= 10, run.first.output()
+    assert run.second_code == 0, run.second.output()
+    assert f"from step {stopped_at}" in run.second.output()
+    assert run.second.results()["worker:0"]["global_step"] == stopped_at + 40
+    for got, want in zip(runlib.checkpoint_variables(run.log_dir), run.reference):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 

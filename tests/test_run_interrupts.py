@@ -20,7 +20,7 @@ import pytest
 
 from moxlite.distribute import cluster
 from moxlite.recipes import cli
-from tests import distlib, runlib
+from tests import runlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -72,27 +72,22 @@ def test_cli_interrupted_saves_at_the_current_step_and_resumes_as_if_never_stopp
 
 
 @pytest.mark.slow
-def test_launch_local_forwards_sigterm_and_sync_workers_stop_together(launches, tmp_path):
-    from tests.dist_scripts import train_mnist
-
-    per_replica, log_dir = 16, tmp_path / "cluster"
-    base = ["python", distlib.script("train_mnist.py"), f"--log_dir={log_dir}", f"--batch={per_replica}",
-            "--save_steps=1000000", "--model=softmax"]
-    first = launches(["--workers=2", "--sync"], base + ["--steps=1000000"], timeout=150)
-    assert first.read_until(lambda line: "global step: 20)" in line, 120), first.output()
-    first.process.send_signal(signal.SIGTERM)
-    assert first.wait() == 128 + signal.SIGTERM, first.output()
+@pytest.mark.cluster   # sync_run_stopped_by_sigterm starts it through tests.distlib
+def test_launch_local_forwards_sigterm_and_sync_workers_stop_together(sync_run_stopped_by_sigterm):
+    # The cluster (tests.distlib.stopped_and_resumed_sync_run, shared with test_distributed_training's
+    # resume test): two synchronous workers, SIGTERM to the launcher after the step-10 checkpoint,
+    # then the same command resumed 40 steps past the checkpoint the workers saved.
+    run = sync_run_stopped_by_sigterm
+    assert run.reached, run.first.output()
+    assert run.first_code == 128 + signal.SIGTERM, run.first.output()
     saved = re.findall(r"\[worker:0\] INFO:moxlite:Interrupted by SIGTERM at global step (\d+): saved checkpoint",
-                       first.output())
-    assert len(saved) == 1, first.output()
+                       run.first.output())
+    assert len(saved) == 1, run.first.output()
     step = int(saved[0])
-    assert runlib.checkpoint_step(str(log_dir)) == step
-    second = launches(["--workers=2", "--sync"], base + [f"--steps={step + 10}"], timeout=150)
-    assert second.wait() == 0, second.output()
-    assert f"from step {step}" in second.output()
-    train_mnist.train(str(tmp_path / "single"), step + 10, 2 * per_replica, model="softmax", save_steps=1000000)
-    for got, want in zip(runlib.checkpoint_variables(str(log_dir)),
-                         runlib.checkpoint_variables(str(tmp_path / "single"))):
+    assert run.stopped_at == step   # the checkpoint the first run left is the interrupt's
+    assert run.second_code == 0, run.second.output()
+    assert f"from step {step}" in run.second.output()
+    for got, want in zip(runlib.checkpoint_variables(run.log_dir), run.reference):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
