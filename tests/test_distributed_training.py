@@ -129,13 +129,15 @@ def test_async_run_survives_a_worker_killed_mid_run(launches, tmp_path):
 
 
 def test_the_recipe_cli_runs_asynchronously_under_launch_local(launches, tmp_path):
-    """The README's command: launch_local appends MoXing's flags to moxlite-run."""
+    """The README's command: launch_local appends MoXing's flags to moxlite-run. One worker (and
+    one ps): the tests above count the steps of several asynchronous workers; here the recipe
+    CLI is the subject, and each worker is one more TensorFlow process."""
     log_dir = tmp_path / "recipe"
-    run = launches(["--workers=2", "--ps=1", "--async"],
+    run = launches(["--workers=1", "--ps=1", "--async"],
                    [sys.executable, "-m", "moxlite", "recipes/mnist_mlp.yaml", "--set", "run.steps=15",
                     "--set", f"run.log_dir={log_dir}", "--set", "run.log_every_n_steps=5",
                     "--set", "distribute.sync_replicas=false"], timeout=150)
     assert run.wait() == 0, run.output()
-    assert runlib.checkpoint_step(str(log_dir)) in (30, 31, 32)   # 15 per worker, at-least-once
+    assert runlib.checkpoint_step(str(log_dir)) in (15, 16, 17)   # 15 per worker, at-least-once
     assert "[worker:0] [RESULT] accuracy:" in run.output()
     assert os.path.exists(log_dir / "recipe.yaml")
