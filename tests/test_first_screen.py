@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import moxlite as mox
 from moxlite import logs
 from tests import runlib
@@ -37,25 +39,29 @@ def _moxlite_run(tmp_path, level):
     return finished.stdout.splitlines()
 
 
-def _tensorflow_import_lines(level):
-    """What a bare ``import tensorflow`` prints at ``level``: the reference for what is kept."""
+@pytest.fixture(scope="module")
+def tensorflow_import_lines():
+    """What a bare ``import tensorflow`` prints with TF_CPP_MIN_LOG_LEVEL unset: the reference for
+    what is kept off and what a user who asks for TensorFlow's log sees. One process for both
+    tests below: unset is TensorFlow's level 0 (its documented default), the level the second
+    test sets."""
     finished = subprocess.run([sys.executable, "-c", "import tensorflow"], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, env=_environment(level), timeout=300)
+                              stderr=subprocess.STDOUT, text=True, env=_environment(None), timeout=300)
     assert finished.returncode == 0, finished.stdout[-3000:]
     return [line for line in finished.stdout.splitlines() if line.strip()]
 
 
-def test_moxlite_run_prints_its_own_line_first_when_the_user_set_no_level(tmp_path):
-    tensorflow_alone = _tensorflow_import_lines(None)
+def test_moxlite_run_prints_its_own_line_first_when_the_user_set_no_level(tmp_path, tensorflow_import_lines):
+    tensorflow_alone = tensorflow_import_lines
     assert tensorflow_alone, "TensorFlow printed no start-up log here, so there is nothing to keep off"
     lines = _moxlite_run(tmp_path, None)
     assert lines[0].startswith("INFO:moxlite:Training: 1 replica(s)"), lines[:12]
     assert not set(tensorflow_alone) & set(lines), [line for line in lines if line in tensorflow_alone]
 
 
-def test_a_level_the_user_set_is_kept(tmp_path):
+def test_a_level_the_user_set_is_kept(tmp_path, tensorflow_import_lines):
     """At TF_CPP_MIN_LOG_LEVEL=0 the user asked for TensorFlow's log, and sees its start-up lines."""
-    tensorflow_alone = _tensorflow_import_lines("0")
+    tensorflow_alone = tensorflow_import_lines
     lines = _moxlite_run(tmp_path, "0")
     first_own = next(index for index, line in enumerate(lines) if line.startswith("INFO:moxlite:"))
     before = lines[:first_own]
