@@ -108,7 +108,14 @@ def recorded_test_times(path=TEST_TIMES):
         return {}
     with open(path, encoding="utf-8") as lines:
         matches = (_DURATION_LINE.match(line) for line in lines)
-        return {match.group(2): float(match.group(1)) for match in matches if match}
+        return {_without_group(match.group(2)): float(match.group(1)) for match in matches if match}
+
+
+def _without_group(nodeid):
+    """The test id without the "@clusters" that xdist's loadgroup appends (a table made under
+    the README's command has it; the ordering here runs before xdist adds it)."""
+    suffix = "@" + CLUSTER_GROUP
+    return nodeid[:-len(suffix)] if nodeid.endswith(suffix) else nodeid
 
 
 def expected_seconds(item, times):
@@ -144,6 +151,11 @@ def longest_first(items, times):
     items.sort(key=lambda item: -seconds(item))
 
 
+# tryfirst: xdist's worker reads the xdist_group marks in its own pytest_collection_modifyitems
+# (it appends "@clusters" to each grouped test's id, which is what --dist loadgroup groups by),
+# and a conftest hook without it ran after that one: the marks came too late, and the cluster
+# tests were spread over both workers, two clusters at a time, each module fixture built twice.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "launches" in item.fixturenames or item.get_closest_marker("cluster"):

@@ -28,6 +28,11 @@ def test_recorded_times_are_the_call_lines_of_a_durations_table(tmp_path):
     assert conftest.recorded_test_times(str(table)) == {"tests/test_a.py::test_long[a b]": 120.5,
                                                         "tests/test_b.py::test_short": 7.0}
     assert conftest.recorded_test_times(str(tmp_path / "absent.txt")) == {}
+    # Under --dist loadgroup a grouped test's id ends in "@clusters": read as the plain id.
+    table.write_text("88.00s call     tests/test_c.py::test_cluster@clusters\n"
+                     "5.00s call     tests/test_c.py::test_param[a@b]\n")
+    assert conftest.recorded_test_times(str(table)) == {"tests/test_c.py::test_cluster": 88.0,
+                                                        "tests/test_c.py::test_param[a@b]": 5.0}
 
 
 def test_longest_first_keeps_the_others_in_order_and_a_module_fixture_block_together():
@@ -46,3 +51,16 @@ def test_longest_first_keeps_the_others_in_order_and_a_module_fixture_block_toge
         "tests/test_z.py::new_and_slow",                                         # unlisted slow: 30 s
         "tests/test_a.py::two",
         "tests/test_a.py::one", "tests/test_m.py::plain"]
+
+
+def test_the_cluster_group_is_marked_before_xdist_reads_the_groups(request):
+    """xdist groups a test by the "@group" its worker appends to the test id, in its own
+    pytest_collection_modifyitems, from the xdist_group marks present then; conftest's hook,
+    which adds them, must run before it (tryfirst). Under xdist, every cluster test of this
+    worker's collection carries the group in its id."""
+    impls = request.config.pluginmanager.hook.pytest_collection_modifyitems.get_hookimpls()
+    ours = [impl for impl in impls if getattr(impl.plugin, "__name__", "") == "tests.conftest"]
+    assert len(ours) == 1 and ours[0].tryfirst
+    if hasattr(request.config, "workerinput") and request.config.getvalue("loadgroup"):
+        grouped = [item for item in request.session.items if item.get_closest_marker("xdist_group")]
+        assert grouped and all(item.nodeid.endswith("@" + conftest.CLUSTER_GROUP) for item in grouped)
