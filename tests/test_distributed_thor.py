@@ -35,6 +35,7 @@ def test_two_sync_workers_equal_one_process_at_the_global_batch(launches, tmp_pa
                    SCRIPT + [f"--log_dir={tmp_path / 'cluster'}", f"--steps={STEPS}", "--batch=8"], timeout=180)
     assert run.wait() == 0, run.output()
     assert "thor: preconditioning 2 layer(s)" in run.output()
+    assert run.results()["worker:0"]["traces"] == 1   # the loop body, with THOR's state made before
     cluster = thorlib.model_variables(tmp_path / "cluster")
     assert len(cluster) == len(one_process_16)
     for got, want in zip(cluster, one_process_16):
@@ -93,6 +94,8 @@ def test_one_worker_and_one_ps_equal_one_process(one_worker_and_one_ps):
     ps = one_worker_and_one_ps
     assert ps.code == 0, ps.run.output()
     assert ps.run.results()["worker:0"]["global_step"] == STEPS
+    # THOR's per-layer state exists before the first schedule traces the step: traced once, not twice.
+    assert ps.run.results()["worker:0"]["traces"] == 1
     assert "thor: preconditioning 2 layer(s)" in ps.run.output()
     assert len(ps.cluster) == len(ps.single)
     for got, want in zip(ps.cluster, ps.single):
@@ -121,6 +124,7 @@ def test_batch_gradients_over_thor_on_one_worker_and_one_ps_equals_one_process(l
                              "--num_batches=2", "--damping_decay=0.6"], timeout=180)
     assert run.wait() == 0, run.output()
     assert run.results()["worker:0"]["global_step"] == steps
+    assert run.results()["worker:0"]["traces"] == 1   # the accumulated step, with THOR's state made before
     assert "thor: preconditioning 2 layer(s)" in run.output()
     train_thor.train(str(tmp_path / "single"), steps, 8, num_batches=2, damping=train_thor.decaying_damping(0.6))
     train_thor.train(str(tmp_path / "plain"), steps, 8, num_batches=2, damping=train_thor.decaying_damping(0.6),

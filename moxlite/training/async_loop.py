@@ -133,6 +133,8 @@ class AsyncTrainer(Trainer):
         When the input of a worker ends, its steps fail with OutOfRangeError; the loop then
         waits for the steps in flight and reports the steps actually done.
         """
+        if not self._scheduled:
+            self._create_layer_state()
         last = None
         for _ in range(-(-num_steps // self.num_batches)):
             last = self.coordinator.schedule(self._step_fn, args=(self.iterator,))
@@ -147,6 +149,25 @@ class AsyncTrainer(Trainer):
         scheduled = -(-num_steps // self.num_batches) * self.num_batches
         keys = [k for k in self._log_keys if k not in nonfinite.PRIVATE_KEYS]
         return scheduled, {key: _RemoteScalar(last, key) for key in keys}
+
+    def _create_layer_state(self):
+        """Before the step is first traced (by the first ``schedule``): the per-layer state of the
+        step's links (THOR's factors and inverses), which they would otherwise create in that
+        trace, and a ``tf.function`` whose first trace creates variables is traced twice. As in
+        ``SyncTrainer._create_layer_state``: model_fn's forward pass alone is traced, on the
+        coordinator, in a function that is never scheduled; then the state is created eagerly in
+        the strategy's scope (on the parameter servers), in the order the links saw the layers."""
+        step = self._train_step
+        if not step.records_layers():
+            return
+
+        def see(iterator):
+            self.strategy.run(step.see_layers, args=(next(iterator),))
+
+        # The per-worker iterator traces as one worker's iterator (what ``schedule`` traces with).
+        tf.function(see).get_concrete_function(self.iterator)
+        with self.strategy.scope():
+            step.create_layer_state()
 
     def _drain(self):
         try:

@@ -9,6 +9,8 @@ Options: --damping_decay=R (damping 0.05 * R^step, a schedule), --num_batches=N
 (batch_gradients(thor(momentum)) over N micro-batches), --groups=M (the input is M
 groups of --batch rows, each worker reading them in its own random order, so one batch is
 one group: a refresh's factors tell which batch they came from), --steps_per_loop.
+The result adds ``traces``: how many times the training loop's body (a trainer's ``_one_step``)
+was traced in this process.
 """
 
 import os
@@ -78,11 +80,30 @@ def add_own_arguments(parser):
     parser.add_argument("--frequency", type=int, default=None)
 
 
+def counting_traces():
+    """Count the traces of both trainers' loop body from now on; returns the list that grows."""
+    from moxlite.training import async_loop, loop
+
+    traces = []
+
+    def counting(original):
+        def counted(self, *args, **kwargs):
+            traces.append(type(self).__name__)
+            return original(self, *args, **kwargs)
+        return counted
+
+    for trainer in (loop.SyncTrainer, async_loop.AsyncTrainer):
+        trainer._one_step = counting(trainer._one_step)
+    return traces
+
+
 def main():
     args = script_main.parse_arguments(add_own_arguments)
-    script_main.print_result(train(args.log_dir, args.steps, args.batch, args.num_batches,
-                                   decaying_damping(args.damping_decay) if args.damping_decay else None, args.groups,
-                                   args.steps_per_loop, args.save_every, args.frequency))
+    traces = counting_traces()
+    result = train(args.log_dir, args.steps, args.batch, args.num_batches,
+                   decaying_damping(args.damping_decay) if args.damping_decay else None, args.groups,
+                   args.steps_per_loop, args.save_every, args.frequency)
+    script_main.print_result(None if result is None else dict(result, traces=len(traces)))
     return 0
 
 
