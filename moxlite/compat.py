@@ -128,6 +128,13 @@ def backing_variable(variable):
         return variable
     if not hasattr(variable, "_value"):
         raise _missing("keras.Variable", "_value", "find the tf.Variable a Keras layer trains")
+    if variable._value is None:
+        # Created inside a stateless scope, which deferred its creation: a scope that can create
+        # such variables now (moxlite's ValueScope) is asked to.
+        scope = keras_global_state().get_global_attribute("stateless_scope")
+        create = getattr(scope, "create_deferred", None)
+        if create is not None:
+            create()
     return variable._value
 
 

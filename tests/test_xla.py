@@ -300,16 +300,3 @@ def test_auto_does_not_measure_a_run_of_unknown_length():
     assert choice.plan(10) == (False, 10)
     assert lines == ["jit_compile=auto: the run's length is not known (max_number_of_steps=0): without XLA, "
                      "not measured; pass jit_compile=True to compile"]
-
-
-@pytest.mark.slow
-def test_parameter_server_training_says_it_runs_without_xla(launches, tmp_path):
-    from tests import distlib
-
-    run = launches(["--workers=1", "--ps=1", "--async"],
-                   ["python", distlib.script("train_mnist.py"), f"--log_dir={tmp_path}", "--steps=4", "--batch=8",
-                    "--jit_compile=true"], timeout=150)
-    assert run.wait() == 0, run.output()
-    assert ("WARNING:moxlite:jit_compile=true: parameter-server training: the variables live on the parameter "
-            "servers, which a step compiled on a worker cannot read; training without XLA") in run.output()
-    assert run.results()["worker:0"]["global_step"] == 4

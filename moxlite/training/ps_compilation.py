@@ -90,16 +90,15 @@ class ValueScope(keras.StatelessScope):
 
     def _index_of(self, variable):
         if isinstance(variable, keras.Variable):
-            if getattr(variable, "_value", None) is None:
-                self._create_deferred()
-            variable = compat.backing_variable(variable)
+            variable = compat.backing_variable(variable)   # which creates it first, if deferred
         for identity in _identities(variable):
             if identity in self._index:
                 return self._index[identity]
         return None
 
-    def _create_deferred(self):
-        """Create, in creation order, the Keras variables Keras deferred inside this scope."""
+    def create_deferred(self):
+        """Create, in creation order, the Keras variables Keras deferred inside this scope
+        (``compat.backing_variable`` asks for it when it meets one)."""
         awaiting = compat.keras_variables_awaiting_initialization()
         created = awaiting[self._deferred_from:]
         del awaiting[self._deferred_from:]
