@@ -11,6 +11,7 @@ backward (``compilation.Compiled``'s function ``_flat``), which only a worker ru
 import logging
 import os
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -158,3 +159,40 @@ def test_auto_measures_both_variants_through_the_coordinator_and_keeps_the_faste
     lines = [record.getMessage() for record in caplog.records if "jit_compile=auto" in record.getMessage()]
     assert len(lines) == 1 and lines[0].endswith("training with XLA" if faster else "training without XLA"), lines
     assert compilation.PER_WORKER in lines[0]
+
+
+# ---- the ValueScope, in one process ------------------------------------------------------------
+
+def test_layers_built_inside_model_fn_read_the_given_values_and_their_assignments_are_recorded():
+    """model_fn builds a Dense and a BatchNormalization on each call (style 2): under a ValueScope
+    the template's variables read as the given values, BatchNorm's moving-statistic update is
+    recorded, not applied, and the tape differentiates the values (numpy references)."""
+    from moxlite.contract import ModeKeys
+    from moxlite.training import ps_compilation, template
+
+    def model_fn(inputs, mode):
+        hidden = keras.layers.Dense(2, use_bias=False, kernel_initializer="zeros")(inputs)
+        normalized = keras.layers.BatchNormalization(momentum=0.5, center=False, scale=False)(hidden, training=True)
+        return mox.ModelSpec(loss=tf.reduce_sum(hidden) + 0.0 * tf.reduce_sum(normalized))
+
+    model = template.ModelTemplate(model_fn)
+    x = np.array([[1.0, 2.0], [3.0, 5.0]], np.float32)
+    model.build(tf.constant(x), ModeKeys.TRAIN)
+    variables = model.variables
+    names = [v.name for v in variables]
+    before = [v.numpy() for v in variables]
+    kernel = np.array([[1.0, -1.0], [2.0, 0.5]], np.float32)
+    values = [tf.constant(kernel) if "kernel" in n else tf.zeros(v.shape) for n, v in zip(names, variables)]
+    scope = ps_compilation.ValueScope(variables, values)
+    with tf.GradientTape() as tape:
+        with scope:
+            ps_compilation.watch_values(tape)
+            loss = model(tf.constant(x), ModeKeys.TRAIN).loss
+            sources = ps_compilation.differentiated(variables)
+    np.testing.assert_allclose(float(loss), (x @ kernel).sum(), rtol=1e-6)
+    np.testing.assert_allclose(tape.gradient(loss, sources[0]), x.sum(axis=0)[:, None] * np.ones((1, 2)), rtol=1e-6)
+    mean_index = next(i for i, n in enumerate(names) if "moving_mean" in n)
+    np.testing.assert_allclose(scope.updated[mean_index], 0.5 * (x @ kernel).mean(axis=0), rtol=1e-6)
+    for variable, value in zip(variables, before):            # nothing assigned to the variables
+        np.testing.assert_array_equal(variable.numpy(), value)
+    assert len(model.variables) == len(variables)            # no variable created by the call
