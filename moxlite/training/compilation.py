@@ -8,9 +8,9 @@ Where XLA can take the step depends on the strategy (``placement``):
   (model_fn, the loss, its gradients, THOR's layer records) is compiled on its own
   device; the cross-replica part (gradient all-reduce, the optimizer stack's
   ``merge_call``) is not, since XLA compiles one device's program and cannot hold a
-  ``merge_call`` or a collective of logical CPU devices. Under Mirrored the last stage of
-  the stack, the Keras optimizer's variable updates, is compiled again per device
-  (``compiled_updates``);
+  ``merge_call`` or a collective of logical CPU devices. Under Mirrored and
+  MultiWorkerMirrored the last stage of the stack, the Keras optimizer's variable updates,
+  is compiled again per device (``compiled_updates``);
 - parameter servers: each worker's forward and backward, on the values of the variables
   read from the parameter servers before it (an XLA function on a worker cannot read a
   variable of another task); the reads, model_fn's assignments and the optimizer stack
