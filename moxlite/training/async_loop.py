@@ -150,6 +150,10 @@ class AsyncTrainer(Trainer):
 
         When the input of a worker ends, its steps fail with OutOfRangeError; the loop then
         waits for the steps in flight and reports the steps actually done.
+
+        Under ``jit_compile`` the steps go in parts, each scheduled on the variant
+        ``Choice.plan`` names (compiled on values or plain) and timed to its ``done()``; under
+        ``auto`` that is the trial, then one part per call.
         """
         last = None
         left = -(-num_steps // self.num_batches) * self.num_batches
