@@ -128,6 +128,13 @@ def backing_variable(variable):
         return variable
     if not hasattr(variable, "_value"):
         raise _missing("keras.Variable", "_value", "find the tf.Variable a Keras layer trains")
+    if variable._value is None:
+        # Created inside a stateless scope, which deferred its creation: a scope that can create
+        # such variables now (moxlite's ValueScope) is asked to.
+        scope = keras_global_state().get_global_attribute("stateless_scope")
+        create = getattr(scope, "create_deferred", None)
+        if create is not None:
+            create()
     return variable._value
 
 
@@ -194,6 +201,49 @@ def keras_auto_name_counters():
     except ImportError:
         return {}
     return dict(global_state.get_global_attribute("object_name_uids") or {})
+
+
+def keras_global_state():
+    """Keras's ``keras.src.backend.common.global_state`` (no public accessor for what it holds)."""
+    try:
+        from keras.src.backend.common import global_state
+    except ImportError as error:
+        raise _missing("keras.src.backend.common", "global_state",
+                       "read Keras variables as values in parameter-server steps compiled by XLA") from error
+    return global_state
+
+
+def keras_variables_awaiting_initialization():
+    """The list (Keras's own, in creation order) of Keras variables created inside a
+    ``keras.StatelessScope``, whose creation Keras defers to the scope's exit
+    (``uninitialized_variables`` in its global state)."""
+    return keras_global_state().get_global_attribute("uninitialized_variables", [], set_to_default=True)
+
+
+@contextlib.contextmanager
+def outside_stateless_scope():
+    """No ``keras.StatelessScope`` in force within this block (the one in force is put back)."""
+    state = keras_global_state()
+    scope = state.get_global_attribute("stateless_scope")
+    state.set_global_attribute("stateless_scope", None)
+    try:
+        yield
+    finally:
+        state.set_global_attribute("stateless_scope", scope)
+
+
+def initialize_deferred_keras_variable(variable):
+    """Create now the tf.Variable of a Keras variable whose creation a stateless scope deferred
+    (its ``_initializer`` kept, ``_value`` None), through the variable creators in force: what
+    Keras's ``_deferred_initialize`` does, without its ``init_scope``, which would leave the
+    graph being traced and with it moxlite's template (the creator that hands back model_fn's
+    variables)."""
+    for attribute in ("_initializer", "_initialize_with_initializer"):
+        if not hasattr(variable, attribute):
+            raise _missing("keras.Variable", attribute, "create a Keras variable deferred by a stateless scope")
+    with outside_stateless_scope():
+        variable._initialize_with_initializer(variable._initializer)
+    variable._initializer = None
 
 
 def new_tf1_variable_store():

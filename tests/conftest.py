@@ -55,7 +55,8 @@ def mnist_arrays():
 
 @pytest.fixture
 def launches():
-    """Start local clusters with tools/launch_local.py: ``launch(launcher_args, command, timeout)``.
+    """Start local clusters with tools/launch_local.py: ``launch(launcher_args, command, timeout,
+    extra_env=None)`` (``extra_env``: variables set for every task).
 
     Every cluster started is killed (process groups included) when the test ends.
     """
@@ -63,8 +64,8 @@ def launches():
 
     started = []
 
-    def launch(args, command, timeout):
-        started.append(distlib.Launch(args, command, timeout))
+    def launch(args, command, timeout, extra_env=None):
+        started.append(distlib.Launch(args, command, timeout, extra_env=extra_env))
         return started[-1]
 
     yield launch

@@ -36,7 +36,7 @@ import tensorflow as tf
 from moxlite import errors
 from moxlite.optimizers import accumulation as accumulation_lib
 from moxlite.optimizers.schedules import current_learning_rate
-from moxlite.training import nonfinite
+from moxlite.training import compilation, nonfinite, ps_compilation
 from moxlite.training.trainer_protocol import Trainer
 
 
@@ -55,7 +55,10 @@ class _RemoteScalar:
 class AsyncTrainer(Trainer):
     """``run_steps`` schedules steps and returns at once; ``finish`` waits for all of them."""
 
-    def __init__(self, coordinator, strategy, dataset_fn, train_step, global_step, log_keys):
+    def __init__(self, coordinator, strategy, dataset_fn, train_step, global_step, log_keys, jit_compile=None):
+        """``jit_compile``: a ``compilation.Choice``, which says whether each call schedules the
+        step with its forward and backward compiled by XLA on values read on the worker
+        (``ps_compilation``; None: never)."""
         self.coordinator = coordinator
         self.strategy = strategy
         self.global_step = global_step
@@ -74,7 +77,14 @@ class AsyncTrainer(Trainer):
             self._nonfinite_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_steps")
             self._nonfinite_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_step")
             self._nonfinite_loss = tf.Variable(0.0, trainable=False, name="nonfinite_loss")
-        self._step_fn = tf.function(self._one_step)
+        self._choice = jit_compile
+        self._value_step = (ps_compilation.ValueStep(train_step)
+                            if jit_compile is not None and jit_compile.where is not None else None)
+        self._refusal_told = False
+        # One traced step per variant: without XLA (False) and compiled on values (True).
+        # The coordinator calls a step's concrete function with the iterator alone (an argument
+        # with a default, bound at the trace, is then missing): one function per variant.
+        self._step_fns = {False: tf.function(self._plain_step), True: tf.function(self._compiled_step)}
         self._scheduled = 0
 
     @staticmethod
@@ -95,10 +105,17 @@ class AsyncTrainer(Trainer):
                 f"batch_gradients num_batches")
         return accumulations
 
-    def _one_step(self, iterator):
+    def _plain_step(self, iterator):
+        return self._one_step(iterator, compiled=False)
+
+    def _compiled_step(self, iterator):
+        return self._one_step(iterator, compiled=True)
+
+    def _one_step(self, iterator, compiled):
         if self.num_batches > 1:
-            return self._one_accumulated_step(iterator)
-        per_replica = self.strategy.run(self._train_step, args=(next(iterator),))
+            return self._one_accumulated_step(iterator, compiled)
+        step = self._value_step.replica_step if compiled else self._train_step
+        per_replica = self.strategy.run(step, args=(next(iterator),))
         self.global_step.assign_add(1)
         return self._reduced_logs(per_replica)
 
@@ -115,10 +132,11 @@ class AsyncTrainer(Trainer):
             self._nonfinite_loss.assign(tf.where(first, loss, self._nonfinite_loss))
         return logs
 
-    def _one_accumulated_step(self, iterator):
+    def _one_accumulated_step(self, iterator, compiled):
         batches = tuple(next(iterator) for _ in range(self.num_batches))
+        gradients = self._value_step.gradients if compiled else None
         per_replica = self.strategy.run(
-            self._train_step.accumulated, args=(batches, self._accumulations, self._log_keys))
+            self._train_step.accumulated, args=(batches, self._accumulations, self._log_keys, gradients))
         # After the update: its learning rate read the step before these micro-batches.
         self.global_step.assign_add(self.num_batches)
         return self._reduced_logs(per_replica)
@@ -132,17 +150,31 @@ class AsyncTrainer(Trainer):
 
         When the input of a worker ends, its steps fail with OutOfRangeError; the loop then
         waits for the steps in flight and reports the steps actually done.
+
+        Under ``jit_compile`` the steps go in parts, each scheduled on the variant
+        ``Choice.plan`` names (compiled on values or plain) and timed to its ``done()``; under
+        ``auto`` that is the trial, then one part per call.
         """
         if not self._scheduled:
             self._create_layer_state()
         last = None
-        for _ in range(-(-num_steps // self.num_batches)):
-            last = self.coordinator.schedule(self._step_fn, args=(self.iterator,))
-            self._scheduled += 1
-        try:
-            self.coordinator.done()   # raises the error of a failed step (end of input), if any
-        except tf.errors.OutOfRangeError:
-            return self._drain(), {}
+        left = -(-num_steps // self.num_batches) * self.num_batches
+        while left > 0:
+            compiled, part = self._choice.plan(left) if self._choice is not None else (False, left)
+            started = compilation.clock()
+            for _ in range(-(-part // self.num_batches)):
+                last = self.coordinator.schedule(self._step_fns[compiled], args=(self.iterator,))
+                self._scheduled += 1
+            if compiled:
+                self._tell_refusal()
+            try:
+                self.coordinator.done()   # raises the error of a failed step (end of input), if any
+            except tf.errors.OutOfRangeError:
+                return self._drain(), {}
+            part = -(-part // self.num_batches) * self.num_batches
+            if self._choice is not None:
+                self._choice.record(compiled, part, compilation.clock() - started)
+            left -= part
         if int(self._nonfinite_count.read_value()):
             raise nonfinite.NonFiniteStep(int(self._nonfinite_step.read_value()),
                                           float(self._nonfinite_loss.read_value()))
@@ -169,6 +201,13 @@ class AsyncTrainer(Trainer):
         with self.strategy.scope():
             step.create_layer_state()
 
+    def _tell_refusal(self):
+        """After the compiled variant's first trace (at its first schedule): a step XLA cannot
+        take was traced without it; the run goes on without XLA, saying why once."""
+        if self._value_step.refused is not None and not self._refusal_told:
+            self._refusal_told = True
+            self._choice.refuse(self._value_step.refused)
+
     def _drain(self):
         try:
             self.coordinator.join()
@@ -179,7 +218,7 @@ class AsyncTrainer(Trainer):
     def close(self):
         """Release the per-worker iterators now (see ``SyncTrainer.close``)."""
         self.iterator = None
-        self._step_fn = None
+        self._step_fns = None
 
     def any_worker(self, requested):
         """One coordinator runs the whole cluster: its own ``requested`` is everyone's."""

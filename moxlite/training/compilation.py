@@ -8,11 +8,13 @@ Where XLA can take the step depends on the strategy (``placement``):
   (model_fn, the loss, its gradients, THOR's layer records) is compiled on its own
   device; the cross-replica part (gradient all-reduce, the optimizer stack's
   ``merge_call``) is not, since XLA compiles one device's program and cannot hold a
-  ``merge_call`` or a collective of logical CPU devices. Under Mirrored the last stage of
-  the stack, the Keras optimizer's variable updates, is compiled again per device
-  (``compiled_updates``);
-- parameter servers: nothing, the variables live on other tasks, which a compiled step
-  on a worker cannot read;
+  ``merge_call`` or a collective of logical CPU devices. Under Mirrored and
+  MultiWorkerMirrored the last stage of the stack, the Keras optimizer's variable updates,
+  is compiled again per device (``compiled_updates``);
+- parameter servers: each worker's forward and backward, on the values of the variables
+  read from the parameter servers before it (an XLA function on a worker cannot read a
+  variable of another task); the reads, model_fn's assignments and the optimizer stack
+  run uncompiled (``ps_compilation``);
 - TPUStrategy: compiles every step itself; nothing is added.
 
 A model XLA cannot compile (an op without an XLA kernel: ``tf.numpy_function``,
@@ -45,6 +47,7 @@ from moxlite.training.validation import jit_compile_mode
 
 WHOLE_STEP = "whole step"             # forward, backward and the optimizer stack
 PER_REPLICA = "per-replica forward and backward"
+PER_WORKER = "per-worker forward and backward on values read from the parameter servers"
 
 TPU_COMPILES = "TPUStrategy compiles every step with XLA itself"
 
@@ -64,8 +67,7 @@ class Budget:
 def placement(strategy):
     """(what XLA compiles, or None; why not, when None) for ``strategy``."""
     if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
-        return None, ("parameter-server training: the variables live on the parameter servers, which a "
-                      "step compiled on a worker cannot read")
+        return PER_WORKER, None
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return None, TPU_COMPILES
     if isinstance(strategy, tf.distribute.OneDeviceStrategy) \

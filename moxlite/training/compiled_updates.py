@@ -1,4 +1,4 @@
-"""The Keras optimizer's variable updates under MirroredStrategy, compiled by XLA per device
+"""The Keras optimizer's variable updates under Mirrored strategies, compiled by XLA per device
 (``jit_compile``'s per-replica placement).
 
 With several replicas the optimizer stack runs in cross-replica context (the links'
@@ -11,8 +11,9 @@ while a compiled step is traced (``tracing_compiled``), by one XLA function per 
 runs ``update_step`` for every variable on it: the gradients are already reduced, so each
 device's function reads and writes only its own components.
 
-Only under MirroredStrategy (one process, several devices), where tests compare it with the
-uncompiled updates; MultiWorkerMirrored keeps Keras's own loop.
+Under MirroredStrategy (one process, several devices) and MultiWorkerMirrored (each worker
+its own devices: the gradients are all-reduced before, so each worker's function reads and
+writes only its local components); tests compare both with the uncompiled updates.
 """
 
 import contextlib
@@ -20,6 +21,9 @@ import contextlib
 import tensorflow as tf
 
 from moxlite import compat
+
+# Where the updates compile per device: one process's devices, or each worker's own devices.
+_PER_DEVICE_STRATEGIES = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 # While a compiled step is traced: a callable saying whether its updates compile (False once
 # XLA refused the step, whose trace then serves as the plain one). One trace at a time.
@@ -73,7 +77,7 @@ class _PerDeviceUpdates:
     def __call__(self, distribution, grads_and_vars, learning_rate):
         grads_and_vars = list(grads_and_vars)
         devices = compat.update_devices(grads_and_vars)
-        if devices is None or not _compiling() or not isinstance(distribution, tf.distribute.MirroredStrategy):
+        if devices is None or not _compiling() or not isinstance(distribution, _PER_DEVICE_STRATEGIES):
             return self.plain(distribution, grads_and_vars, learning_rate)
         for index, device in enumerate(devices):
             grads = [compat.replica_component(index, grad) for grad, _ in grads_and_vars]

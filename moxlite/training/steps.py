@@ -14,7 +14,7 @@ import tensorflow as tf
 from moxlite import contract, errors
 from moxlite.contract import ModeKeys
 from moxlite.optimizers import pipeline as pipeline_lib
-from moxlite.training import layer_statistics, nonfinite
+from moxlite.training import layer_statistics, nonfinite, ps_compilation
 from moxlite.training.hooks import eval_monitors
 from moxlite.training.inputs import as_model_inputs, batch_size_of
 
@@ -120,26 +120,34 @@ class TrainStep:
             pipeline.apply_step(list(zip(gradients, variables)), own)
         return {**log_values(spec), **guard}
 
-    def compiled_gradients(self, inputs):
+    def compiled_gradients(self, inputs, summarise=False, reads=None):
         """``_gradients`` with a spec that holds only what the step reads (the losses and log
-        values): what ``compilation`` compiles per replica, whose outputs are tensors."""
-        spec, gradient_lists, step_inputs = self._gradients(inputs)
+        values): what ``compilation`` compiles per replica, whose outputs are tensors.
+        ``reads``: what ``step_reads`` returned, read before (outside) the compiled function."""
+        spec, gradient_lists, step_inputs = self._gradients(inputs, summarise, reads)
         return contract.ModelSpec(loss=list(spec.losses), log_info=log_values(spec)), gradient_lists, step_inputs
 
-    def _gradients(self, inputs, summarise=False):
+    def step_reads(self, summarise=False):
+        """(loss scale per pipeline, statistics policy): what a step reads from the optimizers'
+        state before model_fn runs (see ``_gradients``), apart so that a step compiled on a
+        parameter-server worker reads it outside XLA (``ps_compilation``)."""
+        # Read once per step: the loss scaling link divides the gradients by the same scale.
+        scales = [pipeline.loss_scale() for pipeline in self.pipelines]
+        policy = self._statistics_policy()
+        if policy is not None and summarise:
+            policy = True
+        return scales, policy
+
+    def _gradients(self, inputs, summarise=False, reads=None):
         """model_fn's spec, per pipeline the gradients of its (scaled) loss / replicas with
         respect to its variables (None where a variable does not affect the loss), and per
         pipeline its ``StepInputs`` (None when it reads none): the loss scale and, for a
         pipeline that asks (``_statistics_policy``), the per-layer records.
 
         summarise: record on every micro-batch (for ``accumulated``, whose links zero the
-        summaries they do not use).
+        summaries they do not use). reads: ``step_reads(summarise)``, when already read.
         """
-        # Read once per step: the loss scaling link divides the gradients by the same scale.
-        scales = [pipeline.loss_scale() for pipeline in self.pipelines]
-        policy = self._statistics_policy()
-        if policy is not None and summarise:
-            policy = True
+        scales, policy = reads if reads is not None else self.step_reads(summarise)
         if policy is None:
             spec, gradient_lists, recorded = self._forward_backward(inputs, scales, record=False)
         elif policy is True:
@@ -153,6 +161,7 @@ class TrainStep:
         of its loss (times its loss scale in ``scales``) with respect to the records' probes,
         or None if it asks for none)."""
         with tf.GradientTape(persistent=len(self.pipelines) > 1) as tape:
+            ps_compilation.watch_values(tape)
             # At the top-level name scope, so that summaries written by model_fn keep the tags
             # the user gave them instead of the loop's "while/cond/" prefixes.
             recording = self._recording(tape) if record else contextlib.nullcontext([])
@@ -166,7 +175,7 @@ class TrainStep:
         gradient_lists, probe_gradient_lists = [], []
         for loss, variables, pipeline in zip(scaled, self.variable_lists, self.pipelines):
             asks = bool(records) and pipeline.layer_statistics_request() is not None
-            gradients = tape.gradient(loss, list(variables) + (probes if asks else []))
+            gradients = tape.gradient(loss, ps_compilation.differentiated(variables) + (probes if asks else []))
             gradient_lists.append(gradients[:len(variables)])
             probe_gradient_lists.append([tf.zeros_like(p) if g is None else g
                                          for g, p in zip(gradients[len(variables):], probes)] if asks else None)
@@ -257,7 +266,7 @@ class TrainStep:
                                                checked_gradients=tuple(g for g in gradients if g is not None)))
         return out
 
-    def accumulated(self, batches, accumulations, log_keys):
+    def accumulated(self, batches, accumulations, log_keys, gradients=None):
         """One update from ``len(batches)`` micro-batches, summed in tensors (no shared state).
 
         For the asynchronous loop (see ``moxlite.optimizers.accumulation``): ``batches`` are
@@ -265,8 +274,11 @@ class TrainStep:
         The pipeline of each ``apply_optimizer`` (with the run's clipping link) receives the
         mean of the N micro-batch gradients, the gradient of the mean loss over the N*B
         samples; clipping applies to that mean.
-        Returns the ``log_keys`` log values averaged over the micro-batches.
+        Returns the ``log_keys`` log values averaged over the micro-batches. ``gradients``:
+        what computes each micro-batch's (spec, gradient lists, step inputs) in place of
+        ``_gradients`` (called with ``summarise=True``; its XLA-compiled form).
         """
+        gradients_of = gradients or self._gradients
         num_batches = len(batches)
         # One traced body in a while loop rather than N unrolled copies of model_fn.
         stacked = tf.nest.map_structure(lambda *parts: tf.stack(parts), *batches)
@@ -280,7 +292,7 @@ class TrainStep:
 
         def body(index, gradient_sums, log_sums, statistics_totals):
             micro_batch = tf.nest.map_structure(lambda part: tf.gather(part, index), stacked)
-            spec, gradient_lists, step_inputs = self._gradients(micro_batch, summarise=True)
+            spec, gradient_lists, step_inputs = gradients_of(micro_batch, summarise=True)
             statistics = [None if own is None or not own.layer_records else pipeline.summarise(own)
                           for pipeline, own in zip(self.pipelines, step_inputs)]
             new_totals = []

@@ -108,8 +108,8 @@ class TrainingJob:
         dataset_fn = self.task.dataset_fn(ModeKeys.TRAIN, skip_steps=skip_steps)
         if self.async_mode:
             from moxlite.training.async_loop import AsyncTrainer
-            self._jit_choice(global_step).start()   # nothing is compiled there; this logs why
-            return AsyncTrainer(self.setup.coordinator, self.strategy, dataset_fn, train_step, global_step, log_keys)
+            return AsyncTrainer(self.setup.coordinator, self.strategy, dataset_fn, train_step, global_step, log_keys,
+                                jit_compile=self._jit_choice(global_step))
         from moxlite.training.loop import SyncTrainer
         trainer = SyncTrainer(self.strategy, dataset_fn, train_step, global_step, log_keys,
                               log_first_clone=self.config.log_first_clone, summaries=summaries.train,

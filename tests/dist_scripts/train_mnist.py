@@ -3,12 +3,13 @@
 Used by the end-to-end distributed tests (one process per task, started by
 tools/launch_local.py) and, imported, for the single-process reference run.
 
-    python tests/dist_scripts/train_mnist.py --log_dir=/tmp/x --steps=20 --batch=16 [--model=mlp|softmax]
-        [--save_steps=10] [--optimizer=sgd|momentum_lars] [--num_batches=1] [--nan_row=N]
+    python tests/dist_scripts/train_mnist.py --log_dir=/tmp/x --steps=20 --batch=16 [--model=mlp|softmax|tf1]
+        [--save_steps=10] [--optimizer=sgd|momentum|momentum_lars] [--num_batches=1] [--nan_row=N]
         + MoXing cluster flags
 
 ``--optimizer=momentum_lars`` trains with momentum -> lars; ``--num_batches=N`` (N > 1) adds
-batch_gradients(N) outermost: momentum -> lars -> batch_gradients.
+batch_gradients(N) outermost: momentum -> lars -> batch_gradients. ``--model=tf1``: softmax
+regression on ``tf.compat.v1.get_variable`` variables (TF1 style, no Keras variable).
 """
 
 import os
@@ -32,6 +33,8 @@ def optimizer_fn_for(optimizer="sgd", num_batches=1):
     """The optimizer factory ``--optimizer`` and ``--num_batches`` ask for."""
     if optimizer == "sgd":
         optimizer_fn = mox.get_optimizer_fn("sgd", LEARNING_RATE)
+    elif optimizer == "momentum":
+        optimizer_fn = mox.get_optimizer_fn("momentum", LEARNING_RATE, momentum=MOMENTUM)
     else:
         optimizer_fn = mox.get_optimizer_wrapper_fn(
             "lars", mox.get_optimizer_fn("momentum", LEARNING_RATE, momentum=MOMENTUM), ratio=LARS_RATIO)
@@ -46,7 +49,7 @@ def train(log_dir, steps, batch, model="mlp", save_steps=10, log_every=5, optimi
     if nan_row is not None:   # a NaN in one sample: the loss of the step that reads it is NaN
         images[nan_row, 0] = float("nan")
     input_fn = runlib.input_fn_for(images, labels)
-    model_fn = runlib.mlp_model_fn if model == "mlp" else runlib.softmax_model_fn
+    model_fn = {"mlp": runlib.mlp_model_fn, "softmax": runlib.softmax_model_fn, "tf1": tf1_softmax_model_fn}[model]
     return mox.run(input_fn=input_fn, model_fn=model_fn,
                    optimizer_fn=optimizer_fn_for(optimizer, num_batches),
                    run_mode=mox.ModeKeys.TRAIN, batch_size=batch, log_dir=log_dir,
@@ -54,11 +57,23 @@ def train(log_dir, steps, batch, model="mlp", save_steps=10, log_every=5, optimi
                    save_model_steps=save_steps, save_summary_steps=summary_steps)
 
 
+def tf1_softmax_model_fn(inputs, mode):
+    """Softmax regression on variables of ``tf.compat.v1.get_variable`` (zeros)."""
+    import tensorflow as tf
+
+    images, labels = inputs
+    weights = tf.compat.v1.get_variable("softmax_w", shape=[runlib.NUM_FEATURES, runlib.NUM_CLASSES],
+                                        initializer=tf.compat.v1.zeros_initializer())
+    bias = tf.compat.v1.get_variable("softmax_b", shape=[runlib.NUM_CLASSES],
+                                     initializer=tf.compat.v1.zeros_initializer())
+    return runlib.spec_for(images, labels, tf.matmul(images, weights) + bias)
+
+
 def add_own_arguments(parser):
-    parser.add_argument("--model", default="mlp", choices=["mlp", "softmax"])
+    parser.add_argument("--model", default="mlp", choices=["mlp", "softmax", "tf1"])
     parser.add_argument("--save_steps", type=int, default=10)
     parser.add_argument("--log_every", type=int, default=5)
-    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum_lars"])
+    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum", "momentum_lars"])
     parser.add_argument("--num_batches", type=int, default=1)
     parser.add_argument("--nan_row", type=int, default=None)
 
