@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+import pytest
+
 from tests import conftest
 
 
@@ -46,3 +48,21 @@ def test_longest_first_keeps_the_others_in_order_and_a_module_fixture_block_toge
         "tests/test_z.py::new_and_slow",                                         # unlisted slow: 30 s
         "tests/test_a.py::two",
         "tests/test_a.py::one", "tests/test_m.py::plain"]
+
+
+def _meta_optimizer_disabled_for_function_calls():
+    """What the next first call of a traced function reads: the eager context's call options."""
+    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.python.eager import context
+
+    proto = config_pb2.ConfigProto.FromString(context.context().function_call_options.config_proto_serialized)
+    return proto.graph_options.rewrite_options.disable_meta_optimizer
+
+
+def test_grappler_is_off_in_the_pytest_process_unless_asked_for():
+    assert _meta_optimizer_disabled_for_function_calls() is not conftest.GRAPPLER_ON
+
+
+@pytest.mark.grappler
+def test_a_test_marked_grappler_runs_with_it_on():
+    assert _meta_optimizer_disabled_for_function_calls() is False
