@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+import pytest
+
 from tests import conftest
 
 
@@ -64,3 +66,21 @@ def test_the_cluster_group_is_marked_before_xdist_reads_the_groups(request):
     if hasattr(request.config, "workerinput") and request.config.getvalue("loadgroup"):
         grouped = [item for item in request.session.items if item.get_closest_marker("xdist_group")]
         assert grouped and all(item.nodeid.endswith("@" + conftest.CLUSTER_GROUP) for item in grouped)
+
+
+def _meta_optimizer_disabled_for_function_calls():
+    """What the next first call of a traced function reads: the eager context's call options."""
+    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.python.eager import context
+
+    proto = config_pb2.ConfigProto.FromString(context.context().function_call_options.config_proto_serialized)
+    return proto.graph_options.rewrite_options.disable_meta_optimizer
+
+
+def test_grappler_is_off_in_the_pytest_process_unless_asked_for():
+    assert _meta_optimizer_disabled_for_function_calls() is not conftest.GRAPPLER_ON
+
+
+@pytest.mark.grappler
+def test_a_test_marked_grappler_runs_with_it_on():
+    assert _meta_optimizer_disabled_for_function_calls() is False

@@ -34,6 +34,7 @@ def accuracy_at(capsys, tmp_path, level, compute="float16"):
 
 
 @pytest.mark.slow
+@pytest.mark.grappler   # the figures above were measured with it; without, O1 0.8520 and bf16 0.8540 (O0 0.8450)
 def test_o1_and_bfloat16_reach_float32_accuracy_and_o3_is_within_its_stated_gap(capsys, tmp_path):
     baseline = accuracy_at(capsys, tmp_path, "O0")
     assert baseline > 0.8                                     # it trained (chance is 0.1)
