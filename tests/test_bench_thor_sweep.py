@@ -44,3 +44,26 @@ def test_intervals_holding_a_thor_refresh_and_the_first_interval_timed_as_its_ki
     assert bench_thor_bert.seconds_to({"wall": {str(k): v for k, v in timed.items()}}, 75) == 8.0
     plain = bench_thor_bert.first_interval_timed("lamb", {50: 1.0, 75: 2.0, 100: 4.0}, 25)
     assert plain[25] == 2.0
+
+
+def test_variant_patterns_stay_text_and_schedule_options_stay_out_of_the_wrapper():
+    name, options = sweeplib.parse_variant("thor+noln=exclude:layer_norm|embedding,warmup:50,frequency:10")
+    assert name == "thor+noln" and options == {"exclude": ["layer_norm|embedding"], "warmup": 50.0, "frequency": 10}
+    bench_thor_bert.THOR_VARIANTS[name] = options
+    try:
+        wrapper = bench_thor_bert.optimizer_fn_for(name, (0.02, 0.1), 100)()
+    finally:
+        del bench_thor_bert.THOR_VARIANTS[name]
+    assert wrapper.exclude == ("layer_norm|embedding",) and wrapper.frequency == 10
+    # warmup went to the inner momentum's schedule: at update 0 it is 0.02 * 1/50, not 0.02.
+    assert abs(float(wrapper.inner_optimizer.learning_rate) - 0.02 / 50) < 1e-9
+
+
+def test_linear_warmup_scales_the_decay_by_step_over_warmup():
+    from moxlite.optimizers.thor_schedules import ThorPolynomialDecay
+
+    decay = ThorPolynomialDecay(0.02, 0.0002, 100)
+    schedule = bench_thor_bert.linear_warmup(10, decay)
+    for step in (0, 4, 9, 50, 100):
+        expected = (0.02 - 0.0002) * (1 - step / 100) + 0.0002   # the decay's own formula
+        assert abs(float(schedule(step)) - expected * min(1.0, (step + 1) / 10)) < 1e-7

@@ -35,7 +35,9 @@ Every run is kept as a JSON file under ``--results`` (only when it reached its l
 reused by a later command with the same steps, so the work can be split across commands
 (``--optimizers``, ``--thor-settings``, ``--lamb-settings``, ``--adamw-settings``) and locked calls.
 ``--thor-variant NAME=key:value,...`` adds THOR with other wrapper parameters (pi_damping,
-refresh, trace_threshold, interval_growth, frequency), reported against THOR in a second table.
+refresh, trace_threshold, interval_growth, frequency, include, exclude: one regular expression,
+``a|b`` for two) or other schedules (warmup: steps of linear lr warm-up; lr_end, damping_end: the
+decays' ends as fractions of their start), reported against THOR in a second table.
 
 Printed: per optimizer, the median [min-max] over seeds of the steps, wall seconds (timed runs
 only) and CPU seconds (the process's, every run) to the target, every seed, the final held-out
@@ -60,14 +62,19 @@ FREQUENCY = 50
 BLOCK_SIZE = 128
 BASELINES = ("lamb", "adamw")
 # The recipes' ends of the schedules, as fractions of their start (bert_tiny_mlm_thor.yaml:
-# learning rate 0.01 -> 0.0001, damping 0.05 -> 0.001; bert_tiny_mlm_lamb.yaml: lr -> 0).
+# learning rate 0.02 -> 0.0002, damping 0.05 -> 0.001; bert_tiny_mlm_lamb.yaml: lr -> 0).
 THOR_LR_END, THOR_DAMPING_END = 1 / 100, 1 / 50
-# THOR variants named on the command line: kind -> extra thor wrapper parameters.
+# THOR variants named on the command line: kind -> extra thor wrapper parameters, and the
+# benchmark's own schedule options (SCHEDULE_OPTIONS), which are not the wrapper's.
 THOR_VARIANTS = {"thor": {}}
+# warmup: steps of linear learning-rate warm-up (the decayed lr times min(1, (step + 1) / warmup));
+# lr_end, damping_end: the schedules' ends as fractions of their start (default THOR_LR_END, THOR_DAMPING_END).
+SCHEDULE_OPTIONS = ("warmup", "lr_end", "damping_end")
 
 # optimizer -> settings swept on seed 0; the recipe's own setting first.
 REDUCED = dict(steps=600, seeds=3, eval_every=25, sweeps={
-    "thor": [(0.05, 0.05), (0.01, 0.05), (0.0034, 0.05)],   # the first recipe lr, the recipe's lr now, MindSpore's BERT lr
+    # the recipe's lr now, its earlier ones (0.01, 0.05: 0.0 at 600 steps), MindSpore's BERT lr
+    "thor": [(0.02, 0.05), (0.01, 0.05), (0.05, 0.05), (0.0034, 0.05)],
     "lamb": [1e-2, 3e-3, 3e-2],
     "adamw": [3e-3, 1e-3, 1e-2],
 })
@@ -97,13 +104,33 @@ def optimizer_fn_for(kind, setting, steps):
         decay = keras.optimizers.schedules.PolynomialDecay(setting, steps, end_learning_rate=0.0)
         return mox.get_optimizer_fn(kind, learning_rate=decay, weight_decay=0.01)
     learning_rate, damping = setting
-    inner = mox.get_optimizer_fn("momentum", momentum=0.9, learning_rate=ThorPolynomialDecay(
-        learning_rate, learning_rate * THOR_LR_END, steps))
     options = dict({"frequency": FREQUENCY}, **THOR_VARIANTS[kind])
+    schedule = {key: options.pop(key) for key in SCHEDULE_OPTIONS if key in options}
+    decay = ThorPolynomialDecay(learning_rate, learning_rate * schedule.get("lr_end", THOR_LR_END), steps)
+    warmup = int(schedule.get("warmup", 0))
+    inner = mox.get_optimizer_fn("momentum", momentum=0.9,
+                                 learning_rate=linear_warmup(warmup, decay) if warmup else decay)
     return mox.get_optimizer_wrapper_fn(
-        "thor", inner, damping=ThorPolynomialDecay(damping, damping * THOR_DAMPING_END, steps),
+        "thor", inner, damping=ThorPolynomialDecay(damping, damping * schedule.get("damping_end", THOR_DAMPING_END),
+                                                   steps),
         block_size=BLOCK_SIZE, weight_decay=5e-4, weight_decay_exclude=["layernorm", "layer_norm", "bias"],
         **options)
+
+
+def linear_warmup(warmup, schedule):
+    """A learning-rate schedule: ``schedule``'s value times min(1, (step + 1) / warmup), a linear warm-up
+    laid over its decay (keras is imported here, by a command that trains)."""
+    import keras
+    import tensorflow as tf
+
+    class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            return schedule(step) * tf.minimum(1.0, (tf.cast(step, tf.float32) + 1.0) / float(warmup))
+
+        def get_config(self):
+            return {"warmup": warmup, "schedule": schedule.get_config()}
+
+    return LinearWarmup()
 
 
 class Corpus:

@@ -67,13 +67,19 @@ def ratio(values, base):
     return f"{statistics.median(values) / statistics.median(base):.2f}x"
 
 
+# Variant keys whose value is a regular expression (thor's include/exclude), kept as text.
+PATTERN_KEYS = ("include", "exclude")
+
+
 def parse_variant(text):
     """``NAME=key:value,key:value`` -> (NAME, {key: value}); values are numbers, true/false or words."""
     name, _, body = text.partition("=")
     options = {}
     for item in filter(None, body.split(",")):
         key, _, value = item.partition(":")
-        if value.lower() in ("true", "false"):
+        if key in PATTERN_KEYS:   # one regular expression ("a|b" for two), as the wrapper's list of one
+            options[key] = [value]
+        elif value.lower() in ("true", "false"):
             options[key] = value.lower() == "true"
         else:
             try:
