@@ -71,22 +71,21 @@ def test_batch_gradients_over_lars_compiled_on_a_worker_equals_one_process_witho
 
 @pytest.mark.slow
 def test_a_checkpoint_written_compiled_on_parameter_servers_resumes_without_xla(launches, tmp_path):
-    """momentum: the checkpoint of 4 steps compiled equals one process's 4 steps without XLA, and
-    the cluster resumes it without XLA from step 4 to step 8 (ps_compilation adds no variable).
-
-    Not compared after the resume: a resumed parameter-server run does not equal one process
-    run straight through, with or without XLA (measured: the same 3e-4 difference either way),
-    and a checkpoint written inside the loop can miss steps still in flight (the global step
-    read 1 right after the coordinator's ``done()`` for 4 steps); so only the final checkpoint,
-    written after every step joined, is written here (save_steps beyond the run)."""
+    """momentum: a checkpoint written mid-run (step 4 of 6, compiled) holds the state after 4 steps,
+    equal to one process's 4 steps without XLA (the controller waits for the steps in flight before
+    it saves: before, the checkpoint numbered 4 held global step 1). The cluster then resumes the
+    final checkpoint without XLA from step 6 to step 8 (ps_compilation adds no variable to it)."""
+    from moxlite.training.checkpoints import CHECKPOINT_NAME
     log_dir = tmp_path / "cluster"
-    common = ["--batch=8", "--optimizer=momentum", "--save_steps=1000"]
-    first = _launch(launches, "train_mnist.py", log_dir, "--steps=4", "--jit_compile=true", *common)
+    common = ["--batch=8", "--optimizer=momentum", "--save_steps=4"]
+    first = _launch(launches, "train_mnist.py", log_dir, "--steps=6", "--jit_compile=true", *common)
     assert COMPILED_LINE in first.output() and "training without XLA" not in first.output()
+    at_four = str(log_dir / f"{CHECKPOINT_NAME}-4")
+    assert runlib.checkpoint_step(at_four) == 4
     single = _one_process(train_mnist.train, tmp_path / "single", 4, 8, optimizer="momentum")
-    assert_weights_close([np.asarray(v) for v in runlib.checkpoint_variables(str(log_dir))], single)
+    assert_weights_close([np.asarray(v) for v in runlib.checkpoint_variables(at_four)], single)
     second = _launch(launches, "train_mnist.py", log_dir, "--steps=8", "--jit_compile=false", *common)
-    assert "global batch 8, from step 4" in second.output()
+    assert "global batch 8, from step 6" in second.output()
     assert second.results()["worker:0"]["global_step"] == 8 and runlib.checkpoint_step(str(log_dir)) == 8
 
 
@@ -108,8 +107,8 @@ def test_a_model_on_get_variable_trains_without_xla_and_says_why(launches, tmp_p
 # ---- auto on a ClusterCoordinator -------------------------------------------------------------
 
 class _FakeCoordinator:
-    """Schedules nothing: notes which step function each call would run; ``done`` advances the
-    fake clock by what the scheduled steps cost."""
+    """Schedules nothing: notes which step function each call would run; ``done`` and ``join``
+    advance the fake clock by what the scheduled steps cost."""
 
     def __init__(self, seconds, clock):
         self.seconds, self.clock, self.pending, self.ran = seconds, clock, [], []
@@ -123,6 +122,8 @@ class _FakeCoordinator:
             self.ran.append(function)
             self.clock.now += self.seconds[function]
         self.pending = []
+
+    join = done   # a part being timed is waited for
 
 
 class _Clock:
@@ -155,6 +156,7 @@ def test_auto_measures_both_variants_through_the_coordinator_and_keeps_the_faste
     trainer.num_batches, trainer._scheduled, trainer.iterator, trainer._log_keys = 1, 0, None, []
     trainer._nonfinite_count = tf.Variable(0, dtype=tf.int64)
     monkeypatch.setattr(async_loop.AsyncTrainer, "_tell_refusal", lambda self: None)
+    monkeypatch.setattr(async_loop.AsyncTrainer, "_create_layer_state", lambda self: None)
     for _ in range(4):
         assert trainer.run_steps(10)[0] == 10
     ran = trainer.coordinator.ran

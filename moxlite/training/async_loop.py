@@ -152,8 +152,8 @@ class AsyncTrainer(Trainer):
         waits for the steps in flight and reports the steps actually done.
 
         Under ``jit_compile`` the steps go in parts, each scheduled on the variant
-        ``Choice.plan`` names (compiled on values or plain) and timed to its ``done()``; under
-        ``auto`` that is the trial, then one part per call.
+        ``Choice.plan`` names (compiled on values or plain); under ``auto`` the parts of the trial
+        are waited for (``join``) and timed, then one part per call is left in flight.
         """
         if not self._scheduled:
             self._create_layer_state()
@@ -167,8 +167,12 @@ class AsyncTrainer(Trainer):
                 self._scheduled += 1
             if compiled:
                 self._tell_refusal()
+            measuring = self._choice is not None and self._choice.decided is None
             try:
-                self.coordinator.done()   # raises the error of a failed step (end of input), if any
+                # done() does not wait: it raises the error of a failed step (end of input), if
+                # any. A part that is being timed waits for its steps (join), else the trial
+                # would time the scheduling only.
+                self.coordinator.join() if measuring else self.coordinator.done()
             except tf.errors.OutOfRangeError:
                 return self._drain(), {}
             part = -(-part // self.num_batches) * self.num_batches

@@ -165,7 +165,9 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
                 extra = {"sample_per_sec": rate, "learning_rate": np.asarray(loop.learning_rate())}
                 summaries.train.scalars(step, {**values, **extra})
         if checkpointer is not None and checkpointer.due(step):
-            checkpointer.save(step)
+            # Steps still in flight (parameter servers) are waited for first: the checkpoint
+            # numbered ``step`` holds the state after that many steps.
+            checkpointer.save(loop.finish(step))
             if evaluation is not None:
                 evaluate(evaluation, step, summaries)
             throughput.reset(step)  # saving and evaluating are not training time
