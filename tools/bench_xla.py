@@ -20,6 +20,10 @@ over rounds of moxlite auto's ratio to the faster hand-written loop and to model
                               [--models mlp,cnn,vit] [--vit_full] [--quick]
 
 ``--quick`` (40 steps, warmup 10, one round) only checks that every contender runs.
+
+``--models thor`` (with ``--thor_frequency``, default 20) compares, on the MLP with THOR
+around momentum, moxlite's one XLA program per step against a prototype of two (refresh
+and plain, see ``thor_two_programs``) and against no XLA.
 """
 
 import argparse
