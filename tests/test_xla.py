@@ -225,6 +225,22 @@ def test_a_model_xla_cannot_compile_trains_without_it_and_says_why(tmp_path, mon
         np.testing.assert_array_equal(a, b)
 
 
+def test_the_kernel_check_adds_no_node_to_the_trace_it_runs_in(monkeypatch):
+    """The first check fills XLA's kernel registry with one tiny compiled call: made eagerly, so
+    the training loop being traced (where the check runs) does not carry it on every step."""
+    monkeypatch.setattr(compilation, "_XLA_KERNELS", {})
+
+    @tf.function
+    def traced(x):
+        doubled = x * 2.0
+        assert compilation.ops_without_xla_kernel(tf.compat.v1.get_default_graph().as_graph_def()) == []
+        return doubled
+
+    graph_def = traced.get_concrete_function(tf.constant(1.0)).graph.as_graph_def()
+    assert sorted(node.op for node in graph_def.node) == ["Const", "Identity", "Mul", "Placeholder"]
+    assert compilation._XLA_KERNELS   # the registry was read
+
+
 def test_a_bad_jit_compile_value_is_one_line_naming_it(tmp_path):
     with pytest.raises(errors.ArgumentError, match=r"^jit_compile='fast' is not valid; use 'auto'"):
         train(tmp_path, "fast")

@@ -20,9 +20,14 @@ over rounds of moxlite auto's ratio to the faster hand-written loop and to model
                               [--models mlp,cnn,vit] [--vit_full] [--quick]
 
 ``--quick`` (40 steps, warmup 10, one round) only checks that every contender runs.
+
+``--models thor`` (with ``--thor_frequency``, default 20) compares, on the MLP with THOR
+around momentum, moxlite's one XLA program per step against a prototype of two (refresh
+and plain, see ``thor_two_programs``) and against no XLA.
 """
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -37,6 +42,7 @@ import moxlite as mox  # noqa: E402
 from moxlite.data import mnist  # noqa: E402
 from moxlite.models import build_model_fn  # noqa: E402
 from moxlite.models.networks import NETWORKS  # noqa: E402
+from moxlite.training import compilation  # noqa: E402
 from benchlib import (dataset, fit_times, hand_written_times, loss_fn, moxlite_times, quiet_console,  # noqa: E402
                       spread, steady_rate)
 
@@ -97,7 +103,63 @@ def time_fit(model, images, labels, steps, n):
     return fit_times(network, dataset(images, labels, BATCH), steps, n, clock), None
 
 
-def run_contender(name, model, images, labels, steps, n):
+THOR_CONTENDERS = ("thor one program", "thor two programs", "thor no XLA")
+
+
+@contextlib.contextmanager
+def thor_two_programs():
+    """A prototype, for this benchmark only: THOR's refresh and plain steps as two XLA programs.
+
+    Under it the one-device compiled step (``compilation.CompiledStep``) traces the step twice,
+    each time with THOR's refresh decision fixed to a constant (so XLA keeps only that side
+    of THOR's conds), and picks one of the two programs per step by a ``tf.cond`` outside
+    XLA on the decision moxlite's one program computes inside it."""
+    original = compilation.CompiledStep.replica_step
+
+    def replica_step(self, batch):
+        thors = [link for pipeline in self.train_step.pipelines for link in pipeline._receivers
+                 if hasattr(link, "_is_collecting")]
+        if self.where != compilation.WHOLE_STEP or not thors:
+            return original(self, batch)
+        thor = thors[0]
+        if not hasattr(self, "_two_programs"):
+            def fixed(refresh):
+                def step(batch):
+                    thor._is_collecting = lambda: tf.constant(refresh)
+                    try:
+                        return self.train_step(batch)
+                    finally:
+                        del thor._is_collecting
+                return compilation.Compiled(step)
+            self._two_programs = {refresh: fixed(refresh) for refresh in (True, False)}
+        programs = self._two_programs
+        return tf.cond(thor._is_collecting(), lambda: programs[True](batch), lambda: programs[False](batch))
+
+    compilation.CompiledStep.replica_step = replica_step
+    try:
+        yield
+    finally:
+        compilation.CompiledStep.replica_step = original
+
+
+def time_thor(images, labels, steps, n, name, frequency):
+    """moxlite on the MLP with THOR (frequency ``frequency``) around momentum: one XLA program,
+    the two-program prototype, or no XLA."""
+    optimizer_fn = mox.get_optimizer_wrapper_fn(
+        "thor", mox.get_optimizer_fn("momentum", LEARNING_RATE, momentum=MOMENTUM), frequency=frequency)
+    network, options = MODELS["mlp"]
+    split = thor_two_programs() if name == "thor two programs" else contextlib.nullcontext()
+    with split:
+        times, _ = moxlite_times(
+            images, labels, clock, model_fn=build_model_fn(network, 10, **options), optimizer_fn=optimizer_fn,
+            batch_size=BATCH, max_number_of_steps=steps, log_every_n_steps=n, steps_per_loop=n,
+            save_summary_steps=0, jit_compile="false" if name == "thor no XLA" else "true")
+    return times, None
+
+
+def run_contender(name, model, images, labels, steps, n, frequency=20):
+    if name.startswith("thor"):
+        return time_thor(images, labels, steps, n, name, frequency)
     if name.startswith("moxlite"):
         return time_moxlite(model, images, labels, steps, n, name.split()[1])
     if name.startswith("hand"):
@@ -116,16 +178,18 @@ def choice_of(line):
     return line
 
 
-def measure_model(model, images, labels, options):
+def measure_model(model, images, labels, options, contenders=CONTENDERS):
     """{contender: [steps/sec per round]} and auto's choice per round, for one model; rounds
     alternate the contenders' order."""
-    rates = {name: [] for name in CONTENDERS}
+    rates = {name: [] for name in contenders}
     choices = []
     for round_index in range(options.rounds):
-        for name in CONTENDERS if round_index % 2 == 0 else reversed(CONTENDERS):
+        for name in contenders if round_index % 2 == 0 else reversed(contenders):
             keras.backend.clear_session()
-            times, auto_line = run_contender(name, model, images, labels, options.steps, options.steps_per_loop)
+            times, auto_line = run_contender(name, model, images, labels, options.steps, options.steps_per_loop,
+                                             options.thor_frequency)
             rates[name].append(steady_rate(times, options.warmup))
+            print(f"{model:4s} round {round_index + 1} {name}: {rates[name][-1]:.0f} steps/s", flush=True)
             if name == "moxlite auto":
                 choices.append(auto_line)
     return rates, choices
@@ -150,13 +214,29 @@ def print_model(model, rates, choices, options):
     sys.stdout.flush()
 
 
+def print_thor(rates, options):
+    """THOR's table: median steps/sec and the two-program prototype's ratio to one program."""
+    print(f"\nthor (MLP, frequency {options.thor_frequency}): batch {BATCH}, steps {options.warmup}->{options.steps}, "
+          f"steps per call {options.steps_per_loop}, rounds {options.rounds}, clock {options.clock}")
+    print("| " + " | ".join(THOR_CONTENDERS) + " | two programs / one program |")
+    print("|---|" + "---|" * len(THOR_CONTENDERS))
+    ratios = [two / one for two, one in zip(rates["thor two programs"], rates["thor one program"])]
+    print("| " + " | ".join(f"{statistics.median(rates[name]):.0f}" for name in THOR_CONTENDERS)
+          + f" | {spread(ratios)} |")
+    for name, values in rates.items():
+        print(f"thor {name:18s} rounds: {', '.join(f'{v:.0f}' for v in values)}")
+    sys.stdout.flush()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps_per_loop", type=int, default=10)
-    parser.add_argument("--models", default="mlp,cnn,vit")
+    parser.add_argument("--models", default="mlp,cnn,vit",
+                        help="of mlp, cnn, vit and thor (THOR on the MLP: one XLA program against two)")
+    parser.add_argument("--thor_frequency", type=int, default=20, help="THOR's refresh frequency (--models thor)")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="wall seconds, or this process's CPU seconds (all threads)")
     parser.add_argument("--vit_full", action="store_true", help="ViT-Ti's own sizes (192 wide, 12 blocks, 3 heads)")
@@ -173,8 +253,12 @@ def main():
     (images, labels), _ = mnist.split()
     for model in [m.strip() for m in options.models.split(",")]:
         started = time.perf_counter()
-        rates, choices = measure_model(model, images_for(model, images), labels, options)
-        print_model(model, rates, choices, options)
+        if model == "thor":
+            rates, _ = measure_model(model, images_for("mlp", images), labels, options, THOR_CONTENDERS)
+            print_thor(rates, options)
+        else:
+            rates, choices = measure_model(model, images_for(model, images), labels, options)
+            print_model(model, rates, choices, options)
         print(f"{model:4s} took {time.perf_counter() - started:.0f} s", flush=True)
 
 

@@ -92,7 +92,10 @@ def ops_without_xla_kernel(graph_def):
     from tensorflow.python.framework import kernels
 
     if not _XLA_KERNELS:
-        tf.function(lambda x: x + 1, jit_compile=True, autograph=False)(tf.constant(0))
+        # Eagerly, out of the loop being traced: called in its trace, the tiny function became
+        # a call node in the training loop's while body, beside the step.
+        with tf.init_scope():
+            tf.function(lambda x: x + 1, jit_compile=True, autograph=False)(tf.constant(0))
     device_type = _xla_device_type()
     functions = {function.signature.name for function in graph_def.library.function}
     op_types = {node.op for node in graph_def.node} - _STRUCTURAL
