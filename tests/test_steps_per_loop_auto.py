@@ -149,6 +149,12 @@ def test_auto_equals_one_step_per_call_when_a_finite_input_ends_inside_a_call(tm
     assert auto["calls"][-1] == 4, auto["calls"]   # asked 56 -> 63 (the next log line), got 4
 
 
+# Grappler on (pytest.mark.grappler) for the two non-finite tests: their scenario is what a
+# user's run (grappler on) does with a NaN input: the NaN sample's activations leave the ReLU
+# as zeros and the loss stays finite. With grappler off (the tests' default, tests/conftest.py)
+# the loss itself is NaN at that step (seen in the fresh-clone run): other messages, and NaN
+# log values, which never compare equal.
+@pytest.mark.grappler
 def test_auto_stops_at_the_same_non_finite_step(tmp_path, monkeypatch):
     images, labels = runlib.mnist_rows(400)
     images[16 * BATCH + 3, 5] = np.nan   # global step 17 meets it, inside auto's call 15 -> 18
@@ -161,6 +167,7 @@ def test_auto_stops_at_the_same_non_finite_step(tmp_path, monkeypatch):
     assert "model.ckpt-12" in one["error"]
 
 
+@pytest.mark.grappler
 def test_auto_skips_and_reports_the_same_non_finite_steps(tmp_path, monkeypatch):
     mox.set_flag("nonfinite_policy", "skip")
     images, labels = runlib.mnist_rows(400)
