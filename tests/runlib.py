@@ -136,6 +136,20 @@ def numpy_softmax_regression(images, labels, batch_size, num_steps, learning_rat
     return kernel, bias
 
 
+def get_variable_softmax_model_fn(weight_name="kernel", bias_name="bias"):
+    """A model_fn of softmax regression on ``tf.compat.v1.get_variable`` variables (zeros), named
+    as given: the TF1 style of model_fn, whose variables are not Keras variables."""
+    def model_fn(inputs, mode):
+        images, labels = inputs
+        weights = tf.compat.v1.get_variable(weight_name, shape=[NUM_FEATURES, NUM_CLASSES],
+                                            initializer=tf.compat.v1.zeros_initializer())
+        bias = tf.compat.v1.get_variable(bias_name, shape=[NUM_CLASSES],
+                                         initializer=tf.compat.v1.zeros_initializer())
+        return spec_for(images, labels, tf.matmul(images, weights) + bias)
+
+    return model_fn
+
+
 def tree_bytes(path):
     """{relative path: sha256} of every file below ``path`` (byte-for-byte state)."""
     state = {}

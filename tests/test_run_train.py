@@ -66,20 +66,11 @@ def _closure_model_fn():
     return model_fn
 
 
-def _get_variable_model_fn(inputs, mode):
-    images, labels = inputs
-    kernel = tf.compat.v1.get_variable("kernel", shape=[runlib.NUM_FEATURES, runlib.NUM_CLASSES],
-                                       initializer=tf.compat.v1.zeros_initializer())
-    bias = tf.compat.v1.get_variable("bias", shape=[runlib.NUM_CLASSES],
-                                     initializer=tf.compat.v1.zeros_initializer())
-    return runlib.spec_for(images, labels, tf.matmul(images, kernel) + bias)
-
-
 @pytest.mark.parametrize("num_gpus", [1, 2])
 @pytest.mark.parametrize("style", ["closure", "layers_inside", "get_variable"])
 def test_three_model_fn_styles_create_variables_once_and_train_alike(tmp_path, style, num_gpus):
     model_fn = {"closure": _closure_model_fn(), "layers_inside": runlib.softmax_model_fn,
-                "get_variable": _get_variable_model_fn}[style]
+                "get_variable": runlib.get_variable_softmax_model_fn()}[style]
     mox.set_flag("num_gpus", num_gpus)
     train(tmp_path, model_fn=model_fn, batch_size=BATCH // num_gpus)
     variables = runlib.checkpoint_variables(tmp_path)

@@ -101,10 +101,10 @@ class FeatureDataset:
     # --------------------------------------------------------------- the subclass protocol
 
     def _records(self):
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must override _records(self)")
 
     def _parse(self, *element):
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must override _parse(self, *element)")
 
     def _build_features(self, *parsed):
         raise NotImplementedError(f"{type(self).__name__} must override _build_features(self, *parsed)")

@@ -49,24 +49,12 @@ def train(log_dir, steps, batch, model="mlp", save_steps=10, log_every=5, optimi
     if nan_row is not None:   # a NaN in one sample: the loss of the step that reads it is NaN
         images[nan_row, 0] = float("nan")
     input_fn = runlib.input_fn_for(images, labels)
-    model_fn = {"mlp": runlib.mlp_model_fn, "softmax": runlib.softmax_model_fn, "tf1": tf1_softmax_model_fn}[model]
+    model_fn = {"mlp": runlib.mlp_model_fn, "softmax": runlib.softmax_model_fn, "tf1": runlib.get_variable_softmax_model_fn("softmax_w", "softmax_b")}[model]
     return mox.run(input_fn=input_fn, model_fn=model_fn,
                    optimizer_fn=optimizer_fn_for(optimizer, num_batches),
                    run_mode=mox.ModeKeys.TRAIN, batch_size=batch, log_dir=log_dir,
                    max_number_of_steps=steps, log_every_n_steps=log_every,
                    save_model_steps=save_steps, save_summary_steps=summary_steps)
-
-
-def tf1_softmax_model_fn(inputs, mode):
-    """Softmax regression on variables of ``tf.compat.v1.get_variable`` (zeros)."""
-    import tensorflow as tf
-
-    images, labels = inputs
-    weights = tf.compat.v1.get_variable("softmax_w", shape=[runlib.NUM_FEATURES, runlib.NUM_CLASSES],
-                                        initializer=tf.compat.v1.zeros_initializer())
-    bias = tf.compat.v1.get_variable("softmax_b", shape=[runlib.NUM_CLASSES],
-                                     initializer=tf.compat.v1.zeros_initializer())
-    return runlib.spec_for(images, labels, tf.matmul(images, weights) + bias)
 
 
 def add_own_arguments(parser):
