@@ -16,8 +16,6 @@ import contextlib
 import threading
 from typing import Any, Callable, Optional
 
-from moxlite import compat
-
 _lock = threading.Lock()
 # (owner thread id, names) of every run in progress; replaced (never mutated) under _lock.
 _scopes = ()
@@ -52,5 +50,5 @@ def stable_name(variable, default=None):
             return name
     if default is not None:
         return default
-    name = compat.variable_attribute(variable, "path") or getattr(variable, "name", "") or "<unnamed>"
+    name = getattr(variable, "path", None) or getattr(variable, "name", "") or "<unnamed>"
     return name[:-2] if name.endswith(":0") else name
