@@ -86,6 +86,35 @@ def test_created_under_a_strategy_tells_mirrored_from_plain_variables(two_device
     assert not compat.created_under_a_strategy(tf.Variable(1.0))
 
 
+def test_variable_attribute_of_a_mirrored_variable_adds_no_op_to_a_cross_replica_trace(two_device_strategy):
+    """getattr of an attribute a MirroredVariable lacks reads it in cross-replica context (two ops
+    in the graph per look-up); variable_attribute answers the same without them."""
+    with two_device_strategy.scope():
+        mirrored = tf.Variable(1.0)
+    counts = {}
+
+    @tf.function(autograph=False)
+    def look_up():
+        graph = tf.compat.v1.get_default_graph()
+        before = len(graph.get_operations())
+        found = (compat.variable_attribute(mirrored, "path"), compat.variable_attribute(mirrored, "_v", "none"),
+                 compat.variable_attribute(mirrored, "is_sharded_variable", False),
+                 compat.variable_attribute(mirrored, "name"))
+        counts["ours"] = len(graph.get_operations()) - before
+        before = len(graph.get_operations())
+        plain = (getattr(mirrored, "path", None), getattr(mirrored, "_v", "none"),
+                 getattr(mirrored, "is_sharded_variable", False), mirrored.name)
+        counts["getattr"] = len(graph.get_operations()) - before
+        assert found == plain == (None, "none", False, mirrored.name)
+        return tf.constant(0)
+
+    with two_device_strategy.scope():
+        look_up.get_concrete_function()
+    assert counts["ours"] == 0 and counts["getattr"] > 0, counts
+    inner = tf.Variable(1.0)
+    assert compat.variable_attribute(inner, "path") is None and compat.variable_attribute(inner, "name") == inner.name
+
+
 def test_single_device_variables_are_not_mirrored(two_device_strategy):
     with two_device_strategy.scope(), compat.single_device_variables("/device:CPU:0"):
         variable = tf.Variable(np.zeros(2, np.float32))

@@ -194,5 +194,5 @@ class BatchGradients(wrapper_lib.OptimizerWrapper):
 
 def _variable_slug(variable):
     """A variable name usable inside another variable's name."""
-    path = getattr(variable, "path", None) or variable.name
+    path = compat.variable_attribute(variable, "path") or variable.name
     return path.replace("/", "_").replace(":", "_")

@@ -12,6 +12,8 @@ name is.
 
 import re
 
+from moxlite import compat
+
 
 def compiled(patterns):
     """One regular expression for a list of patterns (None: the empty list, which matches nothing)."""
@@ -20,7 +22,7 @@ def compiled(patterns):
 
 def process_path(variable):
     """The variable's Keras path as this process made it up, else its TensorFlow name."""
-    return getattr(variable, "path", None) or variable.name
+    return compat.variable_attribute(variable, "path") or variable.name
 
 
 def names_of(variable):

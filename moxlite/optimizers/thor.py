@@ -175,11 +175,15 @@ class THOR(wrapper_lib.OptimizerWrapper):
         self._dropped = self.add_variable(shape=(), dtype="int64", aggregation="only_first_replica",
                                           name="thor_statistics_dropped")
 
-    def _position_of(self, slot):
-        """(index in the built variable list of the first variable ``slot`` covers, its path)."""
-        positions = [index for index, variable in enumerate(compat.optimizer_built_variables(self))
-                     if _identities(variable) & slot.identities]
-        return (min(positions, default=float("inf")), slot.name)
+    def _in_creation_order(self, slots):
+        """``slots`` sorted by the index in the built variable list of the first variable each
+        covers, then by path (the order their state is created in)."""
+        first = {}   # identity -> the first index of a built variable it belongs to
+        for index, variable in enumerate(compat.optimizer_built_variables(self)):
+            for identity in _identities(variable):
+                first.setdefault(identity, index)
+        return sorted(slots, key=lambda slot: (min((first[i] for i in slot.identities if i in first),
+                                                   default=float("inf")), slot.name))
 
     def _ensure_slot_state(self, slot):
         """Create ``slot``'s variables (once, outside any traced function)."""
@@ -243,7 +247,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
 
     def create_layer_state(self):
         """Eagerly: every slot's variables, in the order ``_collect`` creates them."""
-        for slot in sorted(self._slots, key=self._position_of):
+        for slot in self._in_creation_order(self._slots):
             self._ensure_slot_state(slot)
 
     # What the step must record.
@@ -397,7 +401,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         # Keras saves optimizer variables by position: create the state in the order of the
         # variables this optimizer was built with (sorted by checkpoint key in run), not in the
         # order model_fn called its layers, so a resume finds each layer's factors by name.
-        for slot in sorted(slots, key=self._position_of):
+        for slot in self._in_creation_order(slots):
             self._ensure_slot_state(slot)
         collecting = self._is_collecting()
 

@@ -182,7 +182,7 @@ class ValueStep:
         self.variables = list(train_step.template.variables)
         self.refused = None
         self._compiled = {}   # one per replica of a worker
-        sharded = [variable.name for variable in self.variables if getattr(variable, "is_sharded_variable", False)]
+        sharded = [variable.name for variable in self.variables if compat.variable_attribute(variable, "is_sharded_variable", False)]
         if sharded:
             self.refused = (f"variables sharded across parameter servers ({', '.join(sharded)}), which the "
                             f"compiled step does not read as values")

@@ -261,7 +261,7 @@ class _LayersSeen:
 
 def _is_sharded(variable):
     """True for a variable that ParameterServerStrategy's partitioner split into shards."""
-    return bool(getattr(variable, "is_sharded_variable", False))
+    return bool(compat.variable_attribute(variable, "is_sharded_variable", False))
 
 
 def _identities(variable):
