@@ -10,6 +10,15 @@ import re
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+# Keras without its optional IPython, matplotlib and pandas, here and in every process a test
+# starts that inherits PYTHONPATH (tests/subprocess_site/sitecustomize.py says why).
+SUBPROCESS_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "subprocess_site")
+if SUBPROCESS_SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [SUBPROCESS_SITE, os.environ.get("PYTHONPATH")]))
+from tests.subprocess_site import sitecustomize as _keras_optional  # noqa: E402
+
+_keras_optional.install()
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402

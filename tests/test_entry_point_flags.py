@@ -39,7 +39,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def _run(*arguments, environ=None):
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("TF_CONFIG", None)
     env.update(environ or {})
     finished = subprocess.run([sys.executable, "-c", SCRIPT, *arguments], capture_output=True, text=True,

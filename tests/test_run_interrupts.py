@@ -92,10 +92,11 @@ def test_launch_local_forwards_sigterm_and_sync_workers_stop_together(sync_run_s
 
 
 def test_a_serving_task_ends_at_sigterm_and_at_ctrl_c_without_waiting_for_sigkill():
-    """A ps started by moxlite-run (which turns SIGTERM into an exception) and worker 0's server as a
-    coordinator starts it (Python's own Ctrl-C handler): neither handler can run while the process
-    blocks in the server's join, so before, both outlived the signal until a SIGKILL came (the
-    launcher's 3 s, a Kubernetes pod's 30 s grace). Both start at once: one TensorFlow start-up each."""
+    """A ps started by moxlite-run (which turns SIGTERM into an exception) and worker 0 served by
+    `python -m moxlite.distribute.server` (Python's own Ctrl-C handler): neither handler can run
+    while the process blocks in the server's join, so before, both outlived the signal until a
+    SIGKILL came (the launcher's 3 s, a Kubernetes pod's 30 s grace). Both start at once: one
+    TensorFlow start-up each."""
     environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
     environ["PYTHONPATH"] = ROOT + os.pathsep + environ.get("PYTHONPATH", "")
     environ.pop("TF_CONFIG", None)

@@ -191,7 +191,8 @@ def test_a_killed_run_resumes_from_what_reached_object_storage(s3, tmp_path, cac
     bucket = s3.new_bucket()
     remote = f"s3://{bucket}/run"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    environ = dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="3")
+    environ = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                   TF_CPP_MIN_LOG_LEVEL="3")
     trainer = subprocess.Popen([sys.executable, "-c", KILLED_TRAINER, remote], env=environ, cwd=root,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -41,6 +41,8 @@ class DistributionSetup:
     sync_replicas: synchronous (True) or asynchronous (False) training.
     serves_only: this process must call ``serve_forever()`` and never train.
     view: the resolved ``ClusterView``.
+    worker0_server: worker 0's ``tf.distribute.Server``, run in this process when it is a
+        coordinator started as worker 0 (``server.serve_worker0_in_process``), else None.
     """
 
     strategy: Any
@@ -83,7 +85,7 @@ class DistributionSetup:
         else:
             lines.append(f"devices of this process: {view.num_gpus} (served)")
         if self.worker0_server is not None:
-            lines.append(f"worker:0 is served by child process pid {self.worker0_server.pid}")
+            lines.append("worker:0 is served in this process")
         return "\n".join(lines)
 
 
@@ -142,9 +144,9 @@ def _build_setup(view, timeout_seconds, variable_partitioner, environ):
         from moxlite.distribute import server, strategy as strategy_module
 
         if view.coordinator_spawns_worker0:
-            worker0_server = server.spawn_worker0_server(view)
-            logs.get_logger().info("coordinator at %s; worker:0 served by child pid %d",
-                                   view.address(), worker0_server.pid)
+            worker0_server = server.serve_worker0_in_process(view)
+            logs.get_logger().info("coordinator at %s; worker:0 served in this process at %s",
+                                   view.address(), view.jobs["worker"][0])
         strategy, coordinator = strategy_module.build(view, timeout_seconds, variable_partitioner)
         replicas = strategy.num_replicas_in_sync
     return DistributionSetup(

@@ -29,7 +29,7 @@ How MoXing's commands map onto TensorFlow's roles:
   ps and worker tasks only serve. With ``--chief_hosts`` the coordinator is its
   own process (``--job_name=chief``) and every worker serves. Without it, the
   process started as worker 0 becomes the coordinator on a free port of its
-  own host, and starts worker 0's server as a child process, so MoXing's
+  own host, and serves worker 0 from a second server in its own process, so MoXing's
   one-command-per-task launch works unchanged.
 """
 
@@ -64,7 +64,7 @@ class ClusterView:
     tpu: TPU name or address ('' without TPU).
     source: where the description came from: 'single', 'flags', 'tf_config', 'slurm' or 'tpu'.
     coordinator_spawns_worker0: the worker-0 process is the coordinator and
-        must start worker 0's server as a child (asynchronous, flags, no chief_hosts).
+        must also serve worker 0, in its own process (asynchronous, flags, no chief_hosts).
     """
 
     jobs: Dict[str, List[str]]
@@ -291,9 +291,9 @@ def _from_flags(values, task_index, num_gpus, sync_replicas):
     spawns = False
     if not sync_replicas and "chief" not in jobs and job_name == "worker" and task_index == 0:
         # MoXing starts no coordinator: the worker-0 process takes that role on a
-        # free port of its own host and serves worker 0 from a child process.
+        # free port of its own host and serves worker 0 in the same process.
         host = jobs["worker"][0].rpartition(":")[0]
-        jobs["chief"] = [f"{host}:{free_port()}"]
+        jobs["chief"] = [f"{host}:{_coordinator_port(jobs['worker'][0])}"]
         job_name, spawns = "chief", True
     return ClusterView(jobs, job_name, task_index if not spawns else 0, sync_replicas, num_gpus,
                        source="flags", coordinator_spawns_worker0=spawns)
@@ -332,6 +332,19 @@ def _from_tf_config(text, num_gpus, sync_replicas):
                 "TF_CONFIG cluster has 'ps' but no 'chief' or no 'worker'; parameter-server "
                 "training needs one chief (the coordinator), workers and ps tasks")
     return ClusterView(jobs, task_type, task_index, sync_replicas, num_gpus, source="tf_config")
+
+
+_COORDINATOR_PORTS = {}
+
+
+def _coordinator_port(worker0):
+    """The coordinator's port for the worker-0 process at ``worker0``: picked once per process,
+    so that every resolve of the same flags gives the same view, and ``setup()`` builds the
+    cluster once (the recipe CLI resolves before ``run`` does; with a new port each time the
+    second set-up started worker 0's server again, on the port the first one holds)."""
+    if worker0 not in _COORDINATOR_PORTS:
+        _COORDINATOR_PORTS[worker0] = free_port()
+    return _COORDINATOR_PORTS[worker0]
 
 
 def free_port(host="127.0.0.1"):

@@ -5,23 +5,19 @@ function to the workers and keeps variables on the ps tasks; those processes
 only run a ``tf.distribute.Server`` until they are killed. In synchronous
 training a ps task has nothing to do and returns at once.
 
-Run directly (the worker-0 process starts its own server this way)::
+Run directly to serve one task by itself (a coordinator started as worker 0 serves worker 0
+in its own process instead: ``serve_worker0_in_process``)::
 
     python -m moxlite.distribute.server --job_name=worker --task_index=0 \
         --worker_hosts=... --ps_hosts=... --chief_hosts=... --nosync_replicas
 """
 
-import ctypes
 import signal
-import subprocess
 import sys
 import threading
 
 from moxlite import logs
 from moxlite.distribute import cluster
-
-_PR_SET_PDEATHSIG = 1
-
 
 def serve_forever(view):
     """Run this task's server until the process is killed."""
@@ -57,40 +53,20 @@ def _end_at_stop_signals():
         signal.signal(signum, signal.SIG_DFL)
 
 
-def worker0_command(view):
-    """The command that serves worker 0 for a coordinator started as worker 0."""
-    return [
-        sys.executable, "-m", "moxlite.distribute.server",
-        "--job_name=worker", "--task_index=0",
-        "--worker_hosts=" + ",".join(view.jobs["worker"]),
-        "--ps_hosts=" + ",".join(view.jobs["ps"]),
-        "--chief_hosts=" + view.jobs["chief"][0],
-        "--nosync_replicas", f"--num_gpus={view.num_gpus}",
-    ]
+def serve_worker0_in_process(view):
+    """Start worker 0's server in this (coordinator) process; it serves until the process ends.
 
+    TensorFlow runs several tasks' servers in one process (its own parameter-server tests do):
+    the coordinator's functions reach worker 0 over gRPC on loopback as they reach any other
+    worker. A child process would pay TensorFlow's import again (about 3.5 CPU s) for the same
+    server; in-process it also ends with the coordinator, whatever kills it.
+    """
+    from moxlite.distribute import devices
+    import tensorflow as tf
 
-def _die_with_parent():
-    # Linux: the child gets SIGKILL when the coordinator dies, so no server outlives its run.
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def spawn_worker0_server(view):
-    """Start worker 0's server as a child of this (coordinator) process."""
-    import atexit
-    import os
-
-    environ = dict(os.environ)
-    environ.pop("TF_CONFIG", None)
-    child = subprocess.Popen(worker0_command(view), env=environ, preexec_fn=_die_with_parent)
-
-    def stop():
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-
-    atexit.register(stop)
-    return child
+    devices.configure_local_devices(view.num_gpus)
+    return tf.distribute.Server(
+        tf.train.ClusterSpec(view.training_jobs()), job_name="worker", task_index=0, protocol="grpc", start=True)
 
 
 def main():
