@@ -17,6 +17,12 @@ Two options past MindSpore's open code, both off by default: ``pi_damping``
 splits lambda between the factors by K-FAC's pi (``thor_damping``), and
 ``refresh='trace'`` inverts at a refresh only the layers whose factor traces
 moved (``thor_refresh``); the factors are still rebuilt and all-reduced at every refresh.
+Two more, also off: ``tied_embedding`` ('output' or 'sum') gives an Embedding whose table is also
+a tied output projection (a layer of kind ``EmbeddingOutput``, bert's masked-LM head) that use's
+factors (the projection's inputs on the hidden side, the logits' squared gradient as a vocabulary
+diagonal) instead of, or added to, the lookup's; ``precondition_biases`` gives a Dense or
+EinsumDense bias its layer's G inverse over 1 + sqrt(lambda) (K-FAC's constant input, without the
+kernel-bias cross terms). Neither helped BERT-tiny (tools/README.md).
 
 How the statistics arrive (see ``wrapper``'s interface): the step records
 each tracked layer's input and output gradient and hands them in
