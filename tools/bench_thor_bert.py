@@ -37,7 +37,8 @@ reused by a later command with the same steps, so the work can be split across c
 ``--thor-variant NAME=key:value,...`` adds THOR with other wrapper parameters (pi_damping,
 refresh, trace_threshold, interval_growth, frequency, include, exclude: one regular expression,
 ``a|b`` for two) or other schedules (warmup: steps of linear lr warm-up; lr_end, damping_end: the
-decays' ends as fractions of their start), reported against THOR in a second table.
+decays' ends as fractions of their start), or ``lars:RATIO`` (THOR over lars(momentum)), reported
+against THOR in a second table.
 
 Printed: per optimizer, the median [min-max] over seeds of the steps, wall seconds (timed runs
 only) and CPU seconds (the process's, every run) to the target, every seed, the final held-out
@@ -70,6 +71,9 @@ THOR_VARIANTS = {"thor": {}}
 # warmup: steps of linear learning-rate warm-up (the decayed lr times min(1, (step + 1) / warmup));
 # lr_end, damping_end: the schedules' ends as fractions of their start (default THOR_LR_END, THOR_DAMPING_END).
 SCHEDULE_OPTIONS = ("warmup", "lr_end", "damping_end")
+# lars: a LARS coefficient; THOR then wraps lars(momentum) (LARS's trust ratio per variable on the
+# preconditioned gradient, no LARS weight decay, biases and LayerNorm unscaled: its default exclude).
+INNER_OPTIONS = ("lars",)
 
 # optimizer -> settings swept on seed 0; the recipe's own setting first.
 REDUCED = dict(steps=600, seeds=3, eval_every=25, sweeps={
@@ -105,11 +109,13 @@ def optimizer_fn_for(kind, setting, steps):
         return mox.get_optimizer_fn(kind, learning_rate=decay, weight_decay=0.01)
     learning_rate, damping = setting
     options = dict({"frequency": FREQUENCY}, **THOR_VARIANTS[kind])
-    schedule = {key: options.pop(key) for key in SCHEDULE_OPTIONS if key in options}
+    schedule = {key: options.pop(key) for key in SCHEDULE_OPTIONS + INNER_OPTIONS if key in options}
     decay = ThorPolynomialDecay(learning_rate, learning_rate * schedule.get("lr_end", THOR_LR_END), steps)
     warmup = int(schedule.get("warmup", 0))
     inner = mox.get_optimizer_fn("momentum", momentum=0.9,
                                  learning_rate=linear_warmup(warmup, decay) if warmup else decay)
+    if "lars" in schedule:
+        inner = mox.get_optimizer_wrapper_fn("lars", inner, ratio=float(schedule["lars"]), weight_decay=0.0)
     return mox.get_optimizer_wrapper_fn(
         "thor", inner, damping=ThorPolynomialDecay(damping, damping * schedule.get("damping_end", THOR_DAMPING_END),
                                                    steps),

@@ -90,9 +90,32 @@ def tied_masked_lm_head(token_embedding):
     THOR records every call of a layer it preconditions, and would take that second call of the
     Embedding for one with a vocabulary-wide output. Here, as in MindSpore's BERT, the table is
     multiplied directly, so THOR sees it once, as the Embedding it is (its gradient, both uses
-    summed, preconditioned by the Embedding rule).
+    summed, preconditioned by the Embedding rule). The multiplication is a small layer of its own
+    that declares the kind ``EmbeddingOutput`` (``moxlite.training.layer_statistics``): THOR's
+    ``tied_embedding="output"`` or ``"sum"`` records it too, and preconditions the table with the
+    output use's factors (the projection's input, the logits' gradient) or with both uses'.
     """
     import keras
+
+    class TiedOutputProjection(keras.layers.Layer):
+        """logits = inputs . table^T, the table closed over (not a weight of this layer); the head adds
+        its bias (``bias_of()``, for THOR's precondition_biases)."""
+
+        moxlite_layer_kind = "EmbeddingOutput"
+
+        def __init__(self, bias_of, **kwargs):
+            super().__init__(**kwargs)
+            self._bias_of = bias_of
+
+        def moxlite_tied_table(self):
+            return token_embedding.embeddings
+
+        def moxlite_tied_bias(self):
+            return self._bias_of()
+
+        def call(self, inputs):
+            table = keras.ops.cast(token_embedding.embeddings, inputs.dtype)
+            return keras.ops.matmul(inputs, keras.ops.transpose(table))
 
     class TiedMaskedLMHead(keras.layers.Layer):
         def __init__(self, **kwargs):
@@ -103,6 +126,7 @@ def tied_masked_lm_head(token_embedding):
                                                          name="intermediate_dense")
             self.intermediate_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12,
                                                                            name="intermediate_layer_norm")
+            self.output_projection = TiedOutputProjection(lambda: self.output_bias, name="output_projection")
 
         def build(self, input_shape):
             width = token_embedding.output_dim
@@ -114,9 +138,7 @@ def tied_masked_lm_head(token_embedding):
         def call(self, inputs, mask_positions):
             gathered = keras.ops.take_along_axis(inputs, keras.ops.expand_dims(mask_positions, -1), axis=1)
             hidden = self.intermediate_layer_norm(self.intermediate_dense(gathered))
-            table = keras.ops.cast(token_embedding.embeddings, hidden.dtype)
-            return keras.ops.matmul(hidden, keras.ops.transpose(table)) + keras.ops.cast(self.output_bias,
-                                                                                         hidden.dtype)
+            return self.output_projection(hidden) + keras.ops.cast(self.output_bias, hidden.dtype)
 
     return TiedMaskedLMHead(name="masked_lm_head")
 

@@ -17,6 +17,12 @@ Two options past MindSpore's open code, both off by default: ``pi_damping``
 splits lambda between the factors by K-FAC's pi (``thor_damping``), and
 ``refresh='trace'`` inverts at a refresh only the layers whose factor traces
 moved (``thor_refresh``); the factors are still rebuilt and all-reduced at every refresh.
+Two more, also off: ``tied_embedding`` ('output' or 'sum') gives an Embedding whose table is also
+a tied output projection (a layer of kind ``EmbeddingOutput``, bert's masked-LM head) that use's
+factors (the projection's inputs on the hidden side, the logits' squared gradient as a vocabulary
+diagonal) instead of, or added to, the lookup's; ``precondition_biases`` gives a Dense or
+EinsumDense bias its layer's G inverse over 1 + sqrt(lambda) (K-FAC's constant input, without the
+kernel-bias cross terms). Neither helped BERT-tiny (tools/README.md).
 
 How the statistics arrive (see ``wrapper``'s interface): the step records
 each tracked layer's input and output gradient and hands them in
@@ -70,6 +76,12 @@ from moxlite.optimizers.lars import variable_path
 
 
 TRACKED_KINDS = ("Dense", "Conv2D", "Embedding", "EinsumDense", "LayerNormalization")
+# The output projection of a head tied to an Embedding's table (``tied_embedding`` 'output', 'sum').
+TIED_OUTPUT_KIND = "EmbeddingOutput"
+# The factor sums of a tied table's output use, next to its lookup's a_sum, g_sum, rows: the
+# projection's inputs' blocks (hidden side, the layout of G), the logits' squared gradient
+# (vocabulary side, a diagonal), its rows.
+OUTPUT_KEYS = ("out_a_sum", "out_g_sum", "out_rows")
 
 
 def _identities(variable):
@@ -112,6 +124,9 @@ class _Slot:
         self.a_layout = thor_inverse.block_layout(geometry.d_in, block_size)
         self.g_layout = thor_inverse.block_layout(geometry.d_out, block_size)
         self.state = None
+        # An Embedding whose table is also a tied output projection that thor preconditions
+        # (set when its EmbeddingOutput record is first seen, before the state is built).
+        self.tied_output = False
 
     @property
     def kind(self):
@@ -124,12 +139,18 @@ class _Slot:
             return [("rows", [()])]
         a_pieces = ([(self.geometry.d_in,)] if self.kind == "Embedding"
                     else thor_factors.piece_shapes(self.geometry.d_in, self.a_layout))
-        return [("a_sum", a_pieces), ("g_sum", thor_factors.piece_shapes(self.geometry.d_out, self.g_layout)),
-                ("rows", [()])]
+        g_pieces = thor_factors.piece_shapes(self.geometry.d_out, self.g_layout)
+        pieces = [("a_sum", a_pieces), ("g_sum", g_pieces), ("rows", [()])]
+        if self.tied_output:
+            pieces += [("out_a_sum", g_pieces), ("out_g_sum", [(self.geometry.d_in,)]), ("out_rows", [()])]
+        return pieces
+
+    def sum_keys(self):
+        return ("a_sum", "g_sum", "rows") + (OUTPUT_KEYS if self.tied_output else ())
 
     def accumulated(self, key, pieces):
         """The reduced ``pieces`` of state ``key`` in the shape of its accumulator."""
-        if key == "rows" or (key == "a_sum" and self.kind == "Embedding"):
+        if key in ("rows", "out_rows", "out_g_sum") or (key == "a_sum" and self.kind == "Embedding"):
             return pieces[0]
         return thor_factors.padded_blocks(pieces, self.a_layout if key == "a_sum" else self.g_layout)
 
@@ -151,6 +172,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         self._exclude = re.compile("|".join(self.exclude)) if self.exclude else None
         self._slots = []             # in order of first appearance
         self._slot_of_identity = {}  # id of a covered variable (or its components) -> _Slot
+        self._bias_slot_of_identity = {}   # precondition_biases: id of a layer's bias -> its layer's _Slot
         self._skipped = {}           # kernel path -> why it is not preconditioned
         self._announced = False
         self._pending = None         # (slots, collecting, summed factors) of the step being traced
@@ -210,6 +232,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
             else:
                 # Factor sums are kept as their diagonal blocks only (the last one zero-padded).
                 state["g_sum"] = variable("g_sum", blocks_shape(slot.g_layout))
+                if slot.tied_output:
+                    state["out_a_sum"] = variable("out_a_sum", blocks_shape(slot.g_layout))
+                    state["out_g_sum"] = variable("out_g_sum", (geometry.d_in,))
+                    state["out_rows"] = variable("out_rows", ())
                 if slot.kind == "Embedding":
                     state["a_sum"] = variable("a_sum", (geometry.d_in,))
                     state["a_inverse"] = variable("a_inverse", (geometry.d_in,), "ones")
@@ -253,7 +279,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
     # What the step must record.
 
     def layer_statistics_request(self):
-        return wrapper_lib.LayerStatisticsRequest(layer_types=TRACKED_KINDS, every_n_steps=self.frequency,
+        kinds = TRACKED_KINDS + ((TIED_OUTPUT_KIND,) if self.tied_embedding != "lookup" else ())
+        return wrapper_lib.LayerStatisticsRequest(layer_types=kinds, every_n_steps=self.frequency,
                                                   collecting=self._is_collecting)
 
     def _is_collecting(self):
@@ -283,7 +310,12 @@ class THOR(wrapper_lib.OptimizerWrapper):
         """The slot of ``record``'s layer (created on first sight), or None: plain gradient."""
         for identity in _identities(record.kernel):
             if identity in self._slot_of_identity:
-                return self._slot_of_identity[identity]
+                slot = self._slot_of_identity[identity]
+                if record.kind == TIED_OUTPUT_KIND:
+                    return self._tied_slot(slot, record)
+                return slot
+        if record.kind == TIED_OUTPUT_KIND:
+            return None   # its table's lookup is not preconditioned (excluded, unseen, or not called first)
         path = getattr(record, "name", None) or variable_path(record.kernel)
         if path in self._skipped:
             return None
@@ -303,7 +335,37 @@ class THOR(wrapper_lib.OptimizerWrapper):
         for identity in slot.identities:
             self._slot_of_identity[identity] = slot
         self._slots.append(slot)
+        if self.precondition_biases and record.kind in ("Dense", "EinsumDense"):
+            self._cover_bias(slot, getattr(record.layer, "bias", None))
         return slot
+
+    def _cover_bias(self, slot, bias):
+        """precondition_biases: ``bias`` (a vector over the layer's d_out outputs) gets the layer's G."""
+        if bias is None or math.prod(int(d) for d in bias.shape) != slot.geometry.d_out:
+            return
+        for identity in _identities(bias):
+            self._bias_slot_of_identity.setdefault(identity, slot)
+
+    def _tied_slot(self, slot, record):
+        """The Embedding slot that ``record`` (a tied output projection of its table) adds its factors
+        to, or None when the slot cannot take them (not an Embedding, or its state built without them)."""
+        fits = (slot.kind == "Embedding" and not getattr(record, "unseen", None)
+                and (slot.tied_output or slot.state is None))
+        if not fits:
+            return None
+        slot.tied_output = True
+        if self.precondition_biases:
+            bias = getattr(record.layer, "moxlite_tied_bias", None)
+            self._cover_bias_of_table(slot, bias() if bias is not None else None)
+        return slot
+
+    def _cover_bias_of_table(self, slot, bias):
+        """precondition_biases: the tied projection's bias (over the vocabulary) gets the table's
+        vocabulary-side diagonal."""
+        if bias is None or math.prod(int(d) for d in bias.shape) != slot.geometry.d_in:
+            return
+        for identity in _identities(bias):
+            self._bias_slot_of_identity.setdefault(identity, slot)
 
     def _grouped(self, statistics, gradients):
         """(slots with records this step, the tensors their factor sums need, as _local_sums takes them)."""
@@ -313,7 +375,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
             if slot is not None:
                 by_slot.setdefault(slot.index, (slot, []))[1].append(record)
         slots = [by_slot[index][0] for index in sorted(by_slot)]
-        # Only tensors cross into cross-replica context (layers differ per replica).
+        # Only tensors cross into cross-replica context (layers differ per replica); which
+        # records are a tied table's output use is static, kept on the slots.
+        for slot in slots:
+            slot.output_calls = [record.kind == TIED_OUTPUT_KIND for record in by_slot[slot.index][1]]
         tensors = [[(record.inputs, _or_zero(record.output_gradients), record.batch_size)
                     for record in by_slot[slot.index][1]] for slot in slots]
         # Only finiteness is read from the gradients (on collecting updates): an IndexedSlices'
@@ -384,12 +449,25 @@ class THOR(wrapper_lib.OptimizerWrapper):
         per_sample = self.loss_reduction == "mean"
         parts = []
         for slot, calls in zip(slots, tensors):
-            sums = []
-            for call in calls:
-                a, g, rows = thor_factors.local_sums(slot.geometry, thor_factors.Call(*call), per_sample,
-                                                     slot.a_layout, slot.g_layout)
-                sums.append([*a, *g, rows])
-            parts.extend(tf.reshape(tf.add_n(list(column)), [-1]) for column in zip(*sums))
+            lookups, outputs = [], []
+            for call, output in zip(calls, getattr(slot, "output_calls", [False] * len(calls))):
+                if output:
+                    a, g, rows = thor_factors.tied_output_sums(slot.geometry, thor_factors.Call(*call),
+                                                               per_sample, slot.g_layout)
+                    outputs.append([*a, g, rows])
+                else:
+                    a, g, rows = thor_factors.local_sums(slot.geometry, thor_factors.Call(*call), per_sample,
+                                                         slot.a_layout, slot.g_layout)
+                    lookups.append([*a, *g, rows])
+            for sums, wanted in ((lookups, True), (outputs, slot.tied_output)):
+                if not wanted:
+                    continue
+                if not sums:   # this use was not called in the step: its sums are zeros
+                    shapes = [shape for key, shape_list in slot.pieces() for shape in shape_list
+                              if (key in OUTPUT_KEYS) == (sums is outputs)]
+                    parts.extend(tf.zeros([math.prod(shape)]) for shape in shapes)
+                    continue
+                parts.extend(tf.reshape(tf.add_n(list(column)), [-1]) for column in zip(*sums))
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in gradients]) if gradients else True
         parts.append(tf.where(finite, 0.0, 1.0)[None])
         return tf.concat(parts, 0)
@@ -462,11 +540,11 @@ class THOR(wrapper_lib.OptimizerWrapper):
     def _refresh_from_accumulators(self):
         """Cross-replica context: a refresh from the micro-batch accumulators, then cleared."""
         slots = [slot for slot in self._slots if slot.state is not None]
-        sums = [{key: slot.state[key].value for key in ("a_sum", "g_sum", "rows") if key in slot.state}
+        sums = [{key: slot.state[key].value for key in slot.sum_keys() if key in slot.state}
                 for slot in slots]
         self._refresh(slots, sums)
         for slot in slots:
-            for key in ("a_sum", "g_sum", "rows"):
+            for key in slot.sum_keys():
                 if key in slot.state:
                     slot.state[key].assign(tf.zeros_like(slot.state[key].value))
 
@@ -485,6 +563,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
                 continue
             a = sums["a_sum"] / safe_rows
             g = sums["g_sum"] / safe_rows
+            if slot.tied_output:
+                a, g, have = self._tied_factors(a, g, have, sums)
             dampings = thor_damping.factor_dampings(tf.sqrt(damping / slot.geometry.spatial), a, g,
                                                     slot.geometry, self.pi_damping)
             if self._trace_rule is None:
@@ -514,6 +594,18 @@ class THOR(wrapper_lib.OptimizerWrapper):
         # the variables (``fallback_counts``) and the checkpoint.
         if not compat.inside_xla():
             tf.cond(retries > 0, report, lambda: None)
+
+    def _tied_factors(self, a, g, have, sums):
+        """A tied table's (vocabulary-side diagonal, hidden-side blocks) from its lookup's factors
+        (``a``: the token counts, ``g``: the lookup output's gradient) and its output projection's
+        (the logits' squared gradient; the projection's inputs), as ``tied_embedding`` says."""
+        out_rows = sums["out_rows"]
+        out_safe = tf.maximum(out_rows, 1.0)
+        vocabulary = sums["out_g_sum"] / out_safe
+        hidden = sums["out_a_sum"] / out_safe
+        if self.tied_embedding == "output":
+            return vocabulary, hidden, out_rows > 0
+        return a + vocabulary, g + hidden, tf.logical_or(have, out_rows > 0)
 
     def _inverses(self, slot, a, g, a_damping, g_damping):
         """The guarded inverses of one layer's damped factors, and the guard's levels (thor_inverse)."""
@@ -548,10 +640,15 @@ class THOR(wrapper_lib.OptimizerWrapper):
         out = []
         for gradient, variable in zip(grads, variables):
             slot = self._slot_covering(variable)
+            bias_slot = self._bias_slot_covering(variable)
             if slot is not None and slot.state is not None:
                 gradient = _dense_with_static_shape(gradient, variable)
                 gradient = tf.cast(self._preconditioned(slot, tf.cast(gradient, tf.float32), damping_sqrt),
                                    gradient.dtype)
+            elif bias_slot is not None and bias_slot.state is not None:
+                gradient = _dense_with_static_shape(gradient, variable)
+                gradient = tf.cast(self._preconditioned_bias(bias_slot, tf.cast(gradient, tf.float32),
+                                                             damping_sqrt), gradient.dtype)
             if self.weight_decay and not exclusion.matches(self._decay_skip, variable):
                 weight = tf.convert_to_tensor(variable)
                 gradient = gradient + tf.cast(self.weight_decay, gradient.dtype) * tf.cast(weight, gradient.dtype)
@@ -564,6 +661,25 @@ class THOR(wrapper_lib.OptimizerWrapper):
             if slot is not None:
                 return slot
         return None
+
+    def _bias_slot_covering(self, variable):
+        for identity in _identities(variable):
+            slot = self._bias_slot_of_identity.get(identity)
+            if slot is not None:
+                return slot
+        return None
+
+    @staticmethod
+    def _preconditioned_bias(slot, gradient, damping_sqrt):
+        """K-FAC's bias as the weight of a constant input 1 (its A block is 1, damped 1 + sqrt(lambda)),
+        the cross terms with the kernel left out: the layer's output-side inverse applied, divided by
+        1 + sqrt(lambda). A tied table's projection bias: the table's vocabulary-side diagonal."""
+        state = slot.state
+        if slot.kind == "Embedding":
+            vector = tf.reshape(gradient, [-1]) * state["a_inverse"].value
+        else:
+            vector = thor_inverse.apply_right(state["g_inverse"].value, tf.reshape(gradient, [1, -1]))
+        return tf.reshape(vector / (1.0 + damping_sqrt), gradient.shape)
 
     def _preconditioned(self, slot, gradient, damping_sqrt):
         state, geometry = slot.state, slot.geometry
@@ -602,10 +718,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
         if self._announced:
             return
         self._announced = True
-        chosen = [f"{slot.name} ({slot.kind}: {slot.geometry.describe()}{self._blocks_note(slot)})"
-                  for slot in self._slots]
+        chosen = [f"{slot.name} ({slot.kind}: {slot.geometry.describe()}{self._blocks_note(slot)}"
+                  f"{self._tied_note(slot)})" for slot in self._slots]
         plain = [stable_names.stable_name(v, default=variable_path(v)) for v in variables
-                 if self._slot_covering(v) is None]
+                 if self._slot_covering(v) is None and self._bias_slot_covering(v) is None]
         logger = logs.get_logger()
         if not self._slots:
             logger.warning("thor: no layer statistics reached the optimizer; every variable gets the plain "
@@ -616,6 +732,12 @@ class THOR(wrapper_lib.OptimizerWrapper):
         logger.info("thor: plain gradient for %d variable(s) (biases, normalization, other layers, bare "
                     "get_variable variables): %s%s", len(plain), ", ".join(plain) or "none",
                     f"; layers not preconditioned: {'; '.join(skipped)}" if skipped else "")
+
+    def _tied_note(self, slot):
+        if not slot.tied_output:
+            return ""
+        uses = "its tied output projection's" if self.tied_embedding == "output" else "lookup's plus tied output's"
+        return f"; {uses} factors"
 
     @staticmethod
     def _blocks_note(slot):

@@ -193,3 +193,21 @@ def local_sums(geometry, record, per_sample, a_layout, g_layout):
     else:
         rows_in = tf.reshape(tf.cast(inputs, tf.float32), [-1, geometry.d_in])
     return block_grams(rows_in, a_layout), g_pieces, tf.cast(tf.shape(ds)[0], tf.float32)
+
+
+def tied_output_sums(geometry, record, per_sample, hidden_layout):
+    """This replica's (hidden-side pieces, vocabulary-side diagonal, rows) for one call of an
+    Embedding table's tied output projection (logits = h . table^T; ``record.inputs`` h [..., H],
+    ``record.output_gradients`` the logits' [..., V]), in float32.
+
+    As a Dense layer with kernel table^T [H, V], its A is h^T h (the table's hidden side, in the
+    block layout of the Embedding's G) and its G is ds^T ds, kept as its diagonal (V is a
+    vocabulary: ds_v^2 summed over the rows).
+    """
+    gradients = record.output_gradients
+    if per_sample:
+        gradients = gradients * record.batch_size
+    ds = tf.reshape(gradients, [-1, geometry.d_in])
+    rows_in = tf.reshape(tf.cast(record.inputs, tf.float32), [-1, geometry.d_out])
+    return (block_grams(rows_in, hidden_layout), tf.reduce_sum(tf.square(ds), 0),
+            tf.cast(tf.shape(ds)[0], tf.float32))

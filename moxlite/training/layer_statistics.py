@@ -4,8 +4,9 @@
 While a step traces model_fn, a ``_Recorder`` handler of ``moxlite.training.interception``
 sees every layer call on this thread, sub-layers of composite layers included. For a
 requested kind (Dense, Conv2D, EinsumDense, Embedding, LayerNormalization, keras-hub's
-PositionEmbedding as an Embedding of the position ids, or a custom layer that declares
-``moxlite_layer_kind``) it replaces, for that call and this thread
+PositionEmbedding as an Embedding of the position ids, a custom layer that declares
+``moxlite_layer_kind``, and ``EmbeddingOutput``, a tied head's output projection that a custom
+layer declares, recorded like an Embedding call under the table it multiplies) it replaces, for that call and this thread
 only, the layer's instance ``call`` by one that records the input the layer computes on
 and adds a zero "probe" tensor, watched by the step's gradient tape, to the
 pre-activation output (Dense, Conv2D, EinsumDense: inside ``activation``, where the bias
@@ -45,6 +46,11 @@ _KINDS = {
 _NO_PROBE = ("LayerNormalization",)
 # The class attribute by which a custom layer asks to be recorded as one of _KINDS.
 KIND_ATTRIBUTE = "moxlite_layer_kind"
+# Kinds only a custom layer declares (no Keras class): "EmbeddingOutput" is the output
+# projection of a head tied to an Embedding's table (logits = inputs . table^T), recorded
+# under the table (the layer's ``moxlite_tied_table()``) with its input and the logits'
+# gradient, for an optimizer that preconditions both uses of the table (thor's tied_embedding).
+DECLARED_KINDS = ("EmbeddingOutput",)
 
 
 @dataclasses.dataclass
@@ -75,7 +81,7 @@ def kind_of(layer):
     """The kind ``layer`` is recorded as (its ``moxlite_layer_kind``, else its Keras class), or None."""
     declared = getattr(type(layer), KIND_ATTRIBUTE, None)
     if declared is not None:
-        return declared if declared in _KINDS else None
+        return declared if declared in _KINDS or declared in DECLARED_KINDS else None
     if embedding_calls.is_position_embedding(layer):
         return "Embedding"    # a lookup of the position ids (embedding_calls)
     for kind, cls in _KINDS.items():
@@ -85,7 +91,9 @@ def kind_of(layer):
 
 
 def _kernel_of(layer, kind):
-    if kind == "LayerNormalization":
+    if kind == "EmbeddingOutput":
+        kernel = layer.moxlite_tied_table()
+    elif kind == "LayerNormalization":
         kernel = layer.gamma if layer.gamma is not None else layer.beta
     else:
         name = "embeddings" if kind == "Embedding" else "kernel"
@@ -171,7 +179,7 @@ class _Recorder:
         self.records.append(record)
         if kind in _NO_PROBE:
             return original(inputs, *args, **kwargs)
-        if kind == "Embedding":
+        if kind in ("Embedding", "EmbeddingOutput"):
             if embedding_calls.is_position_embedding(layer):
                 record.inputs = embedding_calls.position_ids(inputs, args, kwargs)
             outputs = original(inputs, *args, **kwargs)
