@@ -146,7 +146,7 @@ def test_modelarts_mox_flowers_zoo_on_a_raw_folder_for_twenty_epochs(tmp_path):
     data_dir, out = tmp_path / "flower_photos", tmp_path / "train"
     write_digit_folders(str(data_dir), per_class=3, classes=(0, 1), size=(40, 40))
     finished = run_port("modelarts_mox_flowers.py", f"--data_url={data_dir}", f"--train_url={out}",
-                        "--batch_size=4", "--image_size=32")
+                        "--batch_size=4", "--image_size=32", "--jit_compile=false")
     # 20 epochs of 6 images in full batches of 4 (TRAIN drops a short last batch): 30 steps, then the data ends
     assert runlib.checkpoint_step(str(out)) == 20 * 6 // 4
     assert "Input ended at global step 30" in finished.stdout + finished.stderr
@@ -162,7 +162,7 @@ def test_moxing_doc_early_stopping_stops_by_the_documented_rule(tmp_path):
     write_digit_folders(str(tmp_path / "data" / "eval"), per_class=2, classes=(0, 1), size=(40, 40))
     finished = run_port("moxing_doc_early_stopping.py", f"--data_url={tmp_path / 'data'}",
                         f"--train_url={tmp_path / 'log'}", "--image_size=32", "--batch=4", "--samples_in_train=8",
-                        "--samples_in_eval=4")
+                        "--samples_in_eval=4", "--jit_compile=false")
     logged = [(int(step), float(value)) for step, value in
               re.findall(r"\[EarlyStopping\] step: (\d+) accuracy: ([0-9.]+)", finished.stdout + finished.stderr)]
     # one evaluation per epoch: ceil(8 / 4) = 2 steps
@@ -242,7 +242,7 @@ def test_modelarts_mox_flowers_advanced_stops_when_its_fixed_loss_scale_overflow
     _pretrained_checkpoint(str(pretrained_dir))   # 5 classes, global step 1234
     finished = run_port("modelarts_mox_flowers_advanced.py", f"--data_url={data_dir}", f"--train_url={out}",
                         f"--checkpoint_url={pretrained_dir}", "--batch_size=4", f"--image_size={SIZE}",
-                        expect_code=1)
+                        "--jit_compile=false", expect_code=1)
     stops = [line for line in (finished.stdout + finished.stderr).splitlines()
              if "steps in a row overflowed the fixed loss scale 1024" in line]
     assert stops and "10 steps in a row" in stops[-1] and "nothing was saved" in stops[-1]
