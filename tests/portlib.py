@@ -4,6 +4,13 @@ Port scripts live in ``tests/moxing_ports/`` and are complete programs that
 import ``moxlite as mox`` where they once imported ``moxing.tensorflow as mox``.
 A test runs one with ``run_port`` and then checks what it left behind
 (checkpoints, exports, files it wrote) against an independent reference.
+
+The script runs as ``__main__`` of a fresh interpreter, with its folder first on
+``sys.path`` and its arguments in ``sys.argv``, as ``python <script> <args>`` runs it; the
+one difference is grappler (TensorFlow's graph optimiser) off, as in the pytest
+processes (tests/conftest.py): it rewrites each ResNet-50 graph a port traces, about a
+fifth of such a port's CPU, for graphs that run a few steps, and changes no op's
+semantics. ``MOXLITE_TEST_GRAPPLER=1`` keeps it on here too.
 """
 
 import os
@@ -12,6 +19,15 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORTS = os.path.join(ROOT, "tests", "moxing_ports")
+
+_AS_MAIN = (
+    "import os, runpy, sys\n"
+    "if os.environ.get('MOXLITE_TEST_GRAPPLER') != '1':\n"
+    "    import tensorflow as tf\n"
+    "    tf.config.optimizer.set_experimental_options({'disable_meta_optimizer': True})\n"
+    "sys.argv = sys.argv[1:]\n"
+    "sys.path[0] = os.path.dirname(sys.argv[0])\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n")
 
 
 def run_port(name, *args, cwd=None, env=None, timeout=600, expect_code=0):
@@ -24,7 +40,7 @@ def run_port(name, *args, cwd=None, env=None, timeout=600, expect_code=0):
     environ.pop("TF_CONFIG", None)
     environ.update(env or {})
     finished = subprocess.run(
-        [sys.executable, os.path.join(PORTS, name), *args], cwd=cwd or ROOT, env=environ,
+        [sys.executable, "-c", _AS_MAIN, os.path.join(PORTS, name), *args], cwd=cwd or ROOT, env=environ,
         capture_output=True, text=True, timeout=timeout)
     if finished.returncode != expect_code:
         raise AssertionError(

@@ -38,7 +38,7 @@ def test_resnet_fine_tune_from_raw_folder(tmp_path):
     write_digit_folders(str(data_dir), per_class=8, classes=(0, 1, 2), size=(40, 40))
     pretrained = _pretrained_checkpoint(str(pretrained_dir))
     run_port("resnet_finetune_raw.py", f"--data_url={data_dir}", f"--train_url={out}",
-             f"--checkpoint_url={pretrained_dir}", "--batch_size=4", f"--image_size={SIZE}", "--max_steps=3")
+             f"--checkpoint_url={pretrained_dir}", "--batch_size=2", f"--image_size={SIZE}", "--max_steps=3")
 
     # global_step was excluded: the run counted its 3 steps from 0, not from the pretrained 1234.
     assert runlib.checkpoint_step(str(out)) == 3
