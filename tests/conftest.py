@@ -4,7 +4,6 @@ The logical devices must be configured before TensorFlow initialises its
 runtime, so this happens at import time, before any test module runs.
 """
 
-import gc
 import os
 import re
 
@@ -29,6 +28,7 @@ _cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
     _cpu, [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_DEVICES)
 
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session):
     """Move what the imports and collection built into the collector's permanent generation.
@@ -36,16 +36,18 @@ def pytest_collection_finish(session):
     The modules, TensorFlow's and Keras's included, live as long as the worker; leaving them
     to the collector made every full collection during the tests walk them again.
     """
-    gc.collect()
-    gc.freeze()
+    from moxlite import process_exit
+
+    process_exit.freeze_survivors()
 
 
 # Grappler (TensorFlow's graph optimiser, run when a traced function is first called) off in
 # the pytest processes: the tests' graphs run a few steps each, so rewriting them costs more
 # than it saves (measured: the in-process tests' CPU about 18 % lower). It changes no op's
 # semantics, only fusions and reorderings, so results differ at most by float32 rounding.
-# Subprocesses the tests start (ports, clusters) keep TensorFlow's default, as a user's run
-# does, and so does a test marked `grappler` (its figures were measured with grappler on).
+# A ported script (tests/portlib.py) runs with grappler off too; the other processes the tests
+# start (clusters, the console script) keep TensorFlow's default, as a user's run does, and so
+# does a test marked `grappler` (its figures were measured with grappler on).
 # MOXLITE_TEST_GRAPPLER=1 keeps grappler on for every test.
 GRAPPLER_ON = os.environ.get("MOXLITE_TEST_GRAPPLER") == "1"
 
@@ -217,16 +219,3 @@ def pytest_collection_modifyitems(config, items):
         if "launches" in item.fixturenames or item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.xdist_group(CLUSTER_GROUP))
     longest_first(items, recorded_test_times())
-
-
-# Every test starts with keras.backend.clear_session(), which runs gc.collect(): a full walk
-# over the several hundred thousand objects TensorFlow, Keras and the collected test modules
-# hold for the whole session, 0.15-0.3 CPU s per test (measured: test_conformance_rows.py's
-# one-line tests cost 0.30 s each, almost all of it that walk). Once collection is over, the
-# garbage of now is collected and every object still alive moves to the collector's permanent
-# generation (process_exit.freeze_survivors, what a moxlite run does at exit), so each later
-# collection walks only what the tests made since. Nothing a test makes is exempted.
-def pytest_collection_finish(session):
-    from moxlite import process_exit
-
-    process_exit.freeze_survivors()
