@@ -67,3 +67,11 @@ def test_linear_warmup_scales_the_decay_by_step_over_warmup():
     for step in (0, 4, 9, 50, 100):
         expected = (0.02 - 0.0002) * (1 - step / 100) + 0.0002   # the decay's own formula
         assert abs(float(schedule(step)) - expected * min(1.0, (step + 1) / 10)) < 1e-7
+
+
+def test_a_report_of_thor_runs_alone_lists_their_finals_and_names_the_missing_baseline():
+    runs = [{"final": 0.1198, "seed": 0, "curve": [[25, 0.05], [600, 0.1198]]},
+            {"final": 0.1193, "seed": 1, "curve": [[25, 0.05], [600, 0.1193]]}]
+    lines = bench_thor_bert.report({"thor+w": ((0.04, 0.05), runs)}, timed={})
+    assert "no baseline's runs under --results" in lines[0] and "--optimizers lamb" in lines[0]
+    assert lines[1] == "   thor+w (0.04, 0.05): final held-out accuracy 0.1198 (seed 0), 0.1193 (seed 1)"

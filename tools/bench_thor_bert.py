@@ -437,6 +437,13 @@ def rows(best, timed, target, kinds):
 
 
 def report(best, timed):
+    if not any(kind in best for kind in BASELINES):
+        lines = ["   no baseline's runs under --results, so no target: run --optimizers lamb (or adamw) "
+                 "into the same --results, then --report-only"]
+        for kind, (setting, runs) in best.items():
+            lines.append(f"   {kind} {setting}: final held-out accuracy "
+                         + ", ".join(f"{run['final']:.4f} (seed {run['seed']})" for run in runs))
+        return lines
     baseline, target = target_of(best)
     lines = [f"   target: {target:.4f} held-out masked-LM accuracy (the lowest final accuracy of the best baseline, "
              f"{baseline})"]
