@@ -84,6 +84,15 @@ TIED_OUTPUT_KIND = "EmbeddingOutput"
 OUTPUT_KEYS = ("out_a_sum", "out_g_sum", "out_rows")
 
 
+def _slot_in(slot_of_identity, variable):
+    """The slot ``slot_of_identity`` keeps for any of ``variable``'s identities, or None."""
+    for identity in _identities(variable):
+        slot = slot_of_identity.get(identity)
+        if slot is not None:
+            return slot
+    return None
+
+
 def _identities(variable):
     """ids of a variable and of what it wraps (mirrored components, aggregating wrappers)."""
     variable = compat.backing_variable(variable)
@@ -336,12 +345,13 @@ class THOR(wrapper_lib.OptimizerWrapper):
             self._slot_of_identity[identity] = slot
         self._slots.append(slot)
         if self.precondition_biases and record.kind in ("Dense", "EinsumDense"):
-            self._cover_bias(slot, getattr(record.layer, "bias", None))
+            self._cover_bias(slot, getattr(record.layer, "bias", None), slot.geometry.d_out)
         return slot
 
-    def _cover_bias(self, slot, bias):
-        """precondition_biases: ``bias`` (a vector over the layer's d_out outputs) gets the layer's G."""
-        if bias is None or math.prod(int(d) for d in bias.shape) != slot.geometry.d_out:
+    def _cover_bias(self, slot, bias, width):
+        """precondition_biases: ``bias``, a vector of ``width`` values, gets ``slot``'s output-side
+        inverse (a layer's G; a tied table's vocabulary-side diagonal); any other shape: plain gradient."""
+        if bias is None or math.prod(int(d) for d in bias.shape) != width:
             return
         for identity in _identities(bias):
             self._bias_slot_of_identity.setdefault(identity, slot)
@@ -356,16 +366,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
         slot.tied_output = True
         if self.precondition_biases:
             bias = getattr(record.layer, "moxlite_tied_bias", None)
-            self._cover_bias_of_table(slot, bias() if bias is not None else None)
+            self._cover_bias(slot, bias() if bias is not None else None, slot.geometry.d_in)
         return slot
-
-    def _cover_bias_of_table(self, slot, bias):
-        """precondition_biases: the tied projection's bias (over the vocabulary) gets the table's
-        vocabulary-side diagonal."""
-        if bias is None or math.prod(int(d) for d in bias.shape) != slot.geometry.d_in:
-            return
-        for identity in _identities(bias):
-            self._bias_slot_of_identity.setdefault(identity, slot)
 
     def _grouped(self, statistics, gradients):
         """(slots with records this step, the tensors their factor sums need, as _local_sums takes them)."""
@@ -656,18 +658,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
         return out
 
     def _slot_covering(self, variable):
-        for identity in _identities(variable):
-            slot = self._slot_of_identity.get(identity)
-            if slot is not None:
-                return slot
-        return None
+        return _slot_in(self._slot_of_identity, variable)
 
     def _bias_slot_covering(self, variable):
-        for identity in _identities(variable):
-            slot = self._bias_slot_of_identity.get(identity)
-            if slot is not None:
-                return slot
-        return None
+        return _slot_in(self._bias_slot_of_identity, variable)
 
     @staticmethod
     def _preconditioned_bias(slot, gradient, damping_sqrt):
