@@ -19,6 +19,7 @@ import threading
 from moxlite import logs
 from moxlite.distribute import cluster
 
+
 def serve_forever(view):
     """Run this task's server until the process is killed."""
     if view.kind != "parameter_server":
