@@ -47,26 +47,37 @@ def test_intervals_holding_a_thor_refresh_and_the_first_interval_timed_as_its_ki
 
 
 def test_variant_patterns_stay_text_and_schedule_options_stay_out_of_the_wrapper():
-    name, options = sweeplib.parse_variant("thor+noln=exclude:layer_norm|embedding,warmup:50,frequency:10")
-    assert name == "thor+noln" and options == {"exclude": ["layer_norm|embedding"], "warmup": 50.0, "frequency": 10}
+    name, options = sweeplib.parse_variant("thor+noln=exclude:layer_norm|embedding,warmup:20,frequency:10")
+    assert name == "thor+noln" and options == {"exclude": ["layer_norm|embedding"], "warmup": 20.0, "frequency": 10}
     bench_thor_bert.THOR_VARIANTS[name] = options
     try:
         wrapper = bench_thor_bert.optimizer_fn_for(name, (0.02, 0.1), 100)()
     finally:
         del bench_thor_bert.THOR_VARIANTS[name]
     assert wrapper.exclude == ("layer_norm|embedding",) and wrapper.frequency == 10
-    # warmup went to the inner momentum's schedule: at update 0 it is 0.02 * 1/50, not 0.02.
-    assert abs(float(wrapper.inner_optimizer.learning_rate) - 0.02 / 50) < 1e-9
+    # warmup went to the inner momentum's schedule: at update 0 it is 0.02 * 1/20, not the default's 1/50.
+    assert abs(float(wrapper.inner_optimizer.learning_rate) - 0.02 / 20) < 1e-9
 
 
-def test_linear_warmup_scales_the_decay_by_step_over_warmup():
-    from moxlite.optimizers.thor_schedules import ThorPolynomialDecay
+def test_the_benchmarks_first_thor_setting_is_the_tiny_recipes_schedules():
+    """What the benchmark measures as "thor" at its first setting is what bert_tiny_mlm_thor.yaml runs."""
+    from moxlite.recipes import builders, loader
 
-    decay = ThorPolynomialDecay(0.02, 0.0002, 100)
-    schedule = bench_thor_bert.linear_warmup(10, decay)
-    for step in (0, 4, 9, 50, 100):
-        expected = (0.02 - 0.0002) * (1 - step / 100) + 0.0002   # the decay's own formula
-        assert abs(float(schedule(step)) - expected * min(1.0, (step + 1) / 10)) < 1e-7
+    recipe = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes",
+                          "bert_tiny_mlm_thor.yaml")
+    loaded = loader.load([recipe], [])
+    plan = builders.build_plan(loaded)
+    steps = loaded.recipe.run.steps
+    assert steps == bench_thor_bert.REDUCED["steps"]
+    wrapper = bench_thor_bert.optimizer_fn_for("thor", bench_thor_bert.REDUCED["sweeps"]["thor"][0], steps)()
+    recipe_lr = builders._learning_rate(loaded, plan.flags, None)
+    thor_block = loaded.recipe.optimizer.wrappers[0].params
+    for step in (0, 10, 49, 50, 300, 599, 700):
+        assert abs(float(recipe_lr(step)) - float(wrapper.inner_optimizer._learning_rate(step))) < 1e-9, step
+    assert thor_block["frequency"] == wrapper.frequency and thor_block["block_size"] == bench_thor_bert.BLOCK_SIZE
+    damping = thor_block["damping"]
+    assert (damping["initial_value"], damping["end_value"], damping["total_steps"]) == (
+        wrapper.damping.initial_value, wrapper.damping.end_value, wrapper.damping.total_steps)
 
 
 def test_a_report_of_thor_runs_alone_lists_their_finals_and_names_the_missing_baseline():

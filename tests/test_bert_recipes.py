@@ -39,11 +39,11 @@ def test_tiny_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_pa
     from moxlite.recipes import execution
 
     overrides = SHORT + ["optimizer.wrappers.0.frequency=2", "optimizer.learning_rate.total_steps=3",
-                         "optimizer.wrappers.0.damping.total_steps=3"]
+                         "optimizer.learning_rate.warmup_steps=2", "optimizer.wrappers.0.damping.total_steps=3"]
     assert cli.main(_arguments(TINY_THOR, overrides + [f"run.log_dir={tmp_path / 'recipe'}"])) == 0
     assert "thor: preconditioning" in capsys.readouterr().out
     plan = builders.build_plan(loader.load([TINY_THOR], overrides + [f"run.log_dir={tmp_path / 'python'}"]))
-    learning_rate = thor_schedules.ThorPolynomialDecay(0.02, 0.0002, total_steps=3, power=1.0)
+    learning_rate = thor_schedules.ThorPolynomialDecay(0.04, 0.004, total_steps=3, power=1.0, warmup_steps=2)
     damping = thor_schedules.ThorPolynomialDecay(0.05, 0.001, total_steps=3, power=1.0)
     optimizer_fn = mox.get_optimizer_wrapper_fn(
         "thor", mox.get_optimizer_fn("momentum", learning_rate, momentum=0.9), damping=damping, frequency=2,

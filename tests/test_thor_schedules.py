@@ -91,6 +91,26 @@ def test_bert_polynomial_variants_equal_mindspore_table(factory, start, end):
                                rtol=1e-6)
 
 
+def test_warmup_steps_scale_the_polynomial_decay_by_step_plus_one_over_warmup():
+    start, end, total, warmup = 0.04, 0.004, 600, 50
+    steps = np.arange(700)
+    decay = mindspore_poly_table(start, end, total, 1.0)
+    decay = np.concatenate([decay, np.full(100, end)])
+    expected = decay * np.minimum(1.0, (steps + 1) / warmup)
+    schedule = thor_schedules.ThorPolynomialDecay(start, end, total, warmup_steps=warmup)
+    np.testing.assert_allclose(values(schedule, steps), expected, rtol=1e-6, atol=0)
+    assert float(schedule(0)) == pytest.approx(start / warmup, rel=1e-6)
+    traced = tf.function(schedule)   # as the optimizer reads it, inside the step's graph, of an int32 step too
+    assert float(traced(tf.constant(10, tf.int32))) == pytest.approx(expected[10], rel=1e-6)
+    # without warm-up the values are MindSpore's table, and the config (so a saved optimizer) is unchanged
+    plain = thor_schedules.ThorPolynomialDecay(start, end, total)
+    np.testing.assert_allclose(values(plain, steps[:total]), decay[:total], rtol=1e-6)
+    assert "warmup_steps" not in plain.get_config()
+    restored = thor_schedules.ThorPolynomialDecay.from_config(schedule.get_config())
+    np.testing.assert_allclose(values(restored, steps), expected, rtol=1e-6)
+    assert repr(schedule).endswith("warmup_steps=50)")
+
+
 def test_inside_a_run_the_optimizer_reads_the_global_step_in_applied_updates():
     schedule = thor_schedules.ThorLearningRate(0.1, 2.0, lr_end_epoch=3, steps_per_epoch=4, decay_epochs=2)
     table = mindspore_lr_table(0.1, 2.0, 3, 4, 2)
@@ -136,6 +156,7 @@ def test_repr_names_the_schedule_and_every_setting_so_it_rebuilds_the_same_value
     (lambda: thor_schedules.ThorDamping(0.03, 0.5, 0), "thor_damping: steps_per_epoch=0 is out of range; expected a finite number > 0"),
     (lambda: thor_schedules.ThorPolynomialDecay(1e-3, 1e-5, 10.5), "thor_polynomial: total_steps=10.5 is out of range; expected a whole number > 0"),
     (lambda: thor_schedules.ThorPolynomialDecay(1e-3, -1.0, 100), "thor_polynomial: end_value=-1.0 is out of range; expected a finite number >= 0"),
+    (lambda: thor_schedules.ThorPolynomialDecay(1e-3, 1e-5, 100, warmup_steps=2.5), "thor_polynomial: warmup_steps=2.5 is out of range; expected a whole number >= 0"),
 ])
 def test_bad_arguments_give_one_line_naming_the_argument(build, fragment):
     with pytest.raises(errors.OptimizerError) as raised:

@@ -243,6 +243,8 @@ _AT_LEAST_0 = ranges.number(minimum=0)
 _STEPS = ranges.number(above=0)
 _WHOLE_POSITIVE = ranges.Range("a whole number > 0",
                                lambda v: ranges.is_number(v) and v > 0 and float(v).is_integer())
+_WHOLE_AT_LEAST_0 = ranges.Range("a whole number >= 0",
+                                 lambda v: ranges.is_number(v) and v >= 0 and float(v).is_integer())
 _SWITCH = ranges.one_of((True, False))
 
 # Schedule kind -> its arguments' accepted ranges (the names are schema.SCHEDULE_ARGUMENTS'; the
@@ -265,7 +267,7 @@ SCHEDULE_PARAMETERS = {
              "decay_epochs": _AT_LEAST_0},
     "thor_damping": {"damping_init": _POSITIVE, "decay_rate": _POSITIVE, "steps_per_epoch": _POSITIVE},
     "thor_polynomial": {"initial_value": _POSITIVE, "end_value": _AT_LEAST_0, "total_steps": _WHOLE_POSITIVE,
-                        "power": _AT_LEAST_0},
+                        "power": _AT_LEAST_0, "warmup_steps": _WHOLE_AT_LEAST_0},
 }
 
 

@@ -22,7 +22,9 @@ end of step ``step``, counted from 0):
   ``get_bert_thor_damping``): polynomial decay without warm-up from
   ``initial_value`` to ``end_value`` over ``total_steps``, here at the step itself
   (not step + 1): value = (initial - end) * (1 - step / total_steps) ** power + end,
-  ``end_value`` after ``total_steps``.
+  ``end_value`` after ``total_steps``. moxlite adds an optional linear warm-up
+  (not in MindSpore): with ``warmup_steps`` = w > 0 the value is multiplied by
+  min(1, (step + 1) / w), laid over the decay rather than delaying it.
 
 Values are computed in float64 and returned as float32, as MindSpore builds
 its float64 table and casts it to float32.
@@ -134,30 +136,39 @@ class ThorDamping(_ThorSchedule):
 
 @keras.saving.register_keras_serializable(package="moxlite")
 class ThorPolynomialDecay(_ThorSchedule):
-    """MindSpore's BERT THOR schedules: polynomial decay, no warm-up, for the learning rate or the damping.
+    """MindSpore's BERT THOR schedules: polynomial decay, for the learning rate or the damping.
 
     initial_value: the value at step 0 (BERT: lr 3.4e-3, damping 5e-2).
     end_value: the value at ``total_steps`` and after (lr 3.244e-5, damping 1e-6).
     total_steps: steps of the decay (30,000 in MindSpore's BERT config).
     power: the power of the decay (1.0: linear).
+    warmup_steps: steps of a linear warm-up laid over the decay, value * min(1, (step + 1) /
+      warmup_steps); 0 (the default, MindSpore's schedules) for none. THOR over momentum on
+      BERT-tiny reached a higher held-out accuracy with 50 of 600 (tools/README.md).
     """
 
     NAME = "thor_polynomial"
 
-    def __init__(self, initial_value, end_value, total_steps, power=1.0):
+    def __init__(self, initial_value, end_value, total_steps, power=1.0, warmup_steps=0):
         values = _checked(self.NAME, initial_value=initial_value, end_value=end_value, total_steps=total_steps,
-                          power=power)
+                          power=power, warmup_steps=warmup_steps)
         self.initial_value, self.end_value, self.power = values["initial_value"], values["end_value"], values["power"]
-        self.total_steps = int(values["total_steps"])
+        self.total_steps, self.warmup_steps = int(values["total_steps"]), int(values["warmup_steps"])
 
     def __call__(self, step):
-        remaining = tf.maximum(1.0 - tf.cast(step, tf.float64) / self.total_steps, 0.0)
+        step = tf.cast(step, tf.float64)
+        remaining = tf.maximum(1.0 - step / self.total_steps, 0.0)
         value = (self.initial_value - self.end_value) * tf.pow(remaining, self.power) + self.end_value
+        if self.warmup_steps:
+            value *= tf.minimum((step + 1.0) / self.warmup_steps, 1.0)
         return tf.cast(tf.maximum(value, 0.0), tf.float32)
 
     def get_config(self):
-        return dict(initial_value=self.initial_value, end_value=self.end_value, total_steps=self.total_steps,
-                    power=self.power)
+        config = dict(initial_value=self.initial_value, end_value=self.end_value, total_steps=self.total_steps,
+                      power=self.power)
+        if self.warmup_steps:
+            config["warmup_steps"] = self.warmup_steps
+        return config
 
 
 def bert_thor_learning_rate(**overrides):

@@ -66,7 +66,7 @@ SCHEDULES = {
 THOR_SCHEDULES = {
     "thor": "lr_init, lr_decay, lr_end_epoch, decay_epochs (MindSpore's get_thor_lr)",
     "thor_damping": "damping_init, decay_rate (get_thor_damping)",
-    "thor_polynomial": "initial_value, end_value, total_steps, power (the BERT lr and damping)",
+    "thor_polynomial": "initial_value, end_value, total_steps, power, warmup_steps (the BERT lr and damping)",
 }
 
 # Schedule name -> (required arguments, optional arguments), in the order of the class's
@@ -82,7 +82,7 @@ SCHEDULE_ARGUMENTS = {
     "inverse_time": (("initial_learning_rate", "decay_steps", "decay_rate"), ("staircase",)),
     "thor": (("lr_init", "lr_decay", "lr_end_epoch", "steps_per_epoch"), ("decay_epochs",)),
     "thor_damping": (("damping_init", "decay_rate", "steps_per_epoch"), ()),
-    "thor_polynomial": (("initial_value", "end_value", "total_steps"), ("power",)),
+    "thor_polynomial": (("initial_value", "end_value", "total_steps"), ("power", "warmup_steps")),
 }
 
 REQUIRED = dataclasses.MISSING
