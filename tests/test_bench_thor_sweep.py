@@ -86,3 +86,28 @@ def test_a_report_of_thor_runs_alone_lists_their_finals_and_names_the_missing_ba
     lines = bench_thor_bert.report({"thor+w": ((0.04, 0.05), runs)}, timed={})
     assert "no baseline's runs under --results" in lines[0] and "--optimizers lamb" in lines[0]
     assert lines[1] == "   thor+w (0.04, 0.05): final held-out accuracy 0.1198 (seed 0), 0.1193 (seed 1)"
+
+
+def test_a_plot_of_thor_runs_alone_is_drawn_without_a_target(tmp_path):
+    """The report lists THOR's finals when no baseline ran; the plot after it must not raise either."""
+    import pytest
+
+    pytest.importorskip("matplotlib", reason="the [plot] extra is not installed")
+    curve = [[25, 0.05], [50, 0.08]]
+    runs = [{"final": 0.08, "seed": seed, "curve": curve, "cpu": {"25": 1.0, "50": 1.0}} for seed in (0, 1)]
+    path = tmp_path / "plot.png"
+    assert bench_thor_bert.plot({"thor": ((0.04, 0.05), runs)}, str(path), print_fn=lambda line: None)
+    assert path.stat().st_size > 1000
+
+
+def test_a_kept_run_made_under_other_schedule_defaults_is_not_reused(tmp_path):
+    import json
+
+    path = bench_thor_bert.run_path(str(tmp_path), "thor", (0.04, 0.05), 0, 600, False)
+    with open(path, "w") as file:   # a run kept before the defaults changed: MindSpore's lr end, no warm-up
+        json.dump({"options": {"lr_end": 0.01, "warmup": 0, "damping_end": 0.02}, "final": 0.1}, file)
+    assert bench_thor_bert.stored_run(str(tmp_path), "thor", (0.04, 0.05), 0, 600, False) is None
+    with open(path, "w") as file:
+        json.dump({"options": bench_thor_bert.run_options("thor"), "final": 0.1}, file)
+    assert bench_thor_bert.stored_run(str(tmp_path), "thor", (0.04, 0.05), 0, 600, False)["final"] == 0.1
+    assert bench_thor_bert.run_options("lamb") is None

@@ -455,6 +455,9 @@ def main(argv=None):
                         help="momentum's sweep as learning rates, e.g. 0.05,0.1 (default: the run's)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default: the run's)")
     parser.add_argument("--no-timing", action="store_true", help="skip the timing rounds (steps to target only)")
+    parser.add_argument("--eval-every", type=int, default=None,
+                        help="digits: test accuracy every this many steps, the resolution of steps to target "
+                             "(default: the run's, 10)")
     parser.add_argument("--block-size", type=int, default=128, help="--plan: block size against full inverses")
     parser.add_argument("--bert-sequence", type=int, default=128, help="--plan: tokens per BERT sample")
     args = parser.parse_args(argv)
@@ -495,6 +498,8 @@ def main(argv=None):
         config["optimizers"].insert(0, "momentum")   # the ratios are to momentum
     if args.steps:
         config["steps"] = {model: args.steps for model in config["steps"]}
+    if args.eval_every:
+        config["eval_every"] = args.eval_every
     if args.no_timing:
         config["timing_rounds"] = 0
     for key, value in (("timing_rounds", args.rounds), ("timing_steps", args.timing_steps)):

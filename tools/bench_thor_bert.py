@@ -261,7 +261,16 @@ def stored_run(results, kind, setting, seed, steps, timed):
         return None
     with open(path) as file:
         stored = json.load(file)
-    return stored if stored.get("options") == THOR_VARIANTS.get(kind) else None
+    return stored if stored.get("options") == run_options(kind) else None
+
+
+def run_options(kind):
+    """What a kept run of ``kind`` is checked against: a THOR kind's options with the schedule defaults
+    filled in, so a run kept before a default changed (THOR_LR_END, THOR_WARMUP) is run again, not reused."""
+    if not is_thor(kind):
+        return None
+    defaults = {"lr_end": THOR_LR_END, "warmup": THOR_WARMUP, "damping_end": THOR_DAMPING_END}
+    return dict(defaults, **THOR_VARIANTS[kind])
 
 
 def train_once(kind, setting, seed, config, corpus, results, log_root, timed=False, only_timed=False):
@@ -278,7 +287,7 @@ def train_once(kind, setting, seed, config, corpus, results, log_root, timed=Fal
         return stored
     timed = timed or only_timed
     path = run_path(results, kind, setting, seed, steps, timed)
-    options = THOR_VARIANTS.get(kind)
+    options = run_options(kind)
     import keras
 
     import moxlite as mox
@@ -473,7 +482,7 @@ def plot(best, path, print_fn=print):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    baseline, target = target_of(best)
+    baseline, target = target_of(best) if any(kind in best for kind in BASELINES) else (None, None)
     kinds = [kind for kind in ("thor",) + BASELINES if kind in best]
     figure, axes = plt.subplots(1, 2, figsize=(10, 3.6), squeeze=False)
     for kind in kinds:
@@ -486,12 +495,14 @@ def plot(best, path, print_fn=print):
         axes[0, 1].plot(seconds, accuracy, label=label)
     for column, unit in enumerate(("steps", "training CPU seconds (the process's, all threads)")):
         axis = axes[0, column]
-        axis.axhline(target, color="grey", linestyle=":", linewidth=1)
+        if target is not None:
+            axis.axhline(target, color="grey", linestyle=":", linewidth=1)
         axis.set_xlabel(unit)
         axis.set_ylabel("held-out masked-LM accuracy")
         axis.legend(loc="lower right", fontsize=8)
     axes[0, 0].set_title(f"bert_tiny: accuracy vs steps (median of {len(best[kinds[0]][1])} seeds)", fontsize=9)
-    axes[0, 1].set_title(f"accuracy vs CPU seconds (dotted: target, {baseline}'s lowest final)", fontsize=9)
+    axes[0, 1].set_title(f"accuracy vs CPU seconds (dotted: target, {baseline}'s lowest final)" if baseline
+                         else "accuracy vs CPU seconds (no baseline's runs: no target)", fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=72)
     print_fn(f"\nPlot written to {path}")
