@@ -28,22 +28,34 @@ def test_sweep_picks_the_lowest_rank_on_seed_0_then_runs_it_on_the_other_seeds_i
 def test_reach_ratio_and_median_range():
     curve = [(25, 0.1), (50, 0.29), (75, 0.31), (100, 0.4)]
     assert sweeplib.reach(curve, 0.3) == (75, 0.31) and sweeplib.reach(curve, 0.5) is None
-    assert sweeplib.ratio([70, 80, None], [100, 120, 110]) == "0.68x"   # 75 / 110
-    assert sweeplib.median_range([3, None, 1, 2]) == "2 [1-3]"
+    # a seed that did not reach counts as more steps than any that did: the median of 70, 80, never is 80,
+    # not the 75 of the two that reached (which flattered the side that missed a seed)
+    assert sweeplib.ratio([70, 80, None], [100, 120, 110]) == "0.73x"   # 80 / 110
+    assert sweeplib.ratio([70, None, None], [100, 120, 110]).startswith("n/a (the median seed of a side")
+    assert sweeplib.ratio([70, 80, 90], [100, None, None]).startswith("n/a")
+    assert sweeplib.median_range([3, None, 1]) == "3 [1-not reached]"   # the median of 1, 3, never
+    assert sweeplib.median_range([3, 1, 2]) == "2 [1-3]"
+    assert sweeplib.median_range([None, 5, None]) == "not reached [5-not reached]"
     assert sweeplib.median_range([None]) == "not reached"
 
 
 def test_intervals_holding_a_thor_refresh_and_the_first_interval_timed_as_its_kind():
-    # frequency 50, intervals of 25 steps: refreshes at global steps 1, 51, 101 -> intervals ending 25, 75, 125.
-    assert [bench_thor_bert.holds_refresh("thor", last, 25) for last in (25, 50, 75, 100, 125)] == [
-        True, False, True, False, True]
-    assert not bench_thor_bert.holds_refresh("lamb", 25, 25)
-    measured = {50: 1.0, 75: 3.0, 100: 1.2, 125: 5.0}   # the first interval (ends at 25) is not measured
-    timed = bench_thor_bert.first_interval_timed("thor", measured, 25)
+    bench_thor_bert.THOR_VARIANTS["thor+f50"] = {"frequency": 50}
+    try:
+        # frequency 50, intervals of 25 steps: refreshes at global steps 1, 51, 101 -> intervals ending 25, 75, 125.
+        assert [bench_thor_bert.holds_refresh("thor+f50", last, 25) for last in (25, 50, 75, 100, 125)] == [
+            True, False, True, False, True]
+        measured = {50: 1.0, 75: 3.0, 100: 1.2, 125: 5.0}   # the first interval (ends at 25) is not measured
+        timed = bench_thor_bert.first_interval_timed("thor+f50", measured, 25)
+    finally:
+        del bench_thor_bert.THOR_VARIANTS["thor+f50"]
     assert timed[25] == 4.0   # the median of the other refresh intervals (3.0, 5.0)
     assert bench_thor_bert.seconds_to({"wall": {str(k): v for k, v in timed.items()}}, 75) == 8.0
+    assert not bench_thor_bert.holds_refresh("lamb", 25, 25)
     plain = bench_thor_bert.first_interval_timed("lamb", {50: 1.0, 75: 2.0, 100: 4.0}, 25)
     assert plain[25] == 2.0
+    # the recipe's frequency, 10: every 25-step interval holds a refresh
+    assert all(bench_thor_bert.holds_refresh("thor", last, 25) for last in (25, 50, 75, 100))
 
 
 def test_variant_patterns_stay_text_and_schedule_options_stay_out_of_the_wrapper():

@@ -361,9 +361,9 @@ def estimated_time_lines(best, rounds, target):
     THOR's steps to target include one refresh per ``FREQUENCY`` updates (the first included).
     """
     def median_steps(kind):
-        reached = [reach(run["curve"], target) for run in best[kind][1]]
-        steps = [r[0] for r in reached if r]
-        return statistics.median(steps) if steps else None
+        steps = [r[0] if r else None for r in (reach(run["curve"], target) for run in best[kind][1])]
+        median = sweeplib.censored_median(steps)
+        return None if math.isinf(median) else median
 
     base = median_steps("momentum")
     lines = []

@@ -10,6 +10,7 @@ Importable as ``sweeplib`` from the scripts in tools/ (Python puts the script's 
 on the path); it imports nothing heavy, so a test can load it on its own.
 """
 
+import math
 import statistics
 
 
@@ -51,20 +52,31 @@ def reach(curve, target):
     return None
 
 
+def censored_median(values):
+    """The median with None (a seed that did not reach the target) counted as more than any value, so
+    leaving a seed out never flatters a side; infinity when the median seed did not reach it."""
+    return statistics.median([math.inf if v is None else v for v in values])
+
+
 def median_range(values, form="{:.0f}"):
-    """'median [min-max]' of the values that are not None, or 'not reached' when none is."""
-    values = [v for v in values if v is not None]
-    if not values:
-        return "not reached"
-    return f"{form.format(statistics.median(values))} [{form.format(min(values))}-{form.format(max(values))}]"
+    """'median [min-max]' over every seed, None counted as not reached; 'not reached' when the median is."""
+    reached = [v for v in values if v is not None]
+    median = censored_median(values) if values else math.inf
+    if math.isinf(median):
+        return "not reached" if not reached else f"not reached [{form.format(min(reached))}-not reached]"
+    top = "not reached" if len(reached) < len(values) else form.format(max(reached))
+    return f"{form.format(median)} [{form.format(min(reached))}-{top}]"
 
 
 def ratio(values, base):
-    """The median of ``values`` over the median of ``base`` (None entries left out), as '0.62x'."""
-    values, base = [v for v in values if v is not None], [v for v in base if v is not None]
+    """The median of ``values`` over the median of ``base``, as '0.62x', each over every seed (a seed that
+    did not reach the target counts as more than any that did): 'n/a' when a side's median seed did not."""
     if not values or not base:
-        return "n/a (a side did not reach the target)"
-    return f"{statistics.median(values) / statistics.median(base):.2f}x"
+        return "n/a (no runs)"
+    value, reference = censored_median(values), censored_median(base)
+    if math.isinf(value) or math.isinf(reference):
+        return "n/a (the median seed of a side did not reach the target, or was not timed)"
+    return f"{value / reference:.2f}x"
 
 
 # Variant keys whose value is a regular expression (thor's include/exclude), kept as text.
