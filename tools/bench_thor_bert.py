@@ -98,8 +98,18 @@ def is_thor(kind):
     return kind in THOR_VARIANTS
 
 
+def run_options(kind):
+    """A THOR kind's options with the benchmark's defaults filled in (None for a baseline): what
+    optimizer_fn_for builds, and what a kept run is checked against, so a run kept before a default
+    changed (THOR_LR_END, THOR_WARMUP, FREQUENCY) is run again, not reused."""
+    if not is_thor(kind):
+        return None
+    defaults = {"lr_end": THOR_LR_END, "warmup": THOR_WARMUP, "damping_end": THOR_DAMPING_END, "frequency": FREQUENCY}
+    return dict(defaults, **THOR_VARIANTS[kind])
+
+
 def frequency_of(kind):
-    return THOR_VARIANTS.get(kind, {}).get("frequency", FREQUENCY)
+    return run_options(kind)["frequency"] if is_thor(kind) else FREQUENCY
 
 
 def optimizer_fn_for(kind, setting, steps):
@@ -112,16 +122,15 @@ def optimizer_fn_for(kind, setting, steps):
         decay = keras.optimizers.schedules.PolynomialDecay(setting, steps, end_learning_rate=0.0)
         return mox.get_optimizer_fn(kind, learning_rate=decay, weight_decay=0.01)
     learning_rate, damping = setting
-    options = dict({"frequency": FREQUENCY}, **THOR_VARIANTS[kind])
+    options = run_options(kind)
     schedule = {key: options.pop(key) for key in SCHEDULE_OPTIONS + INNER_OPTIONS if key in options}
-    decay = ThorPolynomialDecay(learning_rate, learning_rate * schedule.get("lr_end", THOR_LR_END), steps,
-                                warmup_steps=int(schedule.get("warmup", THOR_WARMUP)))
+    decay = ThorPolynomialDecay(learning_rate, learning_rate * schedule["lr_end"], steps,
+                                warmup_steps=int(schedule["warmup"]))
     inner = mox.get_optimizer_fn("momentum", momentum=0.9, learning_rate=decay)
     if "lars" in schedule:
         inner = mox.get_optimizer_wrapper_fn("lars", inner, ratio=float(schedule["lars"]), weight_decay=0.0)
     return mox.get_optimizer_wrapper_fn(
-        "thor", inner, damping=ThorPolynomialDecay(damping, damping * schedule.get("damping_end", THOR_DAMPING_END),
-                                                   steps),
+        "thor", inner, damping=ThorPolynomialDecay(damping, damping * schedule["damping_end"], steps),
         block_size=BLOCK_SIZE, weight_decay=5e-4, weight_decay_exclude=["layernorm", "layer_norm", "bias"],
         **options)
 
@@ -264,16 +273,6 @@ def stored_run(results, kind, setting, seed, steps, timed):
     with open(path) as file:
         stored = json.load(file)
     return stored if stored.get("options") == run_options(kind) else None
-
-
-def run_options(kind):
-    """What a kept run of ``kind`` is checked against: a THOR kind's options with the schedule defaults
-    filled in, so a run kept before a default changed (THOR_LR_END, THOR_WARMUP, FREQUENCY) is run again,
-    not reused."""
-    if not is_thor(kind):
-        return None
-    defaults = {"lr_end": THOR_LR_END, "warmup": THOR_WARMUP, "damping_end": THOR_DAMPING_END, "frequency": FREQUENCY}
-    return dict(defaults, **THOR_VARIANTS[kind])
 
 
 def train_once(kind, setting, seed, config, corpus, results, log_root, timed=False, only_timed=False):

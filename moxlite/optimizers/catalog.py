@@ -241,10 +241,14 @@ def accepted_arguments(name):
 _POSITIVE = ranges.number(above=0)
 _AT_LEAST_0 = ranges.number(minimum=0)
 _STEPS = ranges.number(above=0)
-_WHOLE_POSITIVE = ranges.Range("a whole number > 0",
-                               lambda v: ranges.is_number(v) and v > 0 and float(v).is_integer())
-_WHOLE_AT_LEAST_0 = ranges.Range("a whole number >= 0",
-                                 lambda v: ranges.is_number(v) and v >= 0 and float(v).is_integer())
+
+
+def _is_whole(value):
+    return ranges.is_number(value) and float(value).is_integer()
+
+
+_WHOLE_POSITIVE = ranges.Range("a whole number > 0", lambda v: _is_whole(v) and v > 0)
+_WHOLE_AT_LEAST_0 = ranges.Range("a whole number >= 0", lambda v: _is_whole(v) and v >= 0)
 _SWITCH = ranges.one_of((True, False))
 
 # Schedule kind -> its arguments' accepted ranges (the names are schema.SCHEDULE_ARGUMENTS'; the
