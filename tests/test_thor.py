@@ -113,6 +113,26 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path):
         np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+def test_resumed_in_the_middle_of_a_learning_rate_warm_up_equals_uninterrupted(tmp_path):
+    """thor_polynomial's warm-up is a function of the run's global step: stopped at step 3 of a
+    5-step warm-up, the resumed run must go on from 4/5 of the lr, not start the warm-up again."""
+    from moxlite.optimizers.thor_schedules import ThorPolynomialDecay
+
+    images, labels = thorlib.small_digits(BATCH * 6)
+    optimizer_fn = thorlib.thor_optimizer_fn(lr=ThorPolynomialDecay(0.05, 0.005, 6, warmup_steps=5),
+                                             damping=ThorPolynomialDecay(0.05, 0.001, 6), frequency=2)
+    straight = _conv_run(tmp_path / "straight", optimizer_fn, BATCH, 6, images, labels)
+    _conv_run(tmp_path / "resumed", optimizer_fn, BATCH, 3, images, labels)
+    resumed = _conv_run(tmp_path / "resumed", optimizer_fn, BATCH, 6, images, labels)
+    for a, b in zip(straight, resumed):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    # the warm-up changes the weights well beyond the tolerance, so a resume that restarted it would show
+    no_warmup = thorlib.thor_optimizer_fn(lr=ThorPolynomialDecay(0.05, 0.005, 6),
+                                          damping=ThorPolynomialDecay(0.05, 0.001, 6), frequency=2)
+    plain = _conv_run(tmp_path / "no_warmup", no_warmup, BATCH, 6, images, labels)
+    assert any(np.abs(a - b).max() > 1e-3 for a, b in zip(straight, plain))
+
+
 def _optimizer_state(log_dir):
     reader = tf.train.load_checkpoint(str(log_dir))
     return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
