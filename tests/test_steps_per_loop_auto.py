@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 import pytest
+import keras
 import tensorflow as tf
 
 import moxlite as mox
@@ -61,6 +62,44 @@ def _checkpoints(log_dir):
     return kept
 
 
+class _Probe(keras.layers.Layer):
+    """A scalar weight whose gradient is NaN in a step that holds a marked sample.
+
+    Non-finite by construction: the NaN comes from the custom gradient, not from how a CPU's
+    kernels carry NaN (a NaN input through ReLU is NaN on some instruction sets, 0 on others).
+    The forward pass reads the weight through ``where(is_finite)``, so once an update makes it
+    NaN the loss stays finite and only the check of the weights can see it.
+    """
+
+    def build(self, input_shape):
+        self.value = self.add_weight(shape=(), initializer="zeros", name="value")
+
+    def call(self, logits, marked):
+        any_marked = tf.reduce_any(marked)
+
+        @tf.custom_gradient
+        def read(value):
+            def gradient(upstream):
+                return tf.where(any_marked, tf.constant(np.nan, upstream.dtype), upstream)
+            return tf.where(tf.math.is_finite(value), value, tf.zeros_like(value)), gradient
+
+        return logits + read(tf.convert_to_tensor(self.value))
+
+
+MARK = -1.0   # a pixel value MNIST never has ([0, 1]): the sample that makes the gradient NaN
+
+
+def _mlp_with_poisoned_gradients(inputs, mode):
+    """runlib's seeded MLP; a step with a marked sample has a NaN gradient and a finite loss."""
+    images, labels = inputs
+    hidden = keras.layers.Dense(32, activation="relu",
+                                kernel_initializer=keras.initializers.GlorotUniform(seed=1))(images)
+    logits = keras.layers.Dense(runlib.NUM_CLASSES,
+                                kernel_initializer=keras.initializers.GlorotUniform(seed=2))(hidden)
+    logits = _Probe(name="probe")(logits, tf.reduce_any(tf.equal(images, MARK), axis=1))
+    return runlib.spec_for(images, labels, logits)
+
+
 def _run(log_dir, steps_per_loop, monkeypatch, images, labels, num_gpus=1, repeat=True, **kwargs):
     """Train the seeded MLP; return what the host saw: lines, hook calls, steps per call, result."""
     mox.set_flag("num_gpus", num_gpus)
@@ -78,7 +117,7 @@ def _run(log_dir, steps_per_loop, monkeypatch, images, labels, num_gpus=1, repea
     monkeypatch.setattr(controller, "AUTO_CALL_SECONDS", 1e9)
 
     def model_fn(inputs, mode):
-        spec = runlib.mlp_model_fn(inputs, mode)
+        spec = _mlp_with_poisoned_gradients(inputs, mode)
         spec.hooks = [lambda step, values: hooked.append((step, float(values["loss"])))]
         return spec
 
@@ -112,7 +151,8 @@ def _assert_same_run(tmp_path, monkeypatch, images, labels, **kwargs):
     auto = _run(tmp_path / "auto", "auto", monkeypatch, images, labels, **kwargs)
     assert max(auto["calls"]) > 1 and len(auto["calls"]) < len(one["calls"]), auto["calls"]
     for key in ("lines", "hooked", "result", "error"):
-        assert auto[key] == one[key], key
+        # assert_equal counts two NaNs as equal, where == never does.
+        np.testing.assert_equal(auto[key], one[key], err_msg=key)
     one_kept, auto_kept = _checkpoints(str(tmp_path / "one")), _checkpoints(str(tmp_path / "auto"))
     assert list(auto_kept) == list(one_kept) and one_kept
     for name in one_kept:
@@ -149,30 +189,24 @@ def test_auto_equals_one_step_per_call_when_a_finite_input_ends_inside_a_call(tm
     assert auto["calls"][-1] == 4, auto["calls"]   # asked 56 -> 63 (the next log line), got 4
 
 
-# Grappler on (pytest.mark.grappler) for the two non-finite tests: their scenario is what a
-# user's run (grappler on) does with a NaN input: the NaN sample's activations leave the ReLU
-# as zeros and the loss stays finite. With grappler off (the tests' default, tests/conftest.py)
-# the loss itself is NaN at that step (seen in the fresh-clone run): other messages, and NaN
-# log values, which never compare equal.
-@pytest.mark.grappler
+# The two non-finite tests mark samples whose gradient is NaN by construction
+# (_mlp_with_poisoned_gradients): their loss stays finite on every CPU and either grappler setting.
 def test_auto_stops_at_the_same_non_finite_step(tmp_path, monkeypatch):
     images, labels = runlib.mnist_rows(400)
-    images[16 * BATCH + 3, 5] = np.nan   # global step 17 meets it, inside auto's call 15 -> 18
+    images[16 * BATCH + 3, 5] = MARK   # global step 17 meets it, inside auto's call 15 -> 18
     one, _ = _assert_same_run(tmp_path, monkeypatch, images, labels, max_number_of_steps=40)
-    # The ReLU turns the NaN sample's activations into zeros: the loss stays finite, the first
-    # layer's gradient does not. The weights are checked before the next report (step 18's
+    # The marked sample's loss is finite, the first layer's gradient is not. The weights are checked before the next report (step 18's
     # checkpoint), the one before at step 15's log line.
     assert one["error"].startswith("non-finite loss or gradient after global step 15 and by step 18: the loss "
                                    "stayed finite"), one["error"]
     assert "model.ckpt-12" in one["error"]
 
 
-@pytest.mark.grappler
 def test_auto_skips_and_reports_the_same_non_finite_steps(tmp_path, monkeypatch):
     mox.set_flag("nonfinite_policy", "skip")
     images, labels = runlib.mnist_rows(400)
     for batch in (8, 9, 12, 17):
-        images[batch * BATCH + 3, 5] = np.nan
+        images[batch * BATCH + 3, 5] = MARK
     one, auto = _assert_same_run(tmp_path, monkeypatch, images, labels, max_number_of_steps=24)
     skipped = [line for line in one["lines"] if line.startswith("Skipped")]
     assert [line.split(" (loss")[0] for line in skipped] == [

@@ -59,13 +59,17 @@ def test_the_cluster_group_is_marked_before_xdist_reads_the_groups(request):
     """xdist groups a test by the "@group" its worker appends to the test id, in its own
     pytest_collection_modifyitems, from the xdist_group marks present then; conftest's hook,
     which adds them, must run before it (tryfirst). Under xdist, every cluster test of this
-    worker's collection carries the group in its id."""
+    worker's collection carries the group in its id. Both hold on any subset of the suite,
+    one with no cluster test included."""
     impls = request.config.pluginmanager.hook.pytest_collection_modifyitems.get_hookimpls()
-    ours = [impl for impl in impls if getattr(impl.plugin, "__name__", "") == "tests.conftest"]
-    assert len(ours) == 1 and ours[0].tryfirst
+    ours = [at for at, impl in enumerate(impls) if getattr(impl.plugin, "__name__", "") == "tests.conftest"]
+    assert len(ours) == 1 and impls[ours[0]].tryfirst
     if hasattr(request.config, "workerinput") and request.config.getvalue("loadgroup"):
-        grouped = [item for item in request.session.items if item.get_closest_marker("xdist_group")]
-        assert grouped and all(item.nodeid.endswith("@" + conftest.CLUSTER_GROUP) for item in grouped)
+        workers = [at for at, impl in enumerate(impls) if type(impl.plugin).__name__ == "WorkerInteractor"]
+        assert len(workers) == 1 and ours[0] > workers[0]   # pluggy calls the list from its end
+        clusters = [item for item in request.session.items
+                    if "launches" in item.fixturenames or item.get_closest_marker("cluster")]
+        assert all(item.nodeid.endswith("@" + conftest.CLUSTER_GROUP) for item in clusters)
 
 
 def _meta_optimizer_disabled_for_function_calls():
