@@ -1,4 +1,4 @@
-"""moxlite/CONFORMANCE.md is what tools/conformance_table.py prints, and its examples exist.
+"""docs/reference/conformance.md is what tools/conformance_table.py prints, and its examples exist.
 
 The rows themselves are checked against the code by test_conformance_file.py and
 test_conformance_rows.py; this keeps the published table from drifting from those rows.
@@ -20,9 +20,9 @@ def _tool():
 
 
 def test_the_published_table_is_what_the_tool_prints():
-    published = (ROOT / "moxlite" / "CONFORMANCE.md").read_text()
+    published = (ROOT / "docs" / "reference" / "conformance.md").read_text()
     assert published == _tool().document(), (
-        "moxlite/CONFORMANCE.md is stale: run python tools/conformance_table.py --write moxlite/CONFORMANCE.md")
+        "docs/reference/conformance.md is stale: run python tools/make_reference_docs.py")
 
 
 def test_every_ported_example_has_its_script_and_a_test_that_runs_it():

@@ -1,6 +1,6 @@
 """``thor``: MindSpore's THOR second-order preconditioning, on the layers model_fn already builds.
 
-THOR (Chen et al., AAAI 2021; formulas in ``/work/shared/reference/thor.md``)
+THOR (Chen et al., AAAI 2021; formulas in ``docs/guide/optimizers-and-thor.md``, "THOR's formulas")
 preconditions each supported layer's kernel gradient with the inverses of its
 Kronecker factors, ``dW = A^-1 . grad . G^-1`` (details per layer kind in
 ``thor_factors``), and hands every other gradient (biases, BatchNorm, bare

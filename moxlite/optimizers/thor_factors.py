@@ -6,7 +6,7 @@ giving pre-activation rows s [M, d_out], THOR's Fisher block is A (x) G with
     A = a^T a / M        G = ds^T ds / M
 
 where ds is the gradient of the loss *summed* over the batch with respect to s
-(see thor.md). Per kind:
+(docs/guide/optimizers-and-thor.md, "THOR's formulas"). Per kind:
 
 - Dense: a = inputs reshaped [M, d_in] (M = all leading axes).
 - Conv2D (channels_last, groups 1): a = the input's patches (im2col with

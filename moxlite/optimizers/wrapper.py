@@ -52,7 +52,7 @@ TensorFlow, so that the recipe loader checks them before TensorFlow starts.
 
 Interface for wrappers that need per-layer statistics (THOR)
 ------------------------------------------------------------
-A second-order wrapper such as THOR (K-FAC-like, see thor.md) preconditions
+A second-order wrapper such as THOR (K-FAC-like, see docs/guide/optimizers-and-thor.md) preconditions
 each layer's gradient with Kronecker factors built from the layer's inputs
 and the gradients of the loss with respect to the layer's outputs. Only the
 step can record those. The link says ``"layer_records"`` in its ``READS`` and

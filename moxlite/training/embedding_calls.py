@@ -1,8 +1,9 @@
 """The embedding calls of a transformer that THOR's recorder must tell apart (BERT's, keras-hub's).
 
-THOR's Embedding rule (thor.md) holds for a lookup: each output row is one table row, so A is
-diagonal, the counts of the ids looked up, and G is the output gradients' second moment. Two
-calls in keras-hub's models are not plain ``keras.layers.Embedding`` lookups:
+THOR's Embedding rule (docs/guide/optimizers-and-thor.md) holds for a lookup: each output
+row is one table row, so A is diagonal, the counts of the ids looked up, and G is the output
+gradients' second moment. Two calls in keras-hub's models are not plain
+``keras.layers.Embedding`` lookups:
 
 - **A reverse call** of a ``ReversibleEmbedding`` (``layer(x, reverse=True)``, the masked-LM
   head's output projection tied to the token table) is a matmul with the table's transpose. Its

@@ -4,7 +4,7 @@ Every entry names the ``keras.applications`` constructor that builds the
 feature extractor, its keyword arguments (MobileNet widths), MoXing's default
 image size, and how inputs are normalised (the ``preprocess_input`` mode of
 that Keras module, which pretrained Keras weights expect). How each network
-differs from MoXing's TF-slim original is in the README's zoo table.
+differs from MoXing's TF-slim original is in the zoo table of docs/guide/porting.md.
 """
 
 import collections
