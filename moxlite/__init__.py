@@ -31,7 +31,7 @@ _EXPORTS = {
     "ExportSpec": "moxlite.contract:ExportSpec",
     "ModeKeys": "moxlite.contract:ModeKeys",
     "ModelSpec": "moxlite.contract:ModelSpec",
-    "get_data_augmentation_fn": "moxlite.data.augmentation:get_data_augmentation_fn",
+    "get_data_augmentation_fn": "moxlite.data.zoo_preprocessing:get_data_augmentation_fn",
     "AsyncRawGenerator": "moxlite.data.raw_images:AsyncRawGenerator",
     "ImageClassificationRawDataset": "moxlite.data.raw_images:ImageClassificationRawDataset",
     "ImageClassificationRawMetadata": "moxlite.data.raw_images:ImageClassificationRawMetadata",

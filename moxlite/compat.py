@@ -316,7 +316,7 @@ def replace_layer_method(layer_class, name, method):
 
     Returns a function of no arguments that puts the class back exactly as it
     was (an inherited method is inherited again). moxlite's interception
-    (``moxlite.training.interception``) wraps ``Layer.__call__``, which every
+    (``moxlite.training.capture.interception``) wraps ``Layer.__call__``, which every
     layer call goes through, while a run is in progress: Keras has no public
     per-call hook, and layers built inside model_fn are new objects on every
     trace, so no per-instance wrapping can reach them before they run.

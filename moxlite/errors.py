@@ -62,3 +62,17 @@ def describe(value, limit=60):
     """A short, single-line repr of ``value`` for error messages."""
     text = repr(value).replace("\n", " ")
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class NonFiniteStep(Exception):
+    """Raised by a loop at a non-finite step, or by a check that found non-finite weights
+    (``in_weights``, with the last step checked before, ``since``, when known); ``run``
+    reports it as ``NonFiniteError``. A signal inside a run, not a user error: it lives here so
+    that an optimizer link (a fixed loss scale that keeps overflowing) raises it without importing
+    the runner."""
+
+    def __init__(self, step, loss, consecutive=None, in_weights=False, since=None, overflow_scale=None):
+        super().__init__(f"non-finite step {step}")
+        self.step, self.loss, self.consecutive = step, loss, consecutive
+        self.in_weights, self.since = in_weights, since
+        self.overflow_scale = overflow_scale   # a fixed loss scale that overflowed ``consecutive`` times

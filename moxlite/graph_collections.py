@@ -3,7 +3,7 @@
 TF1 graph collections do not exist in TF2's eager/traced world, and MoXing's
 own ``get_collection`` already differed from ``tf.get_collection``: it
 returned what the *current* ``model_fn`` call (one per device) had added.
-moxlite keeps that meaning: ``ModelTemplate`` opens a fresh set of
+moxlite keeps that meaning: ``SharedVariablesModelFn`` opens a fresh set of
 collections around every ``model_fn`` call, thread-local so that replicas
 running in their own threads do not see each other's entries. The zoo adds
 its weight-decay terms under ``tf.compat.v1.GraphKeys.REGULARIZATION_LOSSES``.

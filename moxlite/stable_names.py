@@ -1,8 +1,8 @@
 """The stable names of the run in progress: a variable's checkpoint key, in any process and run.
 
 ``run`` publishes, for its duration, the function from a variable to its checkpoint key
-(``moxlite.training.naming``: a full Keras path such as ``block0/attention/query/kernel``,
-made-up names replaced by a fresh process's) with ``run_scope``; ``stable_name(variable)``
+(``moxlite.training.state.checkpoint_keys``: a full Keras path such as ``block0/attention/query/kernel``,
+made-up names replaced by a fresh process's) with ``stable_names_scope``; ``stable_name(variable)``
 answers it. THOR's include/exclude and start-up lines and the layer records read it, so
 the names they match are the same in any process and any run.
 
@@ -22,7 +22,7 @@ _scopes = ()
 
 
 @contextlib.contextmanager
-def run_scope(names: Callable[[Any], Optional[str]]):
+def stable_names_scope(names: Callable[[Any], Optional[str]]):
     """While the body (one ``run``) runs, ``stable_name`` answers with ``names(variable)``."""
     global _scopes
     entry = (threading.get_ident(), names)

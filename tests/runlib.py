@@ -81,7 +81,7 @@ def checkpoint_variables(log_dir):
 
 def checkpoint_by_name(log_dir):
     """{stable name: value} of model_fn's variables in the newest checkpoint, in creation order."""
-    from moxlite.training.checkpoints import ORDER_KEY
+    from moxlite.training.state.checkpoints import ORDER_KEY
 
     reader = tf.train.load_checkpoint(log_dir)
     order = reader.get_tensor(f"{ORDER_KEY}/.ATTRIBUTES/VARIABLE_VALUE")

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
-from moxlite.training import amp
+from moxlite.training.mixed_precision import levels as amp
 from tests import runlib
 
 BATCH = 16
@@ -174,7 +174,7 @@ def test_bad_amp_flags_are_refused_before_any_work(tmp_path, flag, value, messag
 
 def test_use_fp16_is_o3_in_float16_and_contradictions_are_refused(tmp_path):
     mox.set_flag("use_fp16", True)
-    from moxlite.training import precision
+    from moxlite.training.mixed_precision import settings as precision
     settings = precision.from_flags()
     assert settings.amp_plan == amp.plan_for("O3", "float16") and settings.loss_scale == "dynamic"
     mox.set_flag("amp_level", "O0")

@@ -1,7 +1,7 @@
 """Bad settings of the newer features through the Python API: a moxlite error, before anything is written.
 
 The API checks the table the recipe loader checks (moxlite.recipes.schema's declared ranges and
-rules, moxlite.optimizers.catalog's wrapper and schedule tables), so each mistake of
+rules, moxlite.optimizers.recipe_tables's wrapper and schedule tables), so each mistake of
 tests/bad_recipes/cases.yaml has its API twin here: the error is a moxlite error of the
 stated type whose message names the argument and the value, and ``log_dir``, which holds a
 file from an earlier run, is byte for byte what it was.
@@ -17,8 +17,8 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite import errors, models
-from moxlite.data import augment
-from moxlite.optimizers import thor_schedules
+from moxlite.data import train_augmentation as augment
+from moxlite.optimizers.thor import schedules as thor_schedules
 from moxlite.recipes import schema
 from tests import runlib
 
@@ -224,7 +224,7 @@ def test_precision_settings_are_checked_before_anything_is_written(log_dir, sett
 # ----------------------------------------------------------------- one declaration
 
 def test_recipe_and_api_read_the_same_range_objects():
-    from moxlite.optimizers import catalog
+    from moxlite.optimizers import recipe_tables as catalog
 
     assert schema.field_range(schema.AugmentOptions, "mix_batch").check(2)
     assert not schema.field_range(schema.AugmentOptions, "mix_batch").check(1)

@@ -35,7 +35,7 @@ def test_tiny_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_pa
     import keras
 
     import moxlite as mox
-    from moxlite.optimizers import thor_schedules
+    from moxlite.optimizers.thor import schedules as thor_schedules
     from moxlite.recipes import execution
 
     overrides = SHORT + ["optimizer.wrappers.0.frequency=2", "optimizer.learning_rate.total_steps=3",

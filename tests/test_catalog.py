@@ -1,6 +1,6 @@
 """The tables the recipe loader checks without TensorFlow agree with the code they stand for.
 
-moxlite.optimizers.catalog and the schema's SCHEDULE_ARGUMENTS write out what Keras's and
+moxlite.optimizers.recipe_tables and the schema's SCHEDULE_ARGUMENTS write out what Keras's and
 moxlite's signatures say, for the pinned Keras 3.15; an upgrade that changes one fails here
 by name, instead of letting a recipe through that the builder then rejects (or the reverse).
 The schema's defaults are checked the same way against the flags and the network functions.
@@ -15,7 +15,10 @@ import keras
 import pytest
 
 from moxlite.data import datasets
-from moxlite.optimizers import catalog, factory, registry, thor_schedules
+from moxlite.optimizers import recipe_tables as catalog
+from moxlite.optimizers import named_optimizers as factory
+from moxlite.optimizers import wrapper_stack as registry
+from moxlite.optimizers.thor import schedules as thor_schedules
 from moxlite.recipes import schema
 
 

@@ -9,7 +9,7 @@ import pytest
 import moxlite as mox
 from moxlite import errors
 from moxlite.optimizers import accumulation
-from moxlite.training.async_loop import AsyncTrainer
+from moxlite.training.trainers.async_trainer import AsyncTrainer
 from tests import distlib, runlib
 from tests.dist_scripts import train_embedding, train_mnist
 

@@ -5,7 +5,7 @@ import keras
 import numpy as np
 
 import moxlite as mox
-from moxlite.training import interception
+from moxlite.training.capture import interception
 
 # What a run's template answers: the made-up "dense_7" is "dense" in a fresh process.
 STABLE = {"dense_7/kernel": "encoder/dense/kernel", "dense_7/bias": "encoder/dense/bias"}
@@ -26,7 +26,7 @@ def test_lars_exclude_matches_the_stable_name_and_still_the_keras_path():
     kernel = _layer().kernel
     by_stable = _wrapped("lars", exclude=["^encoder/dense/kernel$"])
     by_path = _wrapped("lars", exclude=["^dense_7/kernel$"])
-    with interception.run_scope(lambda variable: STABLE.get(variable.path)):
+    with interception.stable_names_scope(lambda variable: STABLE.get(variable.path)):
         assert by_stable.is_excluded(kernel) and by_path.is_excluded(kernel)
     assert not by_stable.is_excluded(kernel) and by_path.is_excluded(kernel)   # no run: no stable name
 
@@ -37,7 +37,7 @@ def test_thor_weight_decay_exclude_matches_the_stable_name_and_still_the_keras_p
     variables = [layer.kernel, layer.bias]
     for patterns in (["^encoder/dense/kernel$"], ["^dense_7/kernel$"]):
         thor = _wrapped("thor", weight_decay=0.5, weight_decay_exclude=patterns)
-        with interception.run_scope(lambda variable: STABLE.get(variable.path)):
+        with interception.stable_names_scope(lambda variable: STABLE.get(variable.path)):
             kernel, bias = thor._precondition(zeros, variables)
         np.testing.assert_array_equal(kernel, zeros[0])                  # excluded: no decay
         np.testing.assert_array_equal(bias, 0.5 * layer.bias.numpy())   # not excluded: + wd * w

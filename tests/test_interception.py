@@ -1,4 +1,4 @@
-"""moxlite.training.interception: one scoped way to see layer calls, per thread, into composite layers."""
+"""moxlite.training.capture.interception: one scoped way to see layer calls, per thread, into composite layers."""
 
 import threading
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from moxlite.training import interception
+from moxlite.training.capture import interception
 
 
 class Seen:
@@ -83,7 +83,7 @@ def test_an_attribute_replaced_on_one_thread_is_the_original_on_another_and_put_
 def test_stable_name_answers_from_the_run_in_progress():
     variable = tf.Variable(1.0, name="made_up_7")
     assert interception.stable_name(variable) == "made_up_7"
-    with interception.run_scope(lambda v: "block0/attention/query/kernel" if v is variable else None):
+    with interception.stable_names_scope(lambda v: "block0/attention/query/kernel" if v is variable else None):
         assert interception.stable_name(variable) == "block0/attention/query/kernel"
         assert interception.stable_name(tf.Variable(2.0, name="w"), default="fallback") == "fallback"
     assert interception.stable_name(variable) == "made_up_7"

@@ -11,7 +11,8 @@ import tensorflow as tf
 
 import keras
 import moxlite as mox
-from moxlite.training import loss_scaling, nonfinite
+from moxlite.optimizers import loss_scaling
+from moxlite.training.trainers import nonfinite
 from tests import runlib
 from tests.test_run_logs import read_scalars
 

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite import errors
-from moxlite.training.inputs import call_input_fn
+from moxlite.training.input.replica_batches import call_input_fn
 from tests import runlib
 
 NUM = 24
@@ -257,7 +257,7 @@ IMPORT_PATHS = [
     ("moxlite.tensorflow.optimizer", "learning_rate_scheduler", "moxlite.optimizer"),
     ("moxlite.tensorflow.executor", "run", "moxlite.training.run"),
     ("moxlite.tensorflow.nets", "get_model_fn", "moxlite.zoo"),
-    ("moxlite.tensorflow.preprocessing", "get_data_augmentation_fn", "moxlite.data.augmentation"),
+    ("moxlite.tensorflow.preprocessing", "get_data_augmentation_fn", "moxlite.data.zoo_preprocessing"),
     ("moxlite.framework", "file", "moxlite"),
 ]
 

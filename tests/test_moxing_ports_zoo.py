@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
-from moxlite.training.checkpoints import Checkpointer
+from moxlite.training.state.checkpoints import Checkpointer
 from tests import runlib
 from tests.portlib import run_port
 from tests.test_moxing_raw_images import write_digit_folders

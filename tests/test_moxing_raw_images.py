@@ -9,7 +9,7 @@ import tensorflow as tf
 import moxlite as mox
 from moxlite import errors
 from moxlite.data import mnist
-from moxlite.training.inputs import call_input_fn
+from moxlite.training.input.replica_batches import call_input_fn
 
 
 def write_digit_folders(root, per_class=4, classes=(0, 1, 2), size=None):

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite import errors
-from moxlite.training.inputs import call_input_fn
+from moxlite.training.input.replica_batches import call_input_fn
 from tests import runlib
 
 NUM_ROWS = 96

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
-from moxlite.training import interception
+from moxlite.training.capture import interception
 from tests import runlib, thorlib
 from tests.precisionlib import make_model
 
@@ -256,7 +256,7 @@ def test_a_fixed_loss_scale_that_overflows_on_every_step_stops_the_run(tmp_path)
 
 
 def test_the_dry_run_table_reports_the_sub_layers_of_a_kept_layer_in_float32():
-    from moxlite.training import amp
+    from moxlite.training.mixed_precision import levels as amp
 
     attention = keras.layers.MultiHeadAttention(2, 4, name="attention")
     lstm = keras.layers.LSTM(4, name="lstm")

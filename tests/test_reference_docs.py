@@ -30,7 +30,7 @@ def test_the_published_page_is_what_the_tool_writes(path):
 
 def test_every_flag_and_every_recipe_key_has_its_row():
     from moxlite import flags
-    from moxlite.optimizers import catalog
+    from moxlite.optimizers import recipe_tables as catalog
     from moxlite.recipes import schema
 
     flag_page = TOOL.flags_page()

@@ -204,10 +204,11 @@ def test_resume_with_layers_created_in_the_other_order_keeps_each_optimizer_slot
 def _write_creation_order_slots(monkeypatch, log_dir, model_fn, steps):
     """A checkpoint as the moxlite before this change wrote it: optimizer slots in creation
     order and no marker saying they follow names."""
-    from moxlite.training import checkpoints, template
+    from moxlite.training.state import checkpoints
+    from moxlite.training.capture import shared_variables as template
 
     with monkeypatch.context() as patch:
-        patch.setattr(template.ModelTemplate, "slot_order", lambda self, variables: list(variables))
+        patch.setattr(template.SharedVariablesModelFn, "slot_order", lambda self, variables: list(variables))
         patch.setattr(checkpoints, "SLOTS_BY_NAME_KEY", "unrelated_marker")
         _run_stack(log_dir, model_fn, steps, "momentum")
 
@@ -269,7 +270,7 @@ def test_a_checkpoint_keyed_by_the_made_up_names_themselves_still_restores(tmp_p
     """Before made-up names ahead of model_fn took their fresh-process form, a closed-over
     model's checkpoint held them as Keras gave them (sequential_7/dense_12/...): still read."""
     from moxlite import compat
-    from moxlite.training import checkpoints
+    from moxlite.training.state import checkpoints
 
     keras.Sequential([keras.layers.Dense(3)])   # earlier work in the process moved Keras's counters
     model_fn = closed_over_model_fn()
@@ -292,7 +293,7 @@ def test_a_checkpoint_keyed_by_the_made_up_names_themselves_still_restores(tmp_p
 
 
 def test_names_made_up_before_the_call_come_first_and_those_of_the_call_after_them():
-    from moxlite.training import naming
+    from moxlite.training.state import checkpoint_keys as naming
 
     counters = {"sequential": 4, "dense": 7}        # Keras's, after model_fn's first call
     during_call = {"dense_6": "dense"}               # made_up_names: the call's first dense

@@ -193,7 +193,7 @@ def test_fetch_strategy_fn_of_moxings_signature_is_refused_in_one_line(tmp_path,
 
 def test_get_next_inside_a_traced_input_fn_is_refused_not_taken_as_the_data():
     """A parameter-server worker traces input_fn: there get_next() is one symbolic batch."""
-    from moxlite.training.inputs import call_input_fn
+    from moxlite.training.input.replica_batches import call_input_fn
 
     def input_fn(mode):
         return tf.compat.v1.data.make_one_shot_iterator(tf.data.Dataset.range(8).batch(2)).get_next()

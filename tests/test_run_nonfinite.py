@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
-from moxlite.training import nonfinite
+from moxlite.training.trainers import nonfinite
 from tests import runlib
 
 BATCH = 16

@@ -11,7 +11,7 @@ import pytest
 
 import moxlite as mox
 from moxlite import context
-from moxlite.training import checkpoints
+from moxlite.training.state import checkpoints
 from tests import runlib
 
 BATCH = 16

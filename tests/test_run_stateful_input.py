@@ -12,7 +12,8 @@ import numpy as np
 import tensorflow as tf
 
 import moxlite as mox
-from moxlite.training import checkpoints, input_resume
+from moxlite.training.state import checkpoints
+from moxlite.training.state import input_resume
 from tests import runlib
 
 BATCH = 16

@@ -20,9 +20,9 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite import errors, logs
-from moxlite.training import loop as loop_lib
+from moxlite.training.trainers import sync_trainer as loop_lib
 from moxlite.training import controller
-from moxlite.training import nonfinite
+from moxlite.training.trainers import nonfinite
 from tests import runlib
 
 BATCH = 20

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
-from moxlite.optimizers import thor_factors
+from moxlite.optimizers.thor import factors as thor_factors
 from tests import runlib, thorlib
 
 BATCH = 16
@@ -116,7 +116,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path):
 def test_resumed_in_the_middle_of_a_learning_rate_warm_up_equals_uninterrupted(tmp_path):
     """thor_polynomial's warm-up is a function of the run's global step: stopped at step 3 of a
     5-step warm-up, the resumed run must go on from 4/5 of the lr, not start the warm-up again."""
-    from moxlite.optimizers.thor_schedules import ThorPolynomialDecay
+    from moxlite.optimizers.thor.schedules import ThorPolynomialDecay
 
     images, labels = thorlib.small_digits(BATCH * 6)
     optimizer_fn = thorlib.thor_optimizer_fn(lr=ThorPolynomialDecay(0.05, 0.005, 6, warmup_steps=5),
@@ -154,7 +154,7 @@ def test_undamped_singular_factors_never_reach_the_weights_as_nan(tmp_path):
 
 
 def test_guarded_inverse_keeps_the_previous_inverse_when_every_attempt_fails():
-    from moxlite.optimizers import thor_inverse
+    from moxlite.optimizers.thor import inverse as thor_inverse
 
     previous = tf.eye(3)[None] * 7.0
     spd = tf.constant([[[2.0, 1.0, 0.0], [1.0, 2.0, 0.0], [0.0, 0.0, 1.0]]])
@@ -378,7 +378,7 @@ def test_the_training_loop_is_traced_once_with_the_layers_state_created_before(t
     first trace creates variables is traced a second time, which doubled the tracing of every
     THOR run (model_fn forward and backward, on each replica, in both branches of the refresh).
     The loop body (one ``_one_step`` call) is traced once, and the run still refreshes."""
-    from moxlite.training import loop
+    from moxlite.training.trainers import sync_trainer as loop
 
     traced = []
     original = loop.SyncTrainer._one_step
@@ -400,7 +400,7 @@ def test_the_training_loop_is_traced_once_with_the_layers_state_created_before(t
 
 def test_parameters_are_checked_and_a_schedule_round_trips_through_get_config():
     from moxlite import errors
-    from moxlite.optimizers.thor import THOR
+    from moxlite.optimizers.thor.preconditioner import THOR
 
     momentum = mox.get_optimizer_fn("momentum", learning_rate=0.1, momentum=0.9)
     for bad, message in ((dict(frequency=1), "frequency=1 is out of range; expected an integer >= 2"),

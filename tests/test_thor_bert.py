@@ -164,7 +164,7 @@ def test_o1_with_layer_norm_and_softmax_kept_in_float32_keeps_every_factor_finit
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_a_tied_reverse_call_makes_the_table_unseen_and_an_untied_one_leaves_its_lookup_recorded(tied):
-    from moxlite.training import layer_statistics
+    from moxlite.training.capture import layer_statistics
 
     import keras_hub
 

@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
-from moxlite.optimizers import thor_factors, thor_inverse
+from moxlite.optimizers.thor import factors as thor_factors
+from moxlite.optimizers.thor import inverse as thor_inverse
 from tests import runlib, thorlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
@@ -75,7 +76,7 @@ def test_small_blocks_update_equals_numpy_full_factors_then_blocks(tmp_path, mon
 def test_a_plain_step_records_nothing(tmp_path, monkeypatch):
     """Probes run only on collecting updates (0, 3, 6 of 7 at frequency 3): a plain step runs
     model_fn as a momentum step does, with no probe to add and no statistic to take."""
-    from moxlite.training import layer_statistics
+    from moxlite.training.capture import layer_statistics
 
     probes_run = tf.Variable(0, dtype=tf.int64, trainable=False)
     original = layer_statistics._Recorder.probe

@@ -10,7 +10,9 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite import errors
-from moxlite.optimizers import thor_damping, thor_factors, thor_refresh
+from moxlite.optimizers.thor import damping as thor_damping
+from moxlite.optimizers.thor import factors as thor_factors
+from moxlite.optimizers.thor import refresh as thor_refresh
 from tests import runlib, thorlib
 
 BATCH = 16

@@ -118,7 +118,7 @@ def test_cnn_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_pat
     import numpy as np
 
     import moxlite as mox
-    from moxlite.optimizers import thor_schedules
+    from moxlite.optimizers.thor import schedules as thor_schedules
     from moxlite.recipes import execution
 
     overrides = FAST_SCHEDULES + [f"run.log_dir={tmp_path / 'recipe'}"]

@@ -10,7 +10,7 @@ import tensorflow as tf
 import moxlite as mox
 from moxlite import context, errors
 from moxlite.optimizers import current_learning_rate, get_optimizer_fn, get_optimizer_wrapper_fn
-from moxlite.optimizers import thor_schedules
+from moxlite.optimizers.thor import schedules as thor_schedules
 from tests import runlib
 
 

@@ -4,9 +4,9 @@ import contextlib
 
 import tensorflow as tf
 
-from moxlite.training.async_loop import AsyncTrainer
-from moxlite.training.input_resume import RestartingTrainer
-from moxlite.training.loop import SyncTrainer
+from moxlite.training.trainers.async_trainer import AsyncTrainer
+from moxlite.training.state.input_resume import RestartingTrainer
+from moxlite.training.trainers.sync_trainer import SyncTrainer
 from moxlite.training.trainer_protocol import Trainer
 
 

@@ -14,7 +14,9 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite import errors
-from moxlite.training import compilation, compiled_updates, loop
+from moxlite.training.compiled import jit_choice as compilation
+from moxlite.training.compiled import mirrored_updates as compiled_updates
+from moxlite.training.trainers import sync_trainer as loop
 from tests import runlib
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -102,13 +104,13 @@ def assert_weights_close(actual, expected):
 def small_budget(monkeypatch, **values):
     """auto measures runs of a few steps (the real budget starts at 200)."""
     budget = compilation.Budget(**{"min_steps": 4, "max_trial_steps": 2, **values})
-    original = compilation.Choice.__init__
+    original = compilation.JitChoice.__init__
 
     def init(self, *args, **kwargs):
         kwargs["budget"] = budget
         original(self, *args, **kwargs)
 
-    monkeypatch.setattr(compilation.Choice, "__init__", init)
+    monkeypatch.setattr(compilation.JitChoice, "__init__", init)
 
 
 # ---- compiled equals uncompiled -----------------------------------------------------------------
@@ -190,7 +192,7 @@ def test_a_variant_out_of_trial_time_is_not_run_again_while_the_other_is_measure
     """A slow compiled step (1 s a step) spends its 2 s in one call; the plain one (10 ms a
     step) then runs its 30 trial steps alone, instead of alternating with more slow calls."""
     budget = compilation.Budget(min_steps=4, max_trial_steps=30, trial_seconds=2.0)
-    choice = compilation.Choice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"),
+    choice = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"),
                                 budget=budget)
     seconds_per_step = {True: 1.0, False: 0.01}
     ran = {True: 0, False: 0}
@@ -203,10 +205,10 @@ def test_a_variant_out_of_trial_time_is_not_run_again_while_the_other_is_measure
 
 
 def test_the_trial_is_at_most_five_percent_of_the_run():
-    choice = compilation.Choice("auto", tf.distribute.get_strategy(), lambda: 1000, logging.getLogger("t"))
+    choice = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 1000, logging.getLogger("t"))
     choice.start()
     assert choice.decided is None and 2 * choice.trial_steps <= 50
-    long = compilation.Choice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"))
+    long = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"))
     long.start()
     assert long.trial_steps == compilation.Budget().max_trial_steps
 
@@ -322,7 +324,7 @@ def test_auto_does_not_measure_a_run_of_unknown_length():
         def info(self, *args):
             lines.append(args[0] % args[1:])
 
-    choice = compilation.Choice("auto", tf.distribute.get_strategy(), lambda: None, Logger())
+    choice = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: None, Logger())
     assert choice.plan(10) == (False, 10)
     assert lines == ["jit_compile=auto: the run's length is not known (max_number_of_steps=0): without XLA, "
                      "not measured; pass jit_compile=True to compile"]

@@ -1,5 +1,5 @@
 """jit_compile under parameter servers: each worker's forward and backward compiled by XLA on
-values read from the parameter servers (moxlite/training/ps_compilation.py).
+values read from the parameter servers (moxlite/training/compiled/ps_steps.py).
 
 References: one process without XLA (1 worker + 1 ps steps one batch after another, as one
 process does), to the tolerance tests/test_xla.py states (rtol 1e-5, atol 1e-6; measured
@@ -16,7 +16,8 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
-from moxlite.training import async_loop, compilation
+from moxlite.training.trainers import async_trainer as async_loop
+from moxlite.training.compiled import jit_choice as compilation
 from tests import distlib, runlib, thorlib
 from tests.dist_scripts import train_mnist, train_thor
 from tests.test_xla import assert_weights_close
@@ -75,7 +76,7 @@ def test_a_checkpoint_written_compiled_on_parameter_servers_resumes_without_xla(
     equal to one process's 4 steps without XLA (the controller waits for the steps in flight before
     it saves: before, the checkpoint numbered 4 held global step 1). The cluster then resumes the
     final checkpoint without XLA from step 6 to step 8 (ps_compilation adds no variable to it)."""
-    from moxlite.training.checkpoints import CHECKPOINT_NAME
+    from moxlite.training.state.checkpoints import CHECKPOINT_NAME
     log_dir = tmp_path / "cluster"
     common = ["--batch=8", "--optimizer=momentum", "--save_steps=4"]
     first = _launch(launches, "train_mnist.py", log_dir, "--steps=6", "--jit_compile=true", *common)
@@ -145,7 +146,7 @@ def test_auto_measures_both_variants_through_the_coordinator_and_keeps_the_faste
         def info(self, *args):
             lines.append(args[0] % args[1:])
 
-    choice = compilation.Choice("auto", tf.distribute.get_strategy(), lambda: 400, Logger(),
+    choice = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 400, Logger(),
                                 budget=compilation.Budget(min_steps=4, max_trial_steps=4))
     choice.where = compilation.PER_WORKER   # as placement() says for ParameterServerStrategy
     trainer = object.__new__(async_loop.AsyncTrainer)
@@ -173,14 +174,15 @@ def test_layers_built_inside_model_fn_read_the_given_values_and_their_assignment
     the template's variables read as the given values, BatchNorm's moving-statistic update is
     recorded, not applied, and the tape differentiates the values (numpy references)."""
     from moxlite.contract import ModeKeys
-    from moxlite.training import ps_compilation, template
+    from moxlite.training.compiled import ps_steps as ps_compilation
+    from moxlite.training.capture import shared_variables as template
 
     def model_fn(inputs, mode):
         hidden = keras.layers.Dense(2, use_bias=False, kernel_initializer="zeros")(inputs)
         normalized = keras.layers.BatchNormalization(momentum=0.5, center=False, scale=False)(hidden, training=True)
         return mox.ModelSpec(loss=tf.reduce_sum(hidden) + 0.0 * tf.reduce_sum(normalized))
 
-    model = template.ModelTemplate(model_fn)
+    model = template.SharedVariablesModelFn(model_fn)
     x = np.array([[1.0, 2.0], [3.0, 5.0]], np.float32)
     model.build(tf.constant(x), ModeKeys.TRAIN)
     variables = model.variables

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite import errors
-from moxlite.training.template import ModelTemplate
+from moxlite.training.capture.shared_variables import SharedVariablesModelFn
 
 SIZE = 32
 NUM_CLASSES = 5
@@ -46,7 +46,7 @@ def _template_for(name, mode, weight_decay=0.0, **kwargs):
         seen["regularization"] = mox.get_collection(tf.compat.v1.GraphKeys.REGULARIZATION_LOSSES)
         return mox.ModelSpec(loss=tf.reduce_mean(logits), output_info={"logits": logits})
 
-    return ModelTemplate(model_fn), seen
+    return SharedVariablesModelFn(model_fn), seen
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "resnet_v2_50" else n
@@ -105,7 +105,7 @@ def test_var_scope_keeps_fp32_variables_under_fp16_images():
             logits, _ = mox.get_model_fn("mobilenet_v2", mode, NUM_CLASSES)(tf.cast(inputs[0], tf.float16))
         return mox.ModelSpec(loss=tf.reduce_mean(tf.cast(logits, tf.float32)), output_info={"logits": logits})
 
-    template = ModelTemplate(model_fn)
+    template = SharedVariablesModelFn(model_fn)
     images = _images()
     spec = template.build([tf.constant(images)], mox.ModeKeys.EVAL)
     assert spec.output_info["logits"].dtype == tf.float16

@@ -26,7 +26,7 @@ import tensorflow as tf  # noqa: E402
 import moxlite as mox  # noqa: E402
 from moxlite import compat  # noqa: E402
 from moxlite.data import mnist  # noqa: E402
-from moxlite.training import loop  # noqa: E402
+from moxlite.training.trainers import sync_trainer as loop  # noqa: E402
 import bench_runner  # noqa: E402
 from benchlib import mlp_model_fn  # noqa: E402
 

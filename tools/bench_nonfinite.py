@@ -1,6 +1,6 @@
 """Cost of the non-finite guard: moxlite.run with the guard against the same run without it.
 
-The per-step guard (``moxlite.training.nonfinite.step_flag``) checks the loss under the
+The per-step guard (``moxlite.training.trainers.nonfinite.step_flag``) checks the loss under the
 default ``--policy stop`` and every gradient too under ``--policy skip``. "Without" replaces
 it, in this process only, by constant flags, so both contenders trace the same loop (the
 check of the whole state before each report stays in both). Same MLP, data and batch;
@@ -26,7 +26,8 @@ import tensorflow as tf  # noqa: E402
 
 import moxlite as mox  # noqa: E402
 from moxlite.data import mnist  # noqa: E402
-from moxlite.training import nonfinite, reporting  # noqa: E402
+from moxlite.training import reporting
+from moxlite.training.trainers import nonfinite  # noqa: E402
 from benchlib import mlp_model_fn  # noqa: E402
 
 _REAL_FLAG = nonfinite.step_flag

@@ -116,7 +116,7 @@ def optimizer_fn_for(kind, setting, steps):
     import keras
 
     import moxlite as mox
-    from moxlite.optimizers.thor_schedules import ThorPolynomialDecay
+    from moxlite.optimizers.thor.schedules import ThorPolynomialDecay
 
     if kind in BASELINES:
         decay = keras.optimizers.schedules.PolynomialDecay(setting, steps, end_learning_rate=0.0)

@@ -42,7 +42,7 @@ import moxlite as mox  # noqa: E402
 from moxlite.data import mnist  # noqa: E402
 from moxlite.models import build_model_fn  # noqa: E402
 from moxlite.models.networks import NETWORKS  # noqa: E402
-from moxlite.training import compilation  # noqa: E402
+from moxlite.training.compiled import jit_choice as compilation  # noqa: E402
 from benchlib import (dataset, fit_times, hand_written_times, loss_fn, moxlite_times, quiet_console,  # noqa: E402
                       spread, steady_rate)
 

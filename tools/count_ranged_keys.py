@@ -2,7 +2,7 @@
 
 A key has a declared range when its schema field carries ``valid`` (a moxlite.ranges.Range)
 or ``choices``, or a rule of schema.RULES names it; wrapper parameters and schedule arguments
-count from moxlite.optimizers.catalog's tables. Written so that it also runs on a tree from
+count from moxlite.optimizers.recipe_tables's tables. Written so that it also runs on a tree from
 before issue 21 (no ``valid``, no RULES, no SCHEDULE_PARAMETERS), to give the "before" figure:
 
     PYTHONPATH=. python tools/count_ranged_keys.py [--list]
@@ -11,7 +11,7 @@ before issue 21 (no ``valid``, no RULES, no SCHEDULE_PARAMETERS), to give the "b
 import dataclasses
 import sys
 
-from moxlite.optimizers import catalog
+from moxlite.optimizers import recipe_tables as catalog
 from moxlite.recipes import schema
 
 

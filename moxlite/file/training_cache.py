@@ -52,7 +52,7 @@ def remote_has_checkpoint(url):
 
 def has_checkpoint(log_dir, checkpoint_path):
     """``checkpoints.has_checkpoint`` that also looks on object storage (for checks made before ``run``)."""
-    from moxlite.training import checkpoints
+    from moxlite.training.state import checkpoints
 
     for path in (log_dir, checkpoint_path):
         if path and (remote_has_checkpoint(path) if is_remote(path) else checkpoints.has_checkpoint(path, None)):

@@ -91,7 +91,7 @@ def tied_masked_lm_head(token_embedding):
     Embedding for one with a vocabulary-wide output. Here, as in MindSpore's BERT, the table is
     multiplied directly, so THOR sees it once, as the Embedding it is (its gradient, both uses
     summed, preconditioned by the Embedding rule). The multiplication is a small layer of its own
-    that declares the kind ``EmbeddingOutput`` (``moxlite.training.layer_statistics``): THOR's
+    that declares the kind ``EmbeddingOutput`` (``moxlite.training.capture.layer_statistics``): THOR's
     ``tied_embedding="output"`` or ``"sum"`` records it too, and preconditions the table with the
     output use's factors (the projection's input, the logits' gradient) or with both uses'.
     """

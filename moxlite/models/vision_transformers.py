@@ -11,7 +11,7 @@ strided indexing are slow there, so
   (no gather by ``relative_position_index``).
 
 Softmax, LayerNormalization and GELU are Keras layers, so mixed-precision keep-lists
-(``moxlite.training.amp``) see them. keras-hub's Swin was not reused: it fuses qkv,
+(``moxlite.training.mixed_precision.levels``) see them. keras-hub's Swin was not reused: it fuses qkv,
 merges patches by strided slices and gathers the bias (the three patterns above), and
 it pulls in tensorflow-text, kagglehub and tokenizers.
 

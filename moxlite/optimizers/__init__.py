@@ -5,7 +5,7 @@
     optimizer_fn = get_optimizer_wrapper_fn("batch_gradients", optimizer_fn, num_batches=8)
 
 The face is lazy (PEP 562), like ``moxlite``'s: each name below is imported on
-first use, so ``moxlite.optimizers.catalog`` (the names and parameters a recipe
+first use, so ``moxlite.optimizers.recipe_tables`` (the names and parameters a recipe
 may use) is read without importing TensorFlow.
 """
 
@@ -14,9 +14,9 @@ import importlib.util
 
 # name -> the module that defines it.
 _EXPORTS = {
-    "OPTIMIZER_NAMES": "factory", "get_optimizer_fn": "factory",
-    "WRAPPER_NAMES": "registry", "describe_stack": "registry", "get_optimizer_wrapper_fn": "registry",
-    "wrapper_parameters": "registry",
+    "OPTIMIZER_NAMES": "named_optimizers", "get_optimizer_fn": "named_optimizers",
+    "WRAPPER_NAMES": "wrapper_stack", "describe_stack": "wrapper_stack", "get_optimizer_wrapper_fn": "wrapper_stack",
+    "wrapper_parameters": "wrapper_stack",
     "current_learning_rate": "schedules",
     "LayerStatisticsRequest": "wrapper", "OptimizerWrapper": "wrapper", "is_optimizer": "wrapper",
     "layer_statistics_request": "wrapper",

@@ -33,7 +33,8 @@ import keras
 import tensorflow as tf
 
 from moxlite import compat
-from moxlite.optimizers import catalog, pipeline, schedules
+from moxlite.optimizers import pipeline, schedules
+from moxlite.optimizers import recipe_tables as catalog
 from moxlite.optimizers import wrapper as wrapper_lib
 
 

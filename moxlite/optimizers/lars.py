@@ -23,8 +23,9 @@ an outer wrapper already did), scales, and hands the reduced gradient down.
 import keras
 import tensorflow as tf
 
-from moxlite.optimizers import catalog, exclusion, wrapper as wrapper_lib
-from moxlite.optimizers.catalog import DEFAULT_EXCLUDE  # noqa: F401  (re-exported)
+from moxlite.optimizers import exclusion, wrapper as wrapper_lib
+from moxlite.optimizers import recipe_tables as catalog
+from moxlite.optimizers.recipe_tables import DEFAULT_EXCLUDE  # noqa: F401  (re-exported)
 
 
 def variable_path(variable):

@@ -42,7 +42,8 @@ import keras
 import tensorflow as tf
 
 from moxlite import context, errors, ranges
-from moxlite.optimizers import catalog, learning_rates
+from moxlite.optimizers import learning_rates
+from moxlite.optimizers import recipe_tables as catalog
 from moxlite.optimizers.learning_rates import parse_piecewise, piecewise_value  # noqa: F401  (re-exported)
 
 @keras.saving.register_keras_serializable(package="moxlite")

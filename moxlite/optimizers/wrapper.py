@@ -47,7 +47,7 @@ saves and restores the whole stack.
 Parameters: each wrapper class declares ``PARAMETERS``, a dict of
 ``Parameter(default, description, accepted, check)``; the registry lists them
 for ``--help-recipe`` and validates values against them. The wrappers a recipe
-may name keep theirs in ``moxlite.optimizers.catalog``, which imports no
+may name keep theirs in ``moxlite.optimizers.recipe_tables``, which imports no
 TensorFlow, so that the recipe loader checks them before TensorFlow starts.
 
 Interface for wrappers that need per-layer statistics (THOR)
@@ -65,7 +65,7 @@ tensor, True on the steps whose statistics the link uses (THOR: its refresh
 updates).
 
 On every step the step hands the records in ``StepInputs.layer_records`` (a list of
-``moxlite.training.layer_statistics.LayerRecord``, one per call of a tracked
+``moxlite.training.capture.layer_statistics.LayerRecord``, one per call of a tracked
 layer; a shared layer gives several): the layer, its kernel variable (the key:
 layers built inside model_fn are renamed on every trace, their variables are
 not), its input and the gradient of model_fn's loss *as returned* with respect
@@ -93,9 +93,10 @@ from typing import Any, Callable, Optional, Tuple
 import keras
 
 from moxlite import compat, context, errors, flags, logs
-from moxlite.optimizers import catalog, tf1_adapter
+from moxlite.optimizers import tf1_adapter
+from moxlite.optimizers import recipe_tables as catalog
 from moxlite.optimizers import pipeline as pipeline_lib
-from moxlite.optimizers.catalog import Parameter  # noqa: F401  (wrapper_lib.Parameter)
+from moxlite.optimizers.recipe_tables import Parameter  # noqa: F401  (wrapper_lib.Parameter)
 
 SYNC_REPLICAS_WARNING = "Using OptimizerWrapper when sync_replicas is True may cause performance loss."
 _warning_lock = threading.Lock()

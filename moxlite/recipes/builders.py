@@ -189,7 +189,7 @@ def _build_input(loaded):
     except datasets.DataOptionError as error:
         raise loaded.error(("input", section.name, error.option), error.detail) from None
     num_samples = section.num_samples if section.num_samples is not None else data.num_samples
-    from moxlite.data import augment
+    from moxlite.data import train_augmentation as augment
 
     augmentation = augment.Augmentation(**dataclasses.asdict(section.augment), seed=seed)
     facts = {"num_samples": num_samples, "image_shape": data.image_shape, "num_classes": data.num_classes,
@@ -276,7 +276,7 @@ def _build_optimizer_fn(loaded, flags=None, num_samples=None):
     """optimizer_fn(): the base optimizer, then each wrapper around the previous one (innermost first).
 
     Names and parameters were checked by the loader (recipes.loader, against
-    moxlite.optimizers.catalog); flags and num_samples let THOR's schedules derive
+    moxlite.optimizers.recipe_tables); flags and num_samples let THOR's schedules derive
     their steps_per_epoch.
     """
     from moxlite import optimizers
@@ -323,7 +323,7 @@ def _schedule(loaded, path, block, flags, num_samples):
     """The schedule a block ``{schedule: <kind>, <its arguments>}`` names (checked by loader.check_schedule)."""
     import keras
 
-    from moxlite.optimizers import thor_schedules
+    from moxlite.optimizers.thor import schedules as thor_schedules
 
     params = dict(block)
     kind = params.pop("schedule")

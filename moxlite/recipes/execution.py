@@ -72,7 +72,7 @@ def probe_optimizer(plan):
 def check_trained_model(plan):
     """Eval, predict and export need a checkpoint: say so before log_dir is written to."""
     from moxlite.file import training_cache
-    from moxlite.training import checkpoints
+    from moxlite.training.state import checkpoints
 
     run = plan.loaded.recipe.run
     missing = run.mode != "train" and checkpoints.missing_trained_model(

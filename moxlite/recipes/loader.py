@@ -21,7 +21,8 @@ import yaml
 from moxlite import errors
 from moxlite.data import sources
 from moxlite.distribute import cluster
-from moxlite.optimizers import catalog, learning_rates
+from moxlite.optimizers import learning_rates
+from moxlite.optimizers import recipe_tables as catalog
 from moxlite.recipes import references, schema
 
 
@@ -484,7 +485,7 @@ def _check_data_options(loaded):
     if schema.is_reference(recipe.input.name) and (augment.rand_augment_ops or augment.random_erasing
                                                    or augment.mixup_alpha or augment.cutmix_alpha):
         raise error(("input", "augment"), "applies to the built-in data sets only; augment inside your input_fn "
-                                          "(moxlite.data.augment.augmented_input_fn)")
+                                          "(moxlite.data.train_augmentation.augmented_input_fn)")
     synthetic = recipe.input.synthetic
     if len(synthetic.image_shape) not in (1, 2, 3) or min(synthetic.image_shape) < 1:
         raise error(("input", "synthetic", "image_shape"), f"{synthetic.image_shape} must be 1 to 3 positive sizes, e.g. [32, 32, 3]")
@@ -542,7 +543,7 @@ def _check_model_options(loaded):
 
 
 def _check_optimizer(loaded):
-    """Names, arguments, learning rate and wrapper parameters, against moxlite.optimizers.catalog.
+    """Names, arguments, learning rate and wrapper parameters, against moxlite.optimizers.recipe_tables.
 
     Everything a recipe can get wrong here is known without TensorFlow; building the
     optimizer (recipes.builders) only derives THOR's steps_per_epoch and constructs.

@@ -4,7 +4,8 @@ import tensorflow as tf
 
 from moxlite import compat
 from moxlite.contract import ModeKeys
-from moxlite.training import amp, precision
+from moxlite.training.mixed_precision import levels as amp
+from moxlite.training.mixed_precision import settings as precision
 
 
 def _zeros_like(spec):

@@ -60,7 +60,7 @@ SCHEDULES = {
     "polynomial": "PolynomialDecay",
     "inverse_time": "InverseTimeDecay",
 }
-# THOR's schedules (moxlite.optimizers.thor_schedules), for the learning rate
+# THOR's schedules (moxlite.optimizers.thor.schedules), for the learning rate
 # and for the thor wrapper's damping; steps_per_epoch may be left out (derived
 # from the run: training samples // samples per applied update).
 THOR_SCHEDULES = {
@@ -70,7 +70,7 @@ THOR_SCHEDULES = {
 }
 
 # Schedule name -> (required arguments, optional arguments), in the order of the class's
-# signature (Keras 3.15's, and moxlite.optimizers.thor_schedules'), so that a schedule block
+# signature (Keras 3.15's, and moxlite.optimizers.thor.schedules'), so that a schedule block
 # is checked without importing TensorFlow; tests/test_catalog.py compares them with the
 # signatures. steps_per_epoch of THOR's schedules is derived from the run when left out.
 SCHEDULE_ARGUMENTS = {
@@ -245,7 +245,7 @@ class ImageFolderOptions:
 
 @dataclasses.dataclass(kw_only=True)
 class AugmentOptions:
-    """Training-set augmentation with Keras's layers (moxlite.data.augment); 0 turns a step off."""
+    """Training-set augmentation with Keras's layers (moxlite.data.train_augmentation); 0 turns a step off."""
 
     rand_augment_ops: int = setting(0, "RandAugment operations per image (keras.layers.RandAugment num_ops).",
                                     valid=ranges.integer(0))
@@ -517,7 +517,7 @@ class DistributeSection:
 # Keras 3.15's layer classes (keras.layers), for precision.keep_fp32 without importing Keras;
 # tests/test_catalog.py compares the list with keras.layers. "Layer" itself is left out: it is
 # the base of every layer, so keeping it would keep the whole network in float32. "GELU" names
-# an Activation layer computing GELU (moxlite.training.amp).
+# an Activation layer computing GELU (moxlite.training.mixed_precision.levels).
 KERAS_LAYER_NAMES = (
     "Activation", "ActivityRegularization", "AdaptiveAveragePooling1D", "AdaptiveAveragePooling2D",
     "AdaptiveAveragePooling3D", "AdaptiveMaxPooling1D", "AdaptiveMaxPooling2D", "AdaptiveMaxPooling3D", "Add",
@@ -798,10 +798,10 @@ def _defaults(cls):
 def ranged_keys():
     """The dotted recipe keys with a declared range: a ``valid`` Range, ``choices``, or a rule about them.
 
-    Wrapper parameters and schedule arguments (moxlite.optimizers.catalog) are counted as
+    Wrapper parameters and schedule arguments (moxlite.optimizers.recipe_tables) are counted as
     ``optimizer.wrappers[].<wrapper>.<key>`` and ``<schedule block>.<kind>.<argument>``.
     """
-    from moxlite.optimizers import catalog
+    from moxlite.optimizers import recipe_tables as catalog
 
     keys = []
     _ranged(Recipe, "", keys)

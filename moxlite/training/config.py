@@ -15,7 +15,8 @@ from typing import Any, Callable, Mapping, Optional, Tuple, Union
 
 from moxlite import errors, flags
 from moxlite.contract import ModeKeys
-from moxlite.training import nonfinite as nonfinite_lib, precision as precision_lib
+from moxlite.training.trainers import nonfinite as nonfinite_lib
+from moxlite.training.mixed_precision import settings as precision_lib
 from moxlite.training.validation import validate_run_arguments
 
 

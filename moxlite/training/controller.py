@@ -112,7 +112,7 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
     """Run the trainer ``loop`` from ``start_step`` to ``target_step`` (None: until the input ends).
 
     ``summaries``: the run's ``reporting.Summaries`` (None: write none). ``evaluation``: an
-    ``evaluation.Evaluation`` run after every checkpoint saved by steps (inter_mode=EVAL).
+    ``evaluation.EvaluationSchedule`` run after every checkpoint saved by steps (inter_mode=EVAL).
     ``hooks`` are called as ``hook(global_step, log_values)`` at every log line, then the
     ``monitors`` (``loss_scaling.OverflowMonitor``) report, their scalars written.
     ``should_stop()`` is asked after every traced call (an interrupt): True ends the run there.

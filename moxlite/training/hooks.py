@@ -58,7 +58,7 @@ class EarlyStoppingHook:
         self._evaluator = None
 
     def bind(self, evaluator):
-        """The run's ``evaluation.Evaluator`` of the EVAL input; set before training starts."""
+        """The run's ``evaluation.EvalPass`` of the EVAL input; set before training starts."""
         self._evaluator = evaluator
 
     def __call__(self, global_step, log_values):

@@ -3,8 +3,10 @@
 import os
 
 from moxlite.contract import ModeKeys
-from moxlite.training import checkpoints, controller, reporting, steps
-from moxlite.training.evaluation import Evaluation
+from moxlite.training import controller, reporting
+from moxlite.training.state import checkpoints
+from moxlite.training.trainers import steps
+from moxlite.training.inference.evaluation import EvaluationSchedule
 
 
 class InferenceJob:
@@ -36,7 +38,7 @@ class InferenceJob:
         config = self.config
         spec, _, step = self._restore(ModeKeys.EVAL)
         evaluator = self.task.evaluator(batches_per_call=controller.eval_batches_per_call(config.steps_per_loop))
-        evaluation = Evaluation(evaluator, steps.log_values(spec), max_batches=config.max_number_of_steps)
+        evaluation = EvaluationSchedule(evaluator, steps.log_values(spec), max_batches=config.max_number_of_steps)
         # The summaries go next to a TRAIN run's, in an existing log_dir only (EVAL creates none).
         summaries = reporting.Summaries(config.log_dir, enabled=bool(
             self.task.is_chief and config.log_dir and os.path.isdir(config.log_dir)))

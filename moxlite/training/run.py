@@ -13,7 +13,9 @@ import dataclasses
 from moxlite import distribute, errors, process_exit
 from moxlite.contract import ModeKeys
 from moxlite.file import training_cache
-from moxlite.training import checkpoints, interception, precision
+from moxlite.training.state import checkpoints
+from moxlite.training.capture import interception
+from moxlite.training.mixed_precision import settings as precision
 from moxlite.training import config as config_lib
 from moxlite.training.inference_job import InferenceJob
 from moxlite.training.task import Task
@@ -31,7 +33,7 @@ def run(input_fn=None, output_fn=None, model_fn=None, optimizer_fn=None, run_mod
     traced call, default the ``steps_per_loop`` flag) and ``keep_checkpoint_max``. MoXing's
     ``fetch_strategy_fn`` is refused unless None. ``jit_compile``: "auto" (the default, the
     ``jit_compile`` flag), True or False: whether the train step is compiled by XLA (see
-    ``moxlite.training.compilation``).
+    ``moxlite.training.compiled.jit_choice``).
     ``batch_size`` is per replica; the global batch is batch_size x replicas.
 
     Returns: TRAIN, a dict of the last step's log values plus ``global_step``; EVAL, the
@@ -74,7 +76,7 @@ def _run_checked(config):
     job = TrainingJob(task) if mode == ModeKeys.TRAIN else InferenceJob(task)
     try:
         # Stable names for what intercepts layers (THOR's include/exclude); the level's policies.
-        with interception.run_scope(task.stable_name), precision.compute_policy(config.precision):
+        with interception.stable_names_scope(task.stable_name), precision.compute_policy(config.precision):
             return job.execute()
     except errors.MoxliteError:
         raise

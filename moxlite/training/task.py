@@ -19,13 +19,17 @@ import tensorflow as tf
 
 from moxlite import compat, errors
 from moxlite.contract import ModeKeys
-from moxlite.training import export, iterator_input, nonfinite, reporting, steps
-from moxlite.training.evaluation import Evaluator
-from moxlite.training.evaluation import predict as predict_outputs
-from moxlite.training.inputs import (as_model_inputs, call_input_fn, leading_batch_size, make_dataset_fn,
+from moxlite.training import reporting
+from moxlite.training.inference import export
+from moxlite.training.input import iterator_input
+from moxlite.training.trainers import nonfinite
+from moxlite.training.trainers import steps
+from moxlite.training.inference.evaluation import EvalPass
+from moxlite.training.inference.evaluation import predict as predict_outputs
+from moxlite.training.input.replica_batches import (as_model_inputs, call_input_fn, leading_batch_size, make_dataset_fn,
                                      placeholder_batch)
-from moxlite.training.template import ModelTemplate
-from moxlite.training.variable_lists import variable_lists
+from moxlite.training.capture.shared_variables import SharedVariablesModelFn
+from moxlite.training.state.variable_lists import variable_lists
 
 
 class Task:
@@ -41,7 +45,7 @@ class Task:
         self.strategy = setup.strategy
         # None until ``build`` reads it from the first batch when run() got no batch_size.
         self.batch_size = config.batch_size
-        self._template = ModelTemplate(config.model_fn)
+        self._template = SharedVariablesModelFn(config.model_fn)
         self.logger = reporting.get_logger()
         self._unused_inputs = {}   # mode -> the dataset build() read, for the first dataset_fn call
 
@@ -154,7 +158,7 @@ class Task:
 
     def evaluator(self, batches_per_call=1):
         """EVAL's means of log_info over a fresh pass of the EVAL input for each evaluation."""
-        return Evaluator(self.strategy, self.dataset_fn(ModeKeys.EVAL), self._template,
+        return EvalPass(self.strategy, self.dataset_fn(ModeKeys.EVAL), self._template,
                          batches_per_call=batches_per_call)
 
     def predict(self, output_fn, output_every_n_steps=0, max_batches=0):

@@ -13,13 +13,20 @@ import contextlib
 from moxlite import context, errors
 from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.optimizers import tf1_adapter
-from moxlite.training import (checkpoints, compilation, controller, interrupts, loss_scaling, nonfinite, precision, reporting,
-                              resume_setup, steps, validation)
-from moxlite.training.apply_if_finite import ApplyIfFinite
+from moxlite.training import controller, reporting, validation
+from moxlite.training.state import checkpoints
+from moxlite.training.compiled import jit_choice as compilation
+from moxlite.training.trainers import interrupts
+from moxlite.optimizers import loss_scaling
+from moxlite.training.trainers import nonfinite
+from moxlite.training.mixed_precision import settings as precision
+from moxlite.training.state import resume_setup
+from moxlite.training.trainers import steps
+from moxlite.optimizers.apply_if_finite import ApplyIfFinite
 from moxlite.training.controller import AUTO_STEPS_ACROSS_WORKERS, Cadence
-from moxlite.training.evaluation import Evaluation
+from moxlite.training.inference.evaluation import EvaluationSchedule
 from moxlite.training.hooks import epoch_hooks
-from moxlite.training.resume import restore_and_resume
+from moxlite.training.state.resume import restore_and_resume
 
 
 @contextlib.contextmanager
@@ -107,10 +114,10 @@ class TrainingJob:
     def _make_trainer(self, global_step, train_step, log_keys, summaries, skip_steps):
         dataset_fn = self.task.dataset_fn(ModeKeys.TRAIN, skip_steps=skip_steps)
         if self.async_mode:
-            from moxlite.training.async_loop import AsyncTrainer
+            from moxlite.training.trainers.async_trainer import AsyncTrainer
             return AsyncTrainer(self.setup.coordinator, self.strategy, dataset_fn, train_step, global_step, log_keys,
                                 jit_compile=self._jit_choice(global_step))
-        from moxlite.training.loop import SyncTrainer
+        from moxlite.training.trainers.sync_trainer import SyncTrainer
         trainer = SyncTrainer(self.strategy, dataset_fn, train_step, global_step, log_keys,
                               log_first_clone=self.config.log_first_clone, summaries=summaries.train,
                               save_summary_steps=self.config.save_summary_steps,
@@ -121,10 +128,10 @@ class TrainingJob:
         return trainer
 
     def _jit_choice(self, global_step, any_worker=None):
-        """The run's ``compilation.Choice`` (XLA or not, measured under jit_compile=auto), for
+        """The run's ``compilation.JitChoice`` (XLA or not, measured under jit_compile=auto), for
         the steps left to train when it starts (None: until the input ends)."""
         target = self.config.max_number_of_steps * (self.setup.num_workers if self.async_mode else 1)
-        return compilation.Choice(self.config.jit_compile, self.strategy,
+        return compilation.JitChoice(self.config.jit_compile, self.strategy,
                                   lambda: target - int(global_step.numpy()) if target else None, self.logger,
                                   agree=any_worker if self.setup.num_workers > 1 else None)
 
@@ -222,4 +229,4 @@ class TrainingJob:
         """The evaluation the controller runs after checkpoints and at the end (inter_mode=EVAL)."""
         eval_spec, _, _ = self.task.build(ModeKeys.EVAL)
         steps.check_spec(eval_spec, ModeKeys.EVAL)
-        return Evaluation(self.task.evaluator(), steps.log_values(eval_spec), max_batches)
+        return EvaluationSchedule(self.task.evaluator(), steps.log_values(eval_spec), max_batches)

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from moxlite import graph_collections
 from moxlite.contract import ExportSpec, ModeKeys, ModelSpec
-from moxlite.data.augmentation import get_data_augmentation_fn
+from moxlite.data.zoo_preprocessing import get_data_augmentation_fn
 from moxlite.data.raw_images import ImageClassificationRawDataset, ImageClassificationRawMetadata
 from moxlite.zoo.network import REGULARIZATION_LOSSES, get_model_fn
 

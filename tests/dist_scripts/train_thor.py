@@ -82,7 +82,8 @@ def add_own_arguments(parser):
 
 def counting_traces():
     """Count the traces of both trainers' loop body from now on; returns the list that grows."""
-    from moxlite.training import async_loop, loop
+    from moxlite.training.trainers import async_trainer as async_loop
+    from moxlite.training.trainers import sync_trainer as loop
 
     traces = []
 

@@ -1,0 +1,93 @@
+"""``get_optimizer_fn``: MoXing's optimizer names and spellings on Keras 3 optimizers.
+
+MoXing scripts say ``mox.get_optimizer_fn("momentum", 0.1, momentum=0.9)`` and
+pass the result as ``optimizer_fn``. Here each name maps to a Keras 3 class,
+and TF1's keyword spellings (``beta1``, ``use_nesterov``, RMSProp's ``decay``)
+map to Keras's. Validation happens when the factory is made, so a typo fails
+before training starts; the optimizer itself is built when the factory is
+called (inside ``moxlite.run``, under the strategy's scope).
+
+Defaults are Keras's, except ``momentum`` (0.9 when not given, since TF1's
+MomentumOptimizer had no default). TF1's ``use_locking`` is accepted and
+ignored: TF2 variables have no locking option.
+"""
+
+import keras
+
+from moxlite import errors
+from moxlite.optimizers import schedules
+from moxlite.optimizers import recipe_tables as catalog
+
+# name -> (Keras class, fixed keyword arguments, TF1/MoXing spelling -> Keras spelling).
+_OPTIMIZERS = {name: (getattr(keras.optimizers, class_name), fixed, aliases)
+               for name, (class_name, fixed, aliases) in catalog.OPTIMIZERS.items()}
+
+OPTIMIZER_NAMES = catalog.OPTIMIZER_NAMES
+
+_DEFAULTS = {"momentum": {"momentum": 0.9}}
+_IGNORED = catalog.IGNORED_ARGUMENTS
+# Keras's own accumulation raises under MirroredStrategy; batch_gradients replaces it.
+_REFUSED = {"gradient_accumulation_steps": "use get_optimizer_wrapper_fn('batch_gradients', ...) instead"}
+
+
+def accepted_arguments(name):
+    """The keyword arguments ``get_optimizer_fn(name, ...)`` accepts, MoXing spellings included."""
+    return catalog.accepted_arguments(_checked_name(name))
+
+
+def _checked_name(name):
+    key = name.lower() if isinstance(name, str) else name
+    if key not in _OPTIMIZERS:
+        raise errors.OptimizerError(
+            f"optimizer name {errors.describe(name)} is unknown; valid names: {', '.join(OPTIMIZER_NAMES)}")
+    return key
+
+
+def keras_arguments(name, **kwargs):
+    """Translate MoXing keyword arguments for optimizer ``name`` into the Keras class's."""
+    key = _checked_name(name)
+    cls, fixed, aliases = _OPTIMIZERS[key]
+    accepted = accepted_arguments(key)
+    translated = dict(_DEFAULTS.get(key, {}))
+    translated.update(fixed)
+    for argument, value in kwargs.items():
+        if argument in _REFUSED:
+            raise errors.OptimizerError(f"{key}: {argument}={value!r} is not supported; {_REFUSED[argument]}")
+        if argument not in accepted:
+            raise errors.OptimizerError(
+                f"{key}: unknown argument {argument!r}; accepted: {', '.join(accepted)}")
+        if argument in _IGNORED:
+            continue
+        keras_name = aliases.get(argument, argument)
+        if keras_name in kwargs and keras_name != argument:
+            raise errors.OptimizerError(
+                f"{key}: both {argument!r} and {keras_name!r} given; keep one of them")
+        translated[keras_name] = value
+    return cls, translated
+
+
+def get_optimizer_fn(name, learning_rate, **kwargs):
+    """A zero-argument factory of the Keras 3 optimizer ``name``.
+
+    name: one of OPTIMIZER_NAMES (case-insensitive).
+    learning_rate: a positive float, a Keras ``LearningRateSchedule`` or a
+        MoXing epoch string (see ``moxlite.optimizers.schedules``).
+    kwargs: the optimizer's arguments, in Keras or MoXing/TF1 spelling.
+
+    Errors (unknown name or argument, bad learning rate) are raised here, not
+    when the factory is called; an invalid value for a known argument is
+    reported by Keras when the optimizer is built, re-raised as OptimizerError.
+    """
+    cls, arguments = keras_arguments(name, **kwargs)
+    schedules.check_learning_rate(learning_rate)
+    label = _checked_name(name)
+
+    def optimizer_fn():
+        try:
+            return cls(learning_rate=schedules.resolve_learning_rate(learning_rate), **arguments)
+        except errors.MoxliteError:
+            raise
+        except (ValueError, TypeError) as error:
+            raise errors.OptimizerError(f"{label}: {error}") from None
+
+    return optimizer_fn

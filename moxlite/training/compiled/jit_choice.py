@@ -1,0 +1,354 @@
+"""Whether the train step runs compiled by XLA: ``jit_compile = auto | true | false``.
+
+Where XLA can take the step depends on the strategy (``placement``):
+
+- one device in one process (the default strategy, ``OneDeviceStrategy``): the whole
+  replica step, forward, backward and the whole optimizer stack, is one XLA function;
+- several replicas (Mirrored, MultiWorkerMirrored): each replica's forward and backward
+  (model_fn, the loss, its gradients, THOR's layer records) is compiled on its own
+  device; the cross-replica part (gradient all-reduce, the optimizer stack's
+  ``merge_call``) is not, since XLA compiles one device's program and cannot hold a
+  ``merge_call`` or a collective of logical CPU devices. Under Mirrored and
+  MultiWorkerMirrored the last stage of the stack, the Keras optimizer's variable updates,
+  is compiled again per device (``compiled_updates``);
+- parameter servers: each worker's forward and backward, on the values of the variables
+  read from the parameter servers before it (an XLA function on a worker cannot read a
+  variable of another task); the reads, model_fn's assignments and the optimizer stack
+  run uncompiled (``ps_compilation``);
+- TPUStrategy: compiles every step itself; nothing is added.
+
+A model XLA cannot compile (an op without an XLA kernel: ``tf.numpy_function``,
+``tf.py_function``, string ops, summaries written from model_fn) is found while the
+step is traced, by looking up every op of the compiled function's trace in XLA's kernel
+registry before it ever runs, so no batch is consumed by a failed attempt; the step then
+runs without XLA, with one line naming the ops. Under ``true`` that line is a warning (the run goes on uncompiled: a model that runs
+without XLA is not made to fail by asking for speed).
+
+``auto`` (the default) measures: after each variant has been traced (its first call,
+not timed), calls alternate between them until each has run ``trial_steps`` steps or
+``trial_seconds``; the faster is kept and one line gives both rates and the choice.
+The trial steps are ordinary steps of the run (both variants train the same variables;
+they differ only by float32 reordering), so measuring costs only the difference in speed
+on at most ``fraction`` of the run's steps plus one extra trace. A run of fewer than
+``min_steps`` steps, or of unknown length (until the input ends), is not measured: it
+trains without XLA (logged).
+"""
+
+import contextlib
+import copy
+import dataclasses
+import time
+from typing import Optional
+
+import tensorflow as tf
+
+from moxlite.training.compiled import mirrored_updates as compiled_updates
+from moxlite.training.validation import jit_compile_mode
+
+WHOLE_STEP = "whole step"             # forward, backward and the optimizer stack
+PER_REPLICA = "per-replica forward and backward"
+PER_WORKER = "per-worker forward and backward on values read from the parameter servers"
+
+TPU_COMPILES = "TPUStrategy compiles every step with XLA itself"
+
+clock = time.perf_counter   # what the measurement times calls with (a test may replace it)
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """What ``auto`` may spend on measuring (see the module docstring)."""
+
+    min_steps: int = 200          # runs shorter than this are not measured (no XLA)
+    fraction: float = 0.05        # of the run's steps, at most, in the trial (both variants)
+    max_trial_steps: int = 50     # per variant
+    trial_seconds: float = 2.0    # per variant, timed calls only
+
+
+def placement(strategy):
+    """(what XLA compiles, or None; why not, when None) for ``strategy``."""
+    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        return PER_WORKER, None
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return None, TPU_COMPILES
+    if isinstance(strategy, tf.distribute.OneDeviceStrategy) \
+            or type(strategy).__name__ == "_DefaultDistributionStrategy":
+        return WHOLE_STEP, None
+    return PER_REPLICA, None
+
+
+# A function's inputs and plain ordering: not ops XLA compiles.
+_STRUCTURAL = frozenset({"Placeholder", "NoOp", "_Arg", "_Retval"})
+_XLA_KERNELS = {}   # op type -> whether XLA has a kernel for it, per device type
+
+
+def _xla_device_type():
+    return "XLA_GPU_JIT" if tf.config.list_logical_devices("GPU") else "XLA_CPU_JIT"
+
+
+def ops_without_xla_kernel(graph_def):
+    """The op types in ``graph_def`` (its function library included) that XLA cannot compile
+    on this machine's device type, sorted. XLA registers its kernels at its first compile,
+    so one tiny function is compiled first."""
+    from tensorflow.python.framework import kernels
+
+    if not _XLA_KERNELS:
+        # Eagerly, out of the loop being traced: called in its trace, the tiny function became
+        # a call node in the training loop's while body, beside the step.
+        with tf.init_scope():
+            tf.function(lambda x: x + 1, jit_compile=True, autograph=False)(tf.constant(0))
+    device_type = _xla_device_type()
+    functions = {function.signature.name for function in graph_def.library.function}
+    op_types = {node.op for node in graph_def.node} - _STRUCTURAL
+    for function in graph_def.library.function:
+        op_types.update(node.op for node in function.node_def if node.op not in _STRUCTURAL)
+    missing = []
+    for op_type in sorted(op_types - functions):
+        key = (device_type, op_type)
+        if key not in _XLA_KERNELS:
+            registered = kernels.get_registered_kernels_for_op(op_type).kernel
+            _XLA_KERNELS[key] = any(kernel.device_type == device_type for kernel in registered)
+        if not _XLA_KERNELS[key]:
+            missing.append(op_type)
+    return missing
+
+
+# ---- compiled functions over any Python structure of tensors ---------------------------------
+
+def _reachable(tensor):
+    """True when ``tensor`` belongs to the graph being built or to one it can capture from."""
+    graph = tf.compat.v1.get_default_graph()
+    while graph is not None:
+        if tensor.graph is graph:
+            return True
+        graph = getattr(graph, "outer_graph", None)
+    return False
+
+
+def _split(value, tensors):
+    """``value`` with its tensors appended to ``tensors``; returns a function rebuilding it
+    from an iterator over (compiled) tensors in that order."""
+    if isinstance(value, tf.Tensor):
+        if not _reachable(value):
+            # Left behind in a branch of a tf.cond the traced code read only inside it (THOR's
+            # probes of the recording branch): not an output, kept as traced.
+            return lambda leaves: value
+        tensors.append(value)
+        return lambda leaves: next(leaves)
+    if isinstance(value, tf.IndexedSlices):
+        rebuild = _split((value.values, value.indices, value.dense_shape), tensors)
+        return lambda leaves: tf.IndexedSlices(*rebuild(leaves))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {field.name: _split(getattr(value, field.name), tensors) for field in dataclasses.fields(value)}
+
+        def rebuild_dataclass(leaves):
+            out = copy.copy(value)
+            for name, rebuild in fields.items():
+                object.__setattr__(out, name, rebuild(leaves))
+            return out
+        return rebuild_dataclass
+    if isinstance(value, dict):
+        parts = {key: _split(item, tensors) for key, item in value.items()}
+        return lambda leaves: type(value)((key, rebuild(leaves)) for key, rebuild in parts.items())
+    if isinstance(value, (list, tuple)):
+        parts = [_split(item, tensors) for item in value]
+        kind = type(value)
+        if hasattr(value, "_fields"):   # a namedtuple
+            return lambda leaves: kind(*[rebuild(leaves) for rebuild in parts])
+        return lambda leaves: kind([rebuild(leaves) for rebuild in parts])
+    return lambda leaves: value   # a Python value (a layer, a variable, a name): kept as traced
+
+
+class Compiled:
+    """``function`` as one XLA function; its arguments are nests of tensors, its results any
+    structure of dataclasses, lists, tuples and dicts around tensors (rebuilt as traced)."""
+
+    def __init__(self, function):
+        self._function = function
+        self._inputs = None
+        self._rebuild = None
+        self._xla = tf.function(self._flat, jit_compile=True)
+
+    def _flat(self, *leaves):
+        args = tf.nest.pack_sequence_as(self._inputs, list(leaves), expand_composites=True)
+        tensors = []
+        self._rebuild = _split(self._function(*args), tensors)
+        return tensors
+
+    def refusal(self, *args):
+        """Why XLA cannot compile ``function`` on ``args`` (None if it can): its trace (made
+        here, in the caller's graph, and reused by the call) is searched for ops without an
+        XLA kernel. Nothing runs."""
+        self._inputs = args
+        concrete = self._xla.get_concrete_function(*tf.nest.flatten(args, expand_composites=True))
+        missing = ops_without_xla_kernel(concrete.graph.as_graph_def())
+        if missing:
+            return f"no XLA kernel for {', '.join(missing)}"
+        return None
+
+    def __call__(self, *args):
+        self._inputs = args
+        outputs = self._xla(*tf.nest.flatten(args, expand_composites=True))
+        return self._rebuild(iter(outputs))
+
+
+class CompiledStep:
+    """The replica step of the synchronous trainer run through XLA where ``placement`` says.
+
+    ``replica_step(batch)`` is what the trainer's replica function calls in place of
+    ``train_step(batch)``. The first trace checks the compiled function's trace for ops
+    without an XLA kernel; if there are any, ``refused`` names them and the step is traced
+    without XLA.
+    """
+
+    def __init__(self, train_step, where):
+        self.train_step = train_step
+        self.where = where
+        self.refused: Optional[str] = None
+        self._compiled = {}   # one per replica: each reads its own replica's variables
+        if where == PER_REPLICA:
+            for pipeline in train_step.pipelines:
+                compiled_updates.install(pipeline.base)
+
+    def tracing(self):
+        """The context the compiled variant's ``strategy.run`` is traced in: with several
+        replicas the Keras optimizer's updates compile per device (``compiled_updates``),
+        unless XLA refused the step."""
+        if self.where != PER_REPLICA:
+            return contextlib.nullcontext()
+        return compiled_updates.tracing_compiled(lambda: self.refused is None)
+
+    def replica_step(self, batch):
+        if self.refused is not None:
+            return self.train_step(batch)
+        replica = tf.distribute.get_replica_context()
+        key = int(tf.get_static_value(replica.replica_id_in_sync_group)) if replica is not None else 0
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = Compiled(self.train_step if self.where == WHOLE_STEP else self._forward_backward)
+            self.refused = compiled.refusal(batch)
+            if self.refused is not None:
+                return self.train_step(batch)
+            self._compiled[key] = compiled
+        if self.where == WHOLE_STEP:
+            return compiled(batch)
+        return self.train_step(batch, gradients=compiled)
+
+    def _forward_backward(self, batch):
+        return self.train_step.compiled_gradients(batch)
+
+
+# ---- which variant runs each call ------------------------------------------------------------
+
+class JitChoice:
+    """Whether each call of the synchronous trainer runs the compiled step, and under
+    ``auto`` the measurement that decides it (see the module docstring).
+
+    ``plan(asked)`` gives (compiled?, steps) for the next traced call; ``record(compiled,
+    steps, seconds)`` tells what it did. ``decided`` is None while measuring.
+    """
+
+    def __init__(self, mode, strategy, steps_left, logger, budget=Budget(), agree=None):
+        """``steps_left()``: the steps this run will train (None: until the input ends), asked
+        at the first call (after a resume has restored the global step). ``agree(flag)``:
+        with several synchronous workers, True on every worker when any worker passes True
+        (all must run the same variant: each variant's traced collectives are its own);
+        None in one process."""
+        self.mode = jit_compile_mode(mode)
+        self.budget = budget
+        self.logger = logger
+        self.where, self._reason = placement(strategy)
+        self._steps_left = steps_left
+        self._agree = agree
+        self.decided = None
+        self.trial_steps = 0
+        self._started = False
+        self._steps = {False: 0, True: 0}
+        self._seconds = {False: 0.0, True: 0.0}
+        self._traced = {False: False, True: False}
+        self._next = False
+
+    def start(self):
+        """Decide what can be decided before any step (and log it); once, at the first call."""
+        if self._started:
+            return
+        self._started = True
+        steps_left = self._steps_left()
+        budget = self.budget
+        if self.mode == "false":
+            self.decided = False
+        elif self._reason == TPU_COMPILES:
+            self.logger.info("jit_compile=%s: %s; nothing is added", self.mode, TPU_COMPILES)
+            self.decided = False
+        elif self.where is None:
+            self._log_without(self._reason)
+            self.decided = False
+        elif self.mode == "true":
+            self.logger.info("jit_compile=true: the %s compiled by XLA", self.where)
+            self.decided = True
+        elif steps_left is None:
+            # A run until the input ends may be short: it is not made to pay for a trial.
+            self.logger.info("jit_compile=auto: the run's length is not known (max_number_of_steps=0): without "
+                             "XLA, not measured; pass jit_compile=True to compile")
+            self.decided = False
+        elif steps_left < budget.min_steps:
+            self.logger.info("jit_compile=auto: %d steps to train, fewer than %d: without XLA, not measured",
+                             steps_left, budget.min_steps)
+            self.decided = False
+        else:
+            share = int(steps_left * budget.fraction / 2)
+            self.trial_steps = max(1, min(budget.max_trial_steps, share))
+
+    def _log_without(self, reason):
+        if self.mode == "true":
+            self.logger.warning("jit_compile=true: %s; training without XLA", reason)
+        else:
+            self.logger.info("jit_compile=auto: %s; training without XLA", reason)
+
+    def refuse(self, reason):
+        """XLA cannot compile this model: the rest of the run goes without it."""
+        self._log_without(f"XLA cannot compile this step ({reason})")
+        self.decided = False
+
+    def plan(self, asked):
+        self.start()
+        if self.decided is not None:
+            return self.decided, asked
+        for variant in (False, True):   # each variant's first call traces (and compiles): untimed
+            if not self._traced[variant]:
+                return variant, 1
+        variant = self._next
+        if self._done(variant):   # a variant whose trial is over is not run again while the other's goes on
+            variant = not variant
+        left = self.trial_steps - self._steps[variant]
+        return variant, max(1, min(asked, left, -(-self.trial_steps // 3)))
+
+    def _done(self, variant):
+        """Whether ``variant``'s trial is over: its steps, or (in one process) its seconds, are spent.
+        Synchronous workers decide together, at the same call: by step counts alone."""
+        if self._steps[variant] >= self.trial_steps:
+            return True
+        return self._agree is None and self._seconds[variant] >= self.budget.trial_seconds
+
+    def record(self, compiled, steps, seconds):
+        if self.decided is not None or steps <= 0:
+            return
+        if not self._traced[compiled]:
+            self._traced[compiled] = True
+            return
+        self._steps[compiled] += steps
+        self._seconds[compiled] += seconds
+        self._next = not compiled
+        if self._done(False) and self._done(True):
+            self._decide()
+
+    def rate(self, compiled):
+        return self._steps[compiled] / max(self._seconds[compiled], 1e-12)
+
+    def _decide(self):
+        plain, xla = self.rate(False), self.rate(True)
+        self.decided = xla > plain
+        if self._agree is not None:   # with XLA only where every worker measured it faster
+            self.decided = not self._agree(not self.decided)
+        self.logger.info("jit_compile=auto: %.1f steps/s with XLA (%s), %.1f without, over %d and %d steps: "
+                         "training %s", xla, self.where, plain, self._steps[True], self._steps[False],
+                         "with XLA" if self.decided else "without XLA")

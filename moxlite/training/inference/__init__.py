@@ -1,0 +1,1 @@
+"""EVAL and PREDICT passes, and EXPORT as a SavedModel."""

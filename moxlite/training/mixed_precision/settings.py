@@ -1,0 +1,150 @@
+"""Mixed precision, loss scaling and gradient clipping: RunConfig.precision, from MoXing's flags or a recipe.
+
+- ``amp_level`` (O0-O3) and ``compute_dtype`` choose each layer's Keras dtype
+  policy, with the fp32 keep-list ``keep_fp32`` / ``keep_batchnorm_fp32``: see
+  ``moxlite.training.mixed_precision.levels``. ``use_fp16`` is an alias of O3 in float16, the old
+  behaviour (every layer in Keras's ``mixed_float16``).
+- ``loss_scale``: ``dynamic`` (``dynamic:<start>`` from another starting scale), a
+  fixed number that never changes, or 0 (off; a
+  float16 compute dtype then gets ``dynamic``, bfloat16 needs none), with
+  ``drop_overflow_update``: see ``moxlite.optimizers.loss_scaling``.
+- ``gradient_clip`` / ``gradient_clip_type``: on unscaled gradients, after
+  accumulation: see ``moxlite.optimizers.clipping``.
+
+The pipeline the loop uses is ``LossScale(user's stack)`` with a ``GradientClip`` link placed
+once by the pipeline's rule: below the loss scaling, the lowest ``batch_gradients`` and ``thor``.
+"""
+
+import contextlib
+import dataclasses
+from typing import Optional, Union
+
+from moxlite import errors, flags
+from moxlite.optimizers import pipeline
+from moxlite.training.mixed_precision import levels as amp
+from moxlite.optimizers import clipping
+from moxlite.optimizers import loss_scaling
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionSettings:
+    use_fp16: bool = False
+    loss_scale: Optional[Union[str, float]] = None   # None, "dynamic" or a positive number
+    gradient_clip: float = 0.0
+    gradient_clip_type: str = "global_norm"
+    amp_plan: amp.AmpPlan = dataclasses.field(default_factory=amp.AmpPlan)
+    drop_overflow_update: bool = True
+
+
+# The MoXing flags (by name) that say how a run computes, scales its loss and clips.
+FLAG_NAMES = ("use_fp16", "amp_level", "compute_dtype", "keep_fp32", "keep_batchnorm_fp32", "loss_scale",
+              "drop_overflow_update", "gradient_clip", "gradient_clip_type")
+
+
+def _loss_scale(value):
+    try:
+        return flags.parse_loss_scale(value)
+    except ValueError as problem:
+        raise errors.ArgumentError(f"--loss_scale={value!r} is not valid; {problem}") from None
+
+
+def _amp_plan(values):
+    use_fp16 = bool(values["use_fp16"])
+    level = str(values["amp_level"]).strip().upper()
+    compute_dtype = str(values["compute_dtype"]).strip().lower()
+    if use_fp16 and level == "O0":
+        raise errors.ArgumentError(
+            "--use_fp16 asks for float16 but --amp_level=O0 for float32; drop one of them "
+            "(use_fp16 is an alias of --amp_level=O3 --compute_dtype=float16)")
+    if use_fp16 and compute_dtype != "float16":
+        raise errors.ArgumentError(
+            f"--use_fp16 asks for float16 but --compute_dtype={compute_dtype}; use --amp_level "
+            f"with --compute_dtype={compute_dtype} instead of --use_fp16")
+    if not level:
+        level = "O3" if use_fp16 else "O0"
+    keep_text = str(values["keep_fp32"]).strip()
+    if not keep_text:
+        keep = None
+    elif keep_text.lower() == "none":
+        keep = []
+    else:
+        keep = [name for name in (part.strip() for part in keep_text.split(",")) if name]
+    batchnorm_text = str(values["keep_batchnorm_fp32"]).strip().lower()
+    if batchnorm_text not in ("", "true", "false"):
+        raise errors.ArgumentError(
+            f"--keep_batchnorm_fp32={values['keep_batchnorm_fp32']!r} is not valid; use true, "
+            f"false or '' (the level's default)")
+    keep_batchnorm = {"": None, "true": True, "false": False}[batchnorm_text]
+    try:
+        return amp.plan_for(level, compute_dtype, keep, keep_batchnorm)
+    except errors.ArgumentError as error:
+        raise errors.ArgumentError(f"--{error}") from None
+
+
+def from_flags():
+    """The precision settings the flags ask for, checked."""
+    return from_values({name: flags.get_flag(name) for name in FLAG_NAMES})
+
+
+def _check_declared(values):
+    """The recipe schema's precision ranges and rules (schema.PrecisionSection), on the flags' values."""
+    from moxlite.recipes import schema
+
+    declared = {"use_fp16": bool(values["use_fp16"]), "amp_level": str(values["amp_level"]).strip().upper(),
+                "compute_dtype": str(values["compute_dtype"]).strip().lower(), "loss_scale": values["loss_scale"],
+                "drop_overflow_update": bool(values["drop_overflow_update"]),
+                "gradient_clip": values["gradient_clip"]}
+    found = schema.check_values(schema.PrecisionSection, declared)
+    if found:
+        raise errors.ArgumentError(f"--{found[0]}={found[1]}")
+
+
+def from_values(values):
+    """The precision settings ``values`` (the flags of FLAG_NAMES, by name, as the flags hold them) ask for, checked."""
+    _check_declared(values)
+    plan = _amp_plan(values)
+    loss_scale = _loss_scale(values["loss_scale"])
+    if loss_scale is None and plan.mixed and plan.compute_dtype == "float16":
+        loss_scale = "dynamic"
+    drop = bool(values["drop_overflow_update"])
+    if not drop and (loss_scale is None or str(loss_scale).startswith("dynamic")):
+        raise errors.ArgumentError(
+            f"--nodrop_overflow_update needs a fixed --loss_scale (a number); with loss_scale="
+            f"{loss_scale or 'off'} overflowing steps are always dropped")
+    clip = values["gradient_clip"]
+    if clip < 0:
+        raise errors.ArgumentError(f"--gradient_clip={clip} is not valid; use 0 (off) or a positive threshold")
+    clip_type = values["gradient_clip_type"]
+    if clip_type not in clipping.CLIP_TYPES:
+        raise errors.ArgumentError(
+            f"--gradient_clip_type={clip_type!r} is not valid; use 'global_norm' (all gradients together) "
+            f"or 'norm' (each variable's gradient)")
+    return PrecisionSettings(plan.mixed and plan.compute_dtype == "float16", loss_scale, float(clip), clip_type,
+                             plan, drop)
+
+
+@contextlib.contextmanager
+def compute_policy(settings):
+    """The level's dtype policies on every layer model_fn calls, while the body runs."""
+    with amp.layer_policies(settings.amp_plan):
+        yield
+
+
+def optimizer_pipeline(optimizer, settings, guard=None):
+    """The pipeline of ``optimizer`` under loss scaling, as asked, with the clipping link placed
+    by the pipeline's rule (see ``moxlite.optimizers.clipping``) and ``guard`` (the non-finite
+    policy's apply-if-finite link, or None) on top unless loss scaling already skips."""
+    return pipeline.Pipeline(loss_scaled(optimizer, settings), guard=guard,
+                             clip=clipping.clipping_link(settings.gradient_clip, settings.gradient_clip_type))
+
+
+def loss_scaled(optimizer, settings):
+    """``optimizer`` with loss scaling around it, as asked (itself without)."""
+    if settings.loss_scale is None:
+        return optimizer
+    if settings.loss_scale == "dynamic":
+        return loss_scaling.LossScale(optimizer)
+    if str(settings.loss_scale).startswith("dynamic:"):
+        return loss_scaling.LossScale(optimizer, initial_scale=float(settings.loss_scale.split(":")[1]))
+    return loss_scaling.LossScale(optimizer, initial_scale=float(settings.loss_scale), dynamic=False,
+                                  drop_overflow_update=settings.drop_overflow_update)

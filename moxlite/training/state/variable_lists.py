@@ -1,0 +1,66 @@
+"""Which trainable variables each optimizer updates, in the order its slots are saved."""
+
+from moxlite import errors
+from moxlite.training.state import checkpoints
+from moxlite.training.state import checkpoint_keys as naming
+
+
+def variable_lists(template, spec, log_dir, trainable_exclude_patterns, logger):
+    """(one list of variables per optimizer, whether slots are saved by variable name).
+
+    Each list is sorted by checkpoint key: Keras saves slots by position, so the order must
+    not depend on the order model_fn created the variables. A log_dir whose checkpoint an
+    earlier moxlite wrote (slots in creation order) keeps creation order, so it still
+    resumes, but only when model_fn creates its variables in the order recorded there.
+    """
+    lists = _in_creation_order(template, spec, trainable_exclude_patterns, logger)
+    legacy = checkpoints.legacy_slot_order(log_dir)
+    if legacy is None:
+        return [template.slot_order(variables) for variables in lists], True
+    prefix, saved_order = legacy
+    order = list(template.checkpoint_keys()[0])
+    if saved_order is not None and sorted(saved_order) == sorted(order) and saved_order != order:
+        raise errors.CheckpointError(
+            f"checkpoint {prefix!r} was written by an earlier moxlite that saved optimizer slots "
+            f"(momentum, Adam moments, accumulators) in variable creation order, and this model_fn "
+            f"creates its variables in another order, so the slots would attach to the wrong variables; "
+            f"resume with the model_fn's original creation order, or start a new log_dir with "
+            f"checkpoint_path={prefix!r} (weights by name, fresh optimizer slots)")
+    logger.warning(
+        "Keeping optimizer slots in variable creation order: log_dir's checkpoint %s was written by "
+        "an earlier moxlite that saved them so; a new log_dir saves them by variable name", prefix)
+    return lists, False
+
+
+def _in_creation_order(template, spec, trainable_exclude_patterns, logger):
+    """Trainable variables per loss, matched by their checkpoint names (``checkpoints.matches``:
+    whole path components, wherever they stand), each setting's matches said in one line."""
+    keys = {id(v): key for key, v in template.checkpoint_keys()[0].items()}
+
+    def name_of(variable):
+        return keys.get(id(variable)) or naming.variable_name(variable)
+
+    trainable = template.trainable_variables + [v for v in template.external_variables if v.trainable]
+    excluded = checkpoints.split_patterns(trainable_exclude_patterns)
+    if excluded:
+        logger.info(checkpoints.describe_matches("trainable_exclude_patterns (not trained)",
+                                                 checkpoints.matched_names([name_of(v) for v in trainable], excluded)))
+    trainable = [v for v in trainable if not checkpoints.matches_any(name_of(v), excluded)]
+    if spec.var_scopes is None:
+        return [trainable]
+    per_loss = list(spec.var_scopes)
+    if len(spec.losses) == 1 and all(isinstance(s, str) for s in per_loss):
+        per_loss = [per_loss]   # one loss: var_scopes may be its list of scopes
+    names = [name_of(v) for v in trainable]
+    lists = []
+    for index, scopes in enumerate(per_loss):
+        scopes = [scopes] if isinstance(scopes, str) else list(scopes)
+        matched = checkpoints.matched_names(names, scopes)
+        for scope, found in matched.items():
+            if not found:
+                raise errors.ModelFnError(
+                    f"var_scopes[{index}] scope {scope!r} matches no trainable variable; variable names are "
+                    f"{names[:20]}{' ...' if len(names) > 20 else ''} (a scope matches whole name components)")
+        logger.info(checkpoints.describe_matches(f"var_scopes[{index}] (trained by loss {index})", matched))
+        lists.append([v for v, name in zip(trainable, names) if checkpoints.matches_any(name, scopes)])
+    return lists

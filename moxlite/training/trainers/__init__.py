@@ -1,0 +1,1 @@
+"""The trainers: the synchronous and asynchronous loops, their per-replica steps, stops and non-finite checks."""
