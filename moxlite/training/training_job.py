@@ -73,6 +73,7 @@ class TrainingJob:
         self._check_async_limits()
         spec, self._element_spec, num_samples = task.build(ModeKeys.TRAIN)
         steps.check_spec(spec, ModeKeys.TRAIN, num_optimizers=len(config.optimizer_fn))
+        task.keep_saved_keys(config.log_dir)   # before the keys order the optimizer slots
         lists, self._slots_by_name = task.variable_lists(spec, config.log_dir, config.trainable_exclude_patterns,
                                                          self.logger)
         run_context = context.RunContext(
@@ -142,7 +143,7 @@ class TrainingJob:
         return checkpoints.Checkpointer(
             config.log_dir, global_step, keyed, optimizers, ambiguous=ambiguous, iterator=iterator,
             save_model_secs=save_secs, save_model_steps=save_steps, keep_checkpoint_max=config.keep_checkpoint_max,
-            is_chief=self.task.is_chief, slots_by_name=self._slots_by_name,
+            is_chief=self.task.is_chief, slots_by_name=self._slots_by_name, legacy_keys=self.task.legacy_keys(),
             setup=resume_setup.TrainingSetup(optimizers, config.precision))
 
     def _iterator_is_checkpointable(self):

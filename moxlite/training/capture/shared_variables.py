@@ -52,6 +52,7 @@ class SharedVariablesModelFn:
         self._made_up_names = {}
         self._paths = {}    # id of a variable -> the Keras path of the Keras variable around it
         self._names_by_identity = None
+        self._kept_legacy = {}   # id of a variable -> its pre-path key, kept for a log_dir saved so
         self._stores = weakref.WeakKeyDictionary()
         # The last moxlite error raised inside a traced call: AutoGraph re-raises it wrapped in
         # its own StagingError, and run() unwraps it so the user sees our one-line message.
@@ -66,7 +67,30 @@ class SharedVariablesModelFn:
     def checkpoint_keys(self):
         """({stable name: variable} for ``variables``, names shared by several variables);
         see ``moxlite.training.state.checkpoint_keys``."""
-        return naming.keyed(self.variables, self._made_up_names, self._paths)
+        keyed, ambiguous = naming.keyed(self.variables, self._made_up_names, self._paths)
+        if self._kept_legacy:
+            keyed = {self._kept_legacy.get(id(v), key): v for key, v in keyed.items()}
+        return keyed, ambiguous
+
+    def legacy_keys(self):
+        """{checkpoint key: the key moxlite gave the same variable before keys were Keras paths},
+        where they differ (``naming.legacy_keys``): what a restore reads where a checkpoint lacks
+        the path."""
+        old = naming.legacy_keys(self.variables, self._made_up_names, self._paths)
+        keyed, _ = naming.keyed(self.variables, self._made_up_names, self._paths)
+        return {key: old[id(v)] for key, v in keyed.items() if id(v) in old}
+
+    def keep_saved_keys(self, saved):
+        """Key this run's variables as checkpoint ``saved`` (its model keys) does where it holds
+        a variable under its pre-path key and not under its path: a log_dir written before keys
+        were Keras paths resumes and goes on saving the keys it has, with each optimizer slot
+        (saved by position in key order) on its own variable."""
+        old = naming.legacy_keys(self.variables, self._made_up_names, self._paths)
+        keyed, _ = naming.keyed(self.variables, self._made_up_names, self._paths)
+        self._kept_legacy = {id(v): old[id(v)] for key, v in keyed.items()
+                             if id(v) in old and key not in saved and old[id(v)] in saved}
+        self._names_by_identity = None
+        return sorted(self._kept_legacy.values())
 
     def stable_name(self, variable):
         """``variable``'s checkpoint key (it, a component of it or the Keras variable around it),
@@ -126,7 +150,7 @@ class SharedVariablesModelFn:
                 known.update(_identities(variable))
                 external.append(variable)
         self._external_variables = external
-        names = [naming.variable_name(v) for v in self.variables]
+        names = [naming.candidate_name(v, self._paths) for v in self.variables]
         self._made_up_names = naming.made_up_before(names, naming.keras_name_counters(), self._made_up_names)
         return spec
 

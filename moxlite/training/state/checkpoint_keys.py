@@ -1,14 +1,18 @@
 """Stable checkpoint keys for model_fn's variables.
 
-A checkpoint keys each variable by its name without ``:0``: the name given to
-``get_variable`` under its ``variable_scope`` (``net/W``), or the Keras layer
-path (``head/kernel``, ``encoder/block/dense/kernel``). TensorFlow names every
-variable of a composite layer after the outer layer (``block0/kernel`` six
-times); those are keyed by the Keras path of the Keras variable around each
-(``block0/attention/query/kernel``). Names the user gave
-are kept as they are. Names Keras made up for unnamed layers (``dense``,
-``dense_3``) depend on how many layers the process created before, so they
-differ between a TRAIN and an EVAL run in one process; each such name is
+A checkpoint keys each variable by a name without ``:0``: a Keras variable by
+its Keras path (``variable.path``: ``head/kernel``, ``block_0/dense/kernel``,
+``encoder/block/attention/query/kernel``), anything else by the name given to
+``get_variable`` under its ``variable_scope`` (``net/W``) or to ``tf.Variable``.
+The Keras path is the key even where TensorFlow's own name would be unique:
+TensorFlow names every variable of a custom block after the outer layer
+(``block_0/kernel``), so that name changes when the block gains a second
+sub-layer (then both would be ``block_0/kernel``), while the path of the first
+``Dense`` stays ``block_0/dense/kernel`` whatever else the block holds.
+
+Names the user gave are kept as they are. Names Keras made up for unnamed layers
+(``dense``, ``dense_3``) depend on how many layers the process created before,
+so they differ between a TRAIN and an EVAL run in one process; each such name is
 replaced by the one a fresh process would give (the first ``dense`` made by
 model_fn is ``dense``, the next ``dense_1``...), which the same model_fn
 reproduces in every run. Names Keras made up before model_fn's first call (a
@@ -18,6 +22,10 @@ prefix, the first such name is ``sequential``, the next ``sequential_1``, and
 those made during the call come after them, as in a fresh process that built the
 closed-over model first. A layer inserted before others shifts those made-up
 names: name the layers a warm start must find.
+
+Checkpoints written before keys were Keras paths hold a custom block's only
+``Dense`` as ``block_0/kernel`` (the TensorFlow name); ``legacy_key`` gives that
+form, and a restore reads it where the path is missing (``checkpoints``).
 
 Optimizers get their variables sorted by these keys (``in_key_order``): Keras
 saves slots (momentum, Adam m/v, accumulators) by position in that list, so a
@@ -104,25 +112,25 @@ def stable_key(name, renamed):
     return "/".join(renamed.get(part, part) for part in name.split("/"))
 
 
+def candidate_name(variable, paths):
+    """The name a variable's key is made from: the Keras path of the Keras variable around it
+    (``paths``: {id of a variable: that path}), else its own name without ``:0``."""
+    return paths.get(id(variable)) or variable_name(variable)
+
+
 def keyed(variables, renamed, paths=None):
     """(ordered {key: variable}, sorted names shared by several variables).
 
-    ``paths``: {id of a variable: the Keras path of the Keras variable around it}. Where
-    several variables share a TensorFlow name (TensorFlow names every variable of a
-    composite layer after the outer layer) each is keyed by its Keras path
-    (``block0/attention/query/kernel``); elsewhere the name is kept.
+    ``paths``: {id of a variable: the Keras path of the Keras variable around it}, as seen on
+    model_fn's first call. A variable with a path is keyed by it (``block_0/dense/kernel``), one
+    without by its own name; made-up components are replaced by ``renamed``.
 
     A name shared by several variables (unnamed ``tf.Variable`` s, two layers given the
     same name) cannot say which is which: each gets ``name~k`` by creation order, and
     the name is reported as ambiguous so that a warm start refuses to guess.
     """
     paths = paths or {}
-    names = [stable_key(variable_name(v), renamed) for v in variables]
-    shared = collections.Counter(names)
-    # A Keras path only where TensorFlow's name is shared: a Keras variable around a reused
-    # variable (a layer rebuilt on a later call) carries the new layer's path, the name does not.
-    keys = [stable_key(paths[id(v)], renamed) if shared[name] > 1 and paths.get(id(v)) else name
-            for v, name in zip(variables, names)]
+    keys = [stable_key(candidate_name(v, paths), renamed) for v in variables]
     counts = collections.Counter(keys)
     seen = collections.Counter()
     result = {}
@@ -132,6 +140,25 @@ def keyed(variables, renamed, paths=None):
             key = f"{key}~{seen[key] - 1}"
         result[key] = variable
     return result, sorted(k for k, n in counts.items() if n > 1)
+
+
+def legacy_keys(variables, renamed, paths=None):
+    """{id of a variable: the key moxlite gave it before keys were Keras paths}, for the
+    variables whose key differs.
+
+    Then a Keras path was the key only where TensorFlow's name was shared by several
+    variables; a unique TensorFlow name (a custom block's only ``Dense``: ``block_0/kernel``)
+    was the key. A restore reads that key where a checkpoint lacks the path.
+    """
+    paths = paths or {}
+    names = [stable_key(variable_name(v), renamed) for v in variables]
+    shared = collections.Counter(names)
+    old = {}
+    for variable, name in zip(variables, names):
+        key = stable_key(candidate_name(variable, paths), renamed)
+        if shared[name] == 1 and name != key:
+            old[id(variable)] = name
+    return old
 
 
 def in_key_order(variables, keys_by_id):
