@@ -149,8 +149,8 @@ class Task:
         kept = self._template.keep_saved_keys(saved) if by_name else []
         if kept:
             self.logger.info("Keeping the keys %s's checkpoint gives %d variables (%s), written before "
-                              "checkpoint keys were Keras paths; a new log_dir keys them by path",
-                              log_dir, len(kept), ", ".join(kept[:6]) + (", ..." if len(kept) > 6 else ""))
+                             "checkpoint keys were Keras paths; a new log_dir keys them by path",
+                             log_dir, len(kept), ", ".join(kept[:6]) + (", ..." if len(kept) > 6 else ""))
 
     def stable_name(self, variable):
         """``variable``'s checkpoint key, or None: the names THOR's include/exclude match."""

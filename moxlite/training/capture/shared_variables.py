@@ -76,21 +76,23 @@ class SharedVariablesModelFn:
         """{checkpoint key: the key moxlite gave the same variable before keys were Keras paths},
         where they differ (``naming.legacy_keys``): what a restore reads where a checkpoint lacks
         the path."""
-        old = naming.legacy_keys(self.variables, self._made_up_names, self._paths)
-        keyed, _ = naming.keyed(self.variables, self._made_up_names, self._paths)
-        return {key: old[id(v)] for key, v in keyed.items() if id(v) in old}
+        return {key: old for key, _, old in self._path_and_legacy_keys()}
 
     def keep_saved_keys(self, saved):
         """Key this run's variables as checkpoint ``saved`` (its model keys) does where it holds
         a variable under its pre-path key and not under its path: a log_dir written before keys
         were Keras paths resumes and goes on saving the keys it has, with each optimizer slot
-        (saved by position in key order) on its own variable."""
-        old = naming.legacy_keys(self.variables, self._made_up_names, self._paths)
-        keyed, _ = naming.keyed(self.variables, self._made_up_names, self._paths)
-        self._kept_legacy = {id(v): old[id(v)] for key, v in keyed.items()
-                             if id(v) in old and key not in saved and old[id(v)] in saved}
+        (saved by position in key order) on its own variable. Returns the keys kept."""
+        self._kept_legacy = {id(v): old for key, v, old in self._path_and_legacy_keys()
+                             if key not in saved and old in saved}
         self._names_by_identity = None
         return sorted(self._kept_legacy.values())
+
+    def _path_and_legacy_keys(self):
+        """(key, variable, pre-path key) for each variable whose two keys differ."""
+        keyed, _ = naming.keyed(self.variables, self._made_up_names, self._paths)
+        old = naming.legacy_keys(self.variables, self._made_up_names, self._paths)
+        return [(key, v, old[id(v)]) for key, v in keyed.items() if id(v) in old]
 
     def stable_name(self, variable):
         """``variable``'s checkpoint key (it, a component of it or the Keras variable around it),

@@ -24,7 +24,7 @@ closed-over model first. A layer inserted before others shifts those made-up
 names: name the layers a warm start must find.
 
 Checkpoints written before keys were Keras paths hold a custom block's only
-``Dense`` as ``block_0/kernel`` (the TensorFlow name); ``legacy_key`` gives that
+``Dense`` as ``block_0/kernel`` (the TensorFlow name); ``legacy_keys`` gives that
 form, and a restore reads it where the path is missing (``checkpoints``).
 
 Optimizers get their variables sorted by these keys (``in_key_order``): Keras
