@@ -94,25 +94,25 @@ TESTS = {
     ('mox.ImageClassificationTFRecordMetadata(num_samples)', 'moxlite:ImageClassificationTFRecordMetadata(num_samples)'):
         'tests/test_moxing_ports_public.py::test_modelarts_train_iceberg_tfrecords_train_export_eval_predict',
     ('mox.ModeKeys', 'moxlite:ModeKeys'):
-        'tests/test_moxing_early_stopping.py::test_the_hook_needs_inter_mode_eval',
+        'tests/test_run_modes.py::test_eval_averages_over_the_whole_set_like_numpy',
     ('mox.ModeKeys.EVAL', 'moxlite:ModeKeys.EVAL'):
-        'tests/test_moxing_early_stopping.py::test_the_hook_needs_inter_mode_eval',
+        'tests/test_run_modes.py::test_eval_averages_over_the_whole_set_like_numpy',
     ('mox.ModeKeys.EXPORT', 'moxlite:ModeKeys.EXPORT'):
         'tests/test_run_modes.py::test_export_to_an_existing_named_version_is_refused',
     ('mox.ModeKeys.PREDICT', 'moxlite:ModeKeys.PREDICT'):
         'tests/test_run_modes.py::test_predict_hands_numpy_outputs_to_output_fn_every_n_steps',
     ('mox.ModeKeys.TRAIN', 'moxlite:ModeKeys.TRAIN'):
-        'tests/test_datasets.py::test_synthetic_held_out_samples_differ_from_training_samples_and_repeat_exactly',
+        'tests/test_run_train.py::test_linear_model_steps_equal_numpy',
     ('mox.ModelSpec', 'moxlite:ModelSpec'):
-        'tests/test_run_bad_specs.py::test_a_per_example_loss_is_an_error_naming_its_shape_and_the_fix',
+        'tests/test_run_train.py::test_linear_model_steps_equal_numpy',
     ('mox.ModelSpec(export_spec)', 'moxlite:ModelSpec(export_spec)'):
         'tests/test_precision_semantics.py::test_values_model_fn_returns_are_float32_after_o2_in_predict_and_the_saved_model',
     ('mox.ModelSpec(log_info)', 'moxlite:ModelSpec(log_info)'):
-        'tests/test_run_bad_specs.py::test_a_per_example_loss_is_an_error_naming_its_shape_and_the_fix',
+        'tests/test_run_modes.py::test_eval_averages_over_the_whole_set_like_numpy',
     ('mox.ModelSpec(loss)', 'moxlite:ModelSpec(loss)'):
-        'tests/test_run_bad_specs.py::test_a_per_example_loss_is_an_error_naming_its_shape_and_the_fix',
+        'tests/test_run_train.py::test_linear_model_steps_equal_numpy',
     ('mox.ModelSpec(output_info)', 'moxlite:ModelSpec(output_info)'):
-        'tests/test_zoo.py::test_var_scope_keeps_fp32_variables_under_fp16_images',
+        'tests/test_run_modes.py::test_predict_hands_numpy_outputs_to_output_fn_every_n_steps',
     ('mox.ModelSpec(var_scopes)', 'moxlite:ModelSpec(var_scopes)'):
         'tests/test_run_train.py::test_two_losses_train_their_own_variable_scopes',
     ('mox.file', 'File'):
@@ -214,7 +214,7 @@ TESTS = {
     ('mox.file', 'copy_parallel(threads)'):
         'tests/test_mox_file.py::test_tree_copied_up_and_down_is_bit_exact',
     ('mox.file', 'exists'):
-        'tests/test_mox_file.py::test_bad_paths_are_refused_up_front',
+        'tests/test_mox_file.py::test_read_write_append_make_remove_rename_same_on_every_store',
     ('mox.file', 'exists(url)'):
         'tests/test_mox_file_documented.py::test_every_documented_mode_does_what_open_does',
     ('mox.file', 'get_size'):
@@ -244,11 +244,11 @@ TESTS = {
     ('mox.file', 'list_directory(url)'):
         'tests/test_mox_file_documented.py::test_list_directory_skip_dir_skip_file_remove_sep',
     ('mox.file', 'make_dirs'):
-        'tests/test_mox_file_documented.py::test_an_undocumented_mode_and_a_folder_are_refused',
+        'tests/test_mox_file.py::test_read_write_append_make_remove_rename_same_on_every_store',
     ('mox.file', 'make_dirs(url)'):
         'tests/test_mox_file_documented.py::test_documented_argument_names_work_as_keywords',
     ('mox.file', 'mk_dir'):
-        'tests/test_mox_file_documented.py::test_builtin_errors_python_users_catch',
+        'tests/test_mox_file.py::test_read_write_append_make_remove_rename_same_on_every_store',
     ('mox.file', "mk_dir('s3://b/missing/new')"):
         'tests/test_mox_file_documented.py::test_builtin_errors_python_users_catch',
     ('mox.file', 'mk_dir(url)'):
@@ -358,7 +358,7 @@ TESTS = {
     ('mox.get_dataset_meta', 'moxlite:get_dataset_meta'):
         'tests/test_moxing_data_api.py::test_named_data_sets_read_slim_files',
     ('mox.get_flag', 'moxlite:get_flag'):
-        'tests/test_entry_point_flags.py::test_single_process_counts_one_worker',
+        'tests/test_script_flags.py::test_script_definitions_win_and_moxlite_reads_them_in_its_own_kind_or_says_why_not',
     ('mox.get_model_fn(batch_norm_fused)', 'moxlite:get_model_fn(batch_norm_fused)'):
         'tests/test_moxing_ports_public.py::test_moxing_doc_export_tf_serving_versions_and_serves_the_checkpoint',
     ('mox.get_model_fn(data_format)', 'moxlite:get_model_fn(data_format)'):
@@ -372,9 +372,9 @@ TESTS = {
     ('mox.get_model_fn(weight_decay)', 'moxlite:get_model_fn(weight_decay)'):
         'tests/test_moxing_ports_public.py::test_moxing_doc_predict_output_fn_writes_a_dataframe_to_obs',
     ('mox.get_optimizer_fn', 'moxlite:get_optimizer_fn'):
-        'tests/test_optimizer_factory.py::test_top_level_exports_are_the_factories',
+        'tests/test_optimizer_factory.py::test_sgd_and_momentum_steps_equal_numpy',
     ("mox.get_optimizer_fn('foo')", 'moxlite:get_optimizer_fn'):
-        'tests/test_optimizer_factory.py::test_top_level_exports_are_the_factories',
+        'tests/test_optimizer_factory.py::test_unknown_name_lists_the_valid_names',
     ('mox.get_optimizer_fn(learning_rate)', 'moxlite:get_optimizer_fn(learning_rate)'):
         'tests/test_optimizer_factory.py::test_wrappers_accept_instances_and_factories_and_delegate_iterations_and_learning_rate',
     ('mox.get_optimizer_fn(name)', 'moxlite:get_optimizer_fn(name)'):
@@ -398,7 +398,7 @@ TESTS = {
     ('mox.get_tfrecord(shuffle)', 'moxlite:get_tfrecord(shuffle)'):
         'tests/test_moxing_data_api.py::test_get_tfrecord_with_slim_style_handlers',
     ('mox.run', 'moxlite:run'):
-        'tests/test_run_object_storage.py::test_checkpoints_reach_object_storage_while_training_runs',
+        'tests/test_run_train.py::test_linear_model_steps_equal_numpy',
     ('mox.run(auto_batch)', 'moxlite:run(auto_batch)'):
         'tests/test_run_auto_batch.py::test_tensors_are_one_batch_in_every_mode',
     ('mox.run(batch_size)', 'moxlite:run(batch_size)'):
@@ -428,7 +428,7 @@ TESTS = {
     ('mox.run(run_mode)', 'moxlite:run(run_mode)'):
         'tests/test_run_logs.py::test_batch_size_and_log_dir_flags_fill_missing_run_arguments',
     ("mox.run(run_mode='invalid')", 'moxlite:run'):
-        'tests/test_run_object_storage.py::test_checkpoints_reach_object_storage_while_training_runs',
+        'tests/test_conformance_rows.py::test_row_holds',
     ('mox.run(save_model_secs)', 'moxlite:run(save_model_secs)'):
         'tests/test_moxing_ports_public.py::test_modelarts_train_iceberg_tfrecords_train_export_eval_predict',
     ('mox.run(save_model_steps)', 'moxlite:run(save_model_steps)'):
@@ -436,7 +436,7 @@ TESTS = {
     ('mox.run(save_summary_steps)', 'moxlite:run(save_summary_steps)'):
         'tests/test_run_documented_values.py::test_export_model_true_exports_and_eval_takes_save_summary_steps_none',
     ('mox.set_flag', 'moxlite:set_flag'):
-        'tests/test_optimizer_factory.py::test_no_moxing_warning_in_asynchronous_mode',
+        'tests/test_script_flags.py::test_script_definitions_win_and_moxlite_reads_them_in_its_own_kind_or_says_why_not',
     ('mox.var_scope', 'moxlite:var_scope'):
         'tests/test_zoo.py::test_var_scope_keeps_fp32_variables_under_fp16_images',
     ('moxing.framework.util.compat', 'moxlite.framework.util.compat'):
