@@ -105,3 +105,29 @@ def test_a_train_run_that_ends_before_its_first_step_is_an_error_naming_the_size
         "100 samples); give input_fn more samples (e.g. repeat() its dataset), a smaller batch_size, or, if its "
         "elements are batches already, auto_batch=False")
     assert raised.value.exit_code == 2   # what moxlite-run exits with (recipes/cli.py)
+
+
+def twenty_samples_input_fn(mode):
+    """Twenty MNIST rows, once: fewer than one batch of 100 (the recipe below names this function)."""
+    images, labels = runlib.mnist_rows(20)
+    return tf.data.Dataset.from_tensor_slices((images, labels))
+
+
+RECIPE = """
+run: {mode: train, steps: 5, batch_size: 100, log_dir: %(log_dir)s}
+input: {name: "tests.test_run_auto_batch:twenty_samples_input_fn", num_samples: 20}
+model: {name: "tests.runlib:softmax_model_fn"}
+optimizer: {name: sgd, learning_rate: 0.5}
+"""
+
+
+def test_moxlite_run_exits_2_when_training_ends_before_its_first_step(tmp_path, capsys):
+    from moxlite.recipes import cli
+
+    recipe = tmp_path / "short.yaml"
+    recipe.write_text(RECIPE % {"log_dir": tmp_path / "log"})
+    code = cli.main([str(recipe)])
+    err = capsys.readouterr().err
+    assert code == 2, err[-2000:]
+    assert ("input_fn's TRAIN input ended before the first step: it holds 20 sample(s) (elements of shape "
+            "((784,), ())) and a step takes a whole batch of batch_size=100 per replica") in err
