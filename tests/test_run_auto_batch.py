@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
-from moxlite import errors
+from moxlite import context, errors
 from tests import runlib
 
 ROWS = 8
@@ -57,6 +57,11 @@ def test_tensors_are_one_batch_in_every_mode(tmp_path, data):
     log_probabilities = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     np.testing.assert_allclose(metrics["loss"], -log_probabilities[np.arange(ROWS), labels].mean(), rtol=1e-4)
 
+    exported = mox.run(run_mode=mox.ModeKeys.EXPORT, checkpoint_path=str(tmp_path), **common)
+    serving = tf.saved_model.load(exported).signatures["serving_default"]
+    served = list(serving(images=tf.constant(images[:3])).values())[0].numpy()   # any batch size serves
+    np.testing.assert_allclose(served, logits[:3], atol=1e-4)
+
     outputs = []
     mox.run(input_fn=input_fn, model_fn=model_fn, output_fn=outputs.append, run_mode=mox.ModeKeys.PREDICT,
             batch_size=1, auto_batch=False, max_number_of_steps=1, output_every_n_steps=1,
@@ -73,9 +78,16 @@ def test_the_announced_batch_is_the_batch_that_trains(tmp_path, data, capsys):
     def input_fn(mode):   # ready batches of 50 samples
         return tf.data.Dataset.from_tensors(rows).repeat()
 
-    mox.run(input_fn=input_fn, model_fn=runlib.softmax_model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.5),
+    told = []
+
+    def optimizer_fn():   # what the run tells optimizer factories (and its sample/sec) is its batch
+        told.append(context.current().global_batch_size)
+        return mox.get_optimizer_fn("sgd", 0.5)()
+
+    mox.run(input_fn=input_fn, model_fn=runlib.softmax_model_fn, optimizer_fn=optimizer_fn,
             run_mode=mox.ModeKeys.TRAIN, batch_size=32, auto_batch=False, log_dir=str(tmp_path),
             max_number_of_steps=2)
+    assert told == [50]
     lines = [line.removeprefix("INFO:moxlite:") for line in capsys.readouterr().out.splitlines()]
     assert [line for line in lines if "not batch_size=32" in line] == [
         "input_fn's TRAIN batches hold 50 samples, not batch_size=32 (auto_batch=False: its elements are the "
