@@ -52,7 +52,7 @@ import keras
 import tensorflow as tf
 
 from moxlite import context, errors, ranges
-from moxlite.optimizers import learning_rates
+from moxlite.optimizers import learning_rates, step_trace
 from moxlite.optimizers import recipe_tables as catalog
 from moxlite.optimizers.learning_rates import parse_piecewise, piecewise_value  # noqa: F401  (re-exported)
 
@@ -314,7 +314,7 @@ def resolve_learning_rate(learning_rate):
     if isinstance(learning_rate, tf.Tensor):
         # Its value now; a tensor that optimizer_fn computed from the step is then made to
         # follow the step by step_trace (tf1_adapter.call_optimizer_fn).
-        return float(learning_rate)
+        return step_trace.TracedValue(float(learning_rate))
     if _is_step_function(learning_rate):
         schedule = _tf1_decay_schedule(learning_rate)
         if schedule is not None and run_context is not None:   # re-bound to the run's step

@@ -26,9 +26,10 @@ and why. Each ``run`` traces its own ``optimizer_fn`` with its own global step.
 import contextlib
 import threading
 
+import keras
 import tensorflow as tf
 
-from moxlite import logs
+from moxlite import compat, logs
 
 _local = threading.local()
 
@@ -44,20 +45,35 @@ STAND_IN = StandIn()
 
 
 class TracedValue:
-    """A hyperparameter that ``optimizer_fn`` computed from the global step, as a function of it.
+    """A hyperparameter that may be computed from the global step, as a function of it.
 
-    Calling it (Keras calls a callable learning rate), converting it to a tensor (``ops.cast``,
-    ``tf.convert_to_tensor``) or to a float evaluates the traced computation on the run's
-    global step as it is at that moment.
+    Made with the value ``optimizer_fn`` gave (``value_now``), which it returns until
+    ``follow`` hands it the traced computation. Calling it (Keras calls a callable learning
+    rate), converting it to a tensor (``ops.cast``, ``tf.convert_to_tensor``) or to a float
+    then evaluates that computation on the run's global step as it is at that moment.
+    A learning rate is given to the optimizer as one from the start (Keras untracks the
+    variable a later callable replaces, which a checkpoint refuses).
     """
 
-    def __init__(self, function, index, global_step, label):
-        self._function = function
-        self._index = index
-        self.global_step = global_step
+    def __init__(self, value_now, label="learning_rate"):
+        self._now = value_now
+        self._function = None
+        self._index = None
+        self.global_step = None
         self.label = label
 
+    def follow(self, function, index, global_step, label):
+        """From now on, the ``index``-th output of ``function(global_step)``."""
+        self._function, self._index, self.global_step, self.label = function, index, global_step, label
+        return self
+
+    @property
+    def follows_the_step(self):
+        return self._function is not None
+
     def __call__(self):
+        if self._function is None:
+            return tf.constant(self._now, tf.float32)
         return self._function(tf.convert_to_tensor(self.global_step))[self._index]
 
     def __tf_tensor__(self, dtype=None, name=None):
@@ -68,6 +84,8 @@ class TracedValue:
         return float(self())
 
     def __repr__(self):
+        if self._function is None:
+            return repr(self._now)
         return f"<{self.label}: traced from optimizer_fn as a function of the global step>"
 
     def get_config(self):
@@ -142,9 +160,23 @@ def _label(optimizer, key):
     return f"{type(optimizer).__name__}.{key}"
 
 
-def _set(optimizer, key, value):
-    # Keras's learning_rate setter takes a callable (and untracks the variable it replaces).
-    setattr(optimizer, key, value)
+def _follow(optimizer, key, function, index, global_step):
+    """The optimizer's ``key`` made to follow the step; False where it cannot."""
+    label = _label(optimizer, key)
+    if key == "learning_rate":
+        held = compat.learning_rate_attribute(optimizer)
+        if isinstance(held, TracedValue):
+            held.follow(function, index, global_step, label)
+        elif callable(held) and not isinstance(held, (tf.Variable, keras.Variable)):
+            # A callable the eager call gave (a TF1 decay function's partial, which a tf.cond
+            # returned from the branch it took): replaced; Keras's setter untracks no variable.
+            optimizer.learning_rate = TracedValue(None, label).follow(function, index, global_step, label)
+        else:
+            return False   # a variable: replacing it would untrack it, which checkpoints refuse
+        return True
+    setattr(optimizer, key, TracedValue(float(getattr(optimizer, key)), label).follow(
+        function, index, global_step, label))
+    return True
 
 
 def follow_the_step(call, registered, global_step):
@@ -168,10 +200,10 @@ def follow_the_step(call, registered, global_step):
         return []
     step_input = wrapped.inputs[0]
     patches = []
-    for (optimizer, given), traced in zip(registered, recorded):
+    for (optimizer, _given), traced in zip(registered, recorded):
         for key, value in traced.items():
-            if callable(given.get(key)) or not isinstance(value, tf.Tensor) or value.graph is not wrapped.graph:
-                continue   # already a function of the step, or not computed in the trace
+            if not isinstance(value, tf.Tensor) or value.graph is not wrapped.graph:
+                continue   # not computed in the trace (a number, a schedule made before the run)
             if _depends_on(value, step_input):
                 patches.append((optimizer, key, value))
     if not patches:
@@ -179,9 +211,10 @@ def follow_the_step(call, registered, global_step):
     function = wrapped.prune(feeds=[step_input], fetches=[value for _, _, value in patches])
     labels = []
     for index, (optimizer, key, _) in enumerate(patches):
-        label = _label(optimizer, key)
-        _set(optimizer, key, TracedValue(function, index, global_step, label))
-        labels.append(label)
+        if _follow(optimizer, key, function, index, global_step):
+            labels.append(_label(optimizer, key))
+    if not labels:
+        return []
     logs.get_logger().info("%s: computed from the global step in optimizer_fn, evaluated at every update",
                            ", ".join(labels))
     return labels

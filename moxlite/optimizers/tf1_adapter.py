@@ -96,8 +96,14 @@ def _learning_rate(optimizer, value):
         return schedules.GlobalStepLearningRate(schedule, run_context.global_step, counts="micro_steps")
     if isinstance(value, tf.Variable):
         return value.read_value
+    if isinstance(value, tf.Tensor):   # its value now, until step_trace finds it computed from the step
+        return step_trace.TracedValue(_float_or_refuse(optimizer, value))
     if callable(value):
         return value
+    return _float_or_refuse(optimizer, value)
+
+
+def _float_or_refuse(optimizer, value):
     try:
         return float(value)
     except (TypeError, ValueError):
