@@ -193,17 +193,19 @@ def named_fn(learning_rate_of_step):
 EXPONENTIAL = functools.partial(tf.compat.v1.train.exponential_decay, learning_rate=0.2, decay_steps=2,
                                 decay_rate=0.5)
 
+# form -> (optimizer_fn, made when the test runs; the rate as a function of TF1's global step)
 NAMED_FORMS = {
-    "tensor of the step": (named_fn(cond_piecewise_or_exponential), cond_piecewise_or_exponential),
-    "partial of a TF1 decay function": (mox.get_optimizer_fn("sgd", learning_rate=EXPONENTIAL),
+    "tensor of the step": (lambda: named_fn(cond_piecewise_or_exponential), cond_piecewise_or_exponential),
+    "partial of a TF1 decay function": (lambda: mox.get_optimizer_fn("sgd", learning_rate=EXPONENTIAL),
                                         lambda step: EXPONENTIAL(global_step=step)),
-    "function of the step": (mox.get_optimizer_fn("sgd", learning_rate=where_two_rates), where_two_rates),
+    "function of the step": (lambda: mox.get_optimizer_fn("sgd", learning_rate=where_two_rates), where_two_rates),
 }
 
 
 @pytest.mark.parametrize("form", sorted(NAMED_FORMS))
 def test_get_optimizer_fn_takes_moxings_learning_rates_of_the_step(tmp_path, form):
-    optimizer_fn, rate_of_step = NAMED_FORMS[form]
+    make_optimizer_fn, rate_of_step = NAMED_FORMS[form]
+    optimizer_fn = make_optimizer_fn()
     assert_rates(applied_rates(moxlite_probe(tmp_path, optimizer_fn)), tf1_rates(rate_of_step))
 
 
