@@ -224,6 +224,17 @@ def test_a_wrapper_stack_applies_the_rate_of_the_step_it_applies_at(tmp_path):
     assert_rates(applied_rates(moxlite_probe(tmp_path, optimizer_fn, replicas=2)), expected)
 
 
+def test_thor_applies_the_rate_of_the_step(tmp_path):
+    """thor(momentum of TF1): THOR preconditions the Dense layer; the probe, no layer, takes the rate."""
+
+    def optimizer_fn():
+        step = tf.compat.v1.train.get_or_create_global_step()
+        sgd = tf.compat.v1.train.GradientDescentOptimizer(where_two_rates(step))
+        return mox.get_optimizer_wrapper_fn("thor", sgd, damping=0.1, frequency=2)()
+
+    assert_rates(applied_rates(moxlite_probe(tmp_path, optimizer_fn)), tf1_rates(where_two_rates))
+
+
 def test_a_second_run_traces_its_own_optimizer_fn(tmp_path):
     for decay_rate in (0.5, 0.9):
         def rate_of_step(step, decay_rate=decay_rate):
