@@ -272,6 +272,6 @@ def test_a_python_number_read_from_the_step_is_constant_and_says_so(tmp_path, ca
     finally:
         logger.removeHandler(caplog.handler)
     assert_rates(rates, np.full(STEPS, 0.1))
-    lines = [r.getMessage() for r in caplog.records if "stay constant" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if "constant for the whole run" in r.getMessage()]
     assert len(lines) == 1, lines
     assert "global step 0" in lines[0]

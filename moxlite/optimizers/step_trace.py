@@ -12,9 +12,10 @@ the function's int64 input. The places where moxlite takes hyperparameters in
 as *sites*) record, on that second call, the graph tensors they were given and
 build nothing; on the first (eager) call they register the optimizer they built,
 in the same order. Every recorded tensor that depends on the step input is
-pruned into one function of the step, and the eager optimizer's attribute (``learning_rate``, ``momentum``, ...) becomes a
-``TracedValue``: that function called on moxlite's global step wherever the
-optimizer reads it, inside the traced update, so at every update.
+pruned into one function of the step, and the eager optimizer's attribute
+(``learning_rate``, ``momentum``, ...) becomes a ``TracedValue``: that function
+called on moxlite's global step wherever the optimizer reads it, inside the
+traced update, so at every update.
 
 A wrapper factory (``get_optimizer_wrapper_fn``) reaches its inner sites while
 tracing and returns a stand-in too, so stacks (lars, batch_gradients, thor) are
@@ -226,9 +227,9 @@ def follow_the_step(call, registered, global_step):
 
 def _say_constant(why, global_step):
     logs.get_logger().info(
-        "optimizer_fn reads the global step, but %s: the numbers and tensors it computed from the step keep "
-        "their values of global step %d for the whole run (a TF1 decay function's result given as it is still "
-        "follows the step); compute them with tensor operations on "
+        "optimizer_fn reads the global step, but %s: the numbers and tensors it computed from the step "
+        "keep their values of global step %d, constant for the whole run (a TF1 decay function's result "
+        "given as it is still follows the step); compute them with tensor operations on "
         "tf.compat.v1.train.get_or_create_global_step() (arithmetic, tf.cond, tf.where, the "
         "tf.compat.v1.train decay functions) or give get_optimizer_fn a function of the step",
         why, int(global_step.numpy()))
