@@ -376,7 +376,7 @@ TESTS = {
     ("mox.get_optimizer_fn('foo')", 'moxlite:get_optimizer_fn'):
         'tests/test_optimizer_factory.py::test_unknown_name_lists_the_valid_names',
     ('mox.get_optimizer_fn(learning_rate)', 'moxlite:get_optimizer_fn(learning_rate)'):
-        'tests/test_optimizer_factory.py::test_wrappers_accept_instances_and_factories_and_delegate_iterations_and_learning_rate',
+        'tests/test_tf1_step_rates.py::test_get_optimizer_fn_takes_moxings_learning_rates_of_the_step',
     ('mox.get_optimizer_fn(name)', 'moxlite:get_optimizer_fn(name)'):
         'tests/test_moxing_ports_issue8.py::test_fine_tune_warm_starts_by_name_with_a_new_head_and_an_inserted_layer',
     ('mox.get_optimizer_wrapper_fn', 'moxlite:get_optimizer_wrapper_fn'):
