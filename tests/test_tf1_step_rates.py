@@ -138,8 +138,20 @@ TF1_DECAYS = {
     "piecewise_constant": lambda step: tf.compat.v1.train.piecewise_constant(step, [2, 5], [0.3, 0.1, 0.02]),
 }
 
+def scaled_exponential(step):
+    """Arithmetic on a TF1 decay function's result (eagerly, TF2 gives it as a callable)."""
+    return 2.0 * tf.compat.v1.train.exponential_decay(0.1, step, 2, 0.5) + 0.01
+
+
+def where_warmup_or_cosine(step):
+    """A decay function's result inside tf.where, against a linear warm-up."""
+    steps = tf.cast(step, tf.float32)
+    return tf.where(step < 3, 0.1 * (steps + 1.0), tf.compat.v1.train.cosine_decay(0.3, step - 3, 6))
+
+
 FORMS = {"warmup_polynomial": warmup_polynomial, "cond_piecewise_or_exponential": cond_piecewise_or_exponential,
-         "where": where_two_rates, **TF1_DECAYS}
+         "where": where_two_rates, "scaled_exponential": scaled_exponential,
+         "where_warmup_or_cosine": where_warmup_or_cosine, **TF1_DECAYS}
 
 
 def tf1_sgd_fn(rate_of_step):

@@ -131,9 +131,32 @@ def as_keras_optimizer(optimizer):
                            lambda: cls(learning_rate=_learning_rate(optimizer, raw_learning_rate), **hyperparameters))
 
 
+# TF1's decay functions, which in eager mode return a callable where a TF1 graph gave a tensor.
+TF1_DECAY_FUNCTIONS = ("exponential_decay", "inverse_time_decay", "natural_exp_decay", "polynomial_decay",
+                       "cosine_decay", "cosine_decay_restarts", "linear_cosine_decay",
+                       "noisy_linear_cosine_decay", "piecewise_constant")
+
+
+def _valued_now(decay_function):
+    """``decay_function`` giving its value as a tensor eagerly too, as in a TF1 graph.
+
+    Eagerly TF2 returns ``functools.partial(schedule, step)``, on which a script's
+    arithmetic (``2.0 * exponential_decay(...)``) or ``tf.where`` fails; the tensor is
+    the value at the step now, and the traced call makes it follow the step.
+    """
+
+    @functools.wraps(decay_function)
+    def valued(*args, **kwargs):
+        value = decay_function(*args, **kwargs)
+        return value() if tf.executing_eagerly() and callable(value) else value
+
+    return valued
+
+
 @contextlib.contextmanager
 def run_global_step_as_tf1_global_step(step=None):
-    """Make TF1's global-step getters return ``step`` (default: the run's global step) in the body.
+    """Make TF1's global-step getters return ``step`` (default: the run's global step) in the body,
+    and TF1's decay functions return tensors eagerly as in a graph (``_valued_now``).
 
     Yields a list that holds True once a getter was called (optimizer_fn read the step).
     """
@@ -144,7 +167,8 @@ def run_global_step_as_tf1_global_step(step=None):
         return
     step = run_context.global_step if step is None else step
     train = tf.compat.v1.train
-    saved = {name: getattr(train, name) for name in ("get_or_create_global_step", "get_global_step")}
+    saved = {name: getattr(train, name)
+             for name in ("get_or_create_global_step", "get_global_step") + TF1_DECAY_FUNCTIONS}
 
     def run_global_step(graph=None):
         del graph
@@ -153,7 +177,7 @@ def run_global_step_as_tf1_global_step(step=None):
 
     try:
         for name in saved:
-            setattr(train, name, run_global_step)
+            setattr(train, name, run_global_step if name.startswith("get_") else _valued_now(saved[name]))
         yield reads
     finally:
         for name, function in saved.items():
