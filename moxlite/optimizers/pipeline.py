@@ -34,10 +34,13 @@ What a link says about itself (the pipeline never looks at a link's class)
 
 Built once
 ----------
-``Pipeline(optimizer, clip=...)`` reads the chain of links from the outermost optimizer
-down and places the run's clipping link by the rule above, in its own list: the optimizer
-objects, their ``inner_optimizer`` attributes and what a checkpoint saves stay as the user
-built them. Nothing edits a pipeline afterwards.
+``Pipeline(optimizer, clip=..., guard=...)`` reads the chain of links from the outermost
+optimizer down (``links_of``, the one walk of a stack) and places the run's clipping link by
+the rule above, in its own list: the optimizer objects, their ``inner_optimizer`` attributes
+and what a checkpoint saves stay as the user built them. The run builds one per stack and
+passes it to its step (an accumulating loop asks it for the pipeline of what applies, once:
+``applying``); nothing is cached on, or patched into, the user's optimizers, which are as
+they were after the run. Nothing edits a pipeline afterwards.
 """
 
 import dataclasses
@@ -103,6 +106,7 @@ class Link:
     ``sum_across_replicas`` and hands ``reduced=True`` down.
     """
 
+    is_link = True   # what ``links_of`` asks: a link answers for itself
     READS = frozenset()
     apply_every = 1
     accumulates_micro_batches = False
@@ -130,27 +134,57 @@ class Link:
         """Eagerly, in the strategy's scope, after ``see_layers``: create the per-layer state,
         so that tracing the step creates no variable (see ``SyncTrainer._create_layer_state``)."""
 
-    def accumulation(self):
-        """How a loop that accumulates inside one step applies this stack: (1, itself) unless
-        this link accumulates (``batch_gradients``) or holds state the rest must share."""
+    def accumulation(self, inner):
+        """How a loop that accumulates inside one step applies this stack, given ``inner``, what
+        the stack below this link answered (``accumulation.accumulation_of`` asks from the
+        bottom up): (1, itself) unless this link accumulates (``batch_gradients``) or holds
+        state the rest must share (loss scaling)."""
         return Accumulation(1, self)
 
 
+def members_of(optimizer):
+    """Every optimizer of ``optimizer``'s stack, outermost first: each holds the next as its
+    ``inner_optimizer`` (moxlite's links, and Keras's ``LossScaleOptimizer``, the one Keras
+    wrapper a user may put around a stack); the plain Keras optimizer at the bottom last.
+
+    The one walk down a stack: everything else that needs the stack's members asks here
+    (``links_of``, the checkpoint set-up, the hyperparameters a resume keeps, XLA's updates).
+    """
+    members = []
+    while optimizer is not None and all(optimizer is not member for member in members):
+        members.append(optimizer)
+        optimizer = getattr(optimizer, "inner_optimizer", None)
+    return members
+
+
+def is_link(member):
+    """A link says so itself (``Link.is_link``); a Keras optimizer does not."""
+    return getattr(member, "is_link", False) is True
+
+
 def looked_through(optimizer):
-    """The stack inside a Keras ``LossScaleOptimizer`` (Keras's one wrapper, which the user may
-    put around a moxlite stack), else ``optimizer``."""
-    while isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        optimizer = optimizer.inner_optimizer
-    return optimizer
+    """The stack inside a Keras ``LossScaleOptimizer`` (a wrapper that is not a link, which the
+    user may put around a moxlite stack), else ``optimizer``."""
+    members = members_of(optimizer)
+    return next(member for index, member in enumerate(members)
+                if is_link(member) or index == len(members) - 1)
 
 
 def links_of(optimizer):
     """(the links of ``optimizer``'s stack, outermost first; the optimizer at the bottom)."""
     links = []
-    while isinstance(optimizer, Link):
-        links.append(optimizer)
-        optimizer = optimizer.inner_optimizer
-    return links, optimizer
+    for member in members_of(optimizer):
+        if not is_link(member):
+            return links, member
+        links.append(member)
+    return links, None
+
+
+def handles_overflow(optimizer):
+    """True when ``optimizer``'s stack skips overflowing steps itself: a link says it
+    ``handles_overflow`` (loss scaling), or a Keras ``LossScaleOptimizer`` is on top."""
+    links, _ = links_of(optimizer)
+    return any(link.handles_overflow for link in links) or looked_through(optimizer) is not optimizer
 
 
 class Pipeline:
@@ -166,10 +200,10 @@ class Pipeline:
     def __init__(self, optimizer, clip=None, guard=None):
         self.optimizer = optimizer
         self.clip = clip
+        self.guard = guard
         links, self.base = links_of(optimizer)
         # Loss scaling (a link's, or a Keras LossScaleOptimizer's on top) skips non-finite steps itself.
-        self.handles_overflow = (any(link.handles_overflow for link in links)
-                                 or looked_through(optimizer) is not optimizer)
+        self.handles_overflow = handles_overflow(optimizer)
         if guard is not None and not self.handles_overflow:
             links.insert(0, guard)
         if clip is not None:
@@ -179,8 +213,11 @@ class Pipeline:
         # A Keras LossScaleOptimizer (or a plain optimizer) on top applies the step itself; the
         # links inside it still receive the step's inputs.
         self._receivers = self.links or links_of(looked_through(optimizer))[0]
-        if self.links:
-            install_reduction_switch(self.base)
+
+    def applying(self, accumulation):
+        """The pipeline of what applies an update accumulated inside one step
+        (``accumulation.apply_optimizer``), under this pipeline's clipping and guard links."""
+        return Pipeline(accumulation.apply_optimizer, clip=self.clip, guard=self.guard)
 
     # What the step must compute.
 
@@ -272,15 +309,6 @@ class Pipeline:
         apply_to_keras_optimizer(distribution, self.base, grads, variables)
 
 
-def pipeline_of(optimizer):
-    """The pipeline of ``optimizer``'s stack as built (no clipping added), made once per optimizer."""
-    pipeline = getattr(optimizer, "_moxlite_pipeline", None)
-    if pipeline is None or pipeline.optimizer is not optimizer:
-        pipeline = Pipeline(optimizer)
-        object.__setattr__(optimizer, "_moxlite_pipeline", pipeline)
-    return pipeline
-
-
 # The cross-replica arithmetic every link shares.
 
 def sum_across_replicas(distribution, grads, variables):
@@ -301,33 +329,14 @@ def dense(gradient):
     return gradient
 
 
-def install_reduction_switch(optimizer):
-    """Let a plain Keras optimizer skip its own all-reduce when given reduced gradients.
-
-    Keras's TensorFlow optimizer sums the gradients across replicas inside
-    ``apply`` (``_all_reduce_sum_gradients``). The pipeline, which already reduced
-    them, sets ``_moxlite_gradients_reduced`` (in cross-replica context, one
-    thread) around the replica-context call, and this switch then returns
-    them unchanged instead of summing identical copies again.
-    """
-    if getattr(optimizer, "_moxlite_reduction_switch", False):
-        return
-    original = compat.gradient_all_reduce(optimizer)
-
-    def all_reduce_unless_reduced(grads_and_vars):
-        if optimizer._moxlite_gradients_reduced:
-            return list(grads_and_vars)
-        return original(grads_and_vars)
-
-    optimizer._moxlite_gradients_reduced = False
-    compat.replace_gradient_all_reduce(optimizer, all_reduce_unless_reduced)
-    optimizer._moxlite_reduction_switch = True
-
-
 def apply_to_keras_optimizer(distribution, optimizer, grads, variables):
-    """Apply already-reduced per-replica gradients with a plain Keras optimizer."""
-    optimizer._moxlite_gradients_reduced = True
-    try:
+    """Apply already-reduced per-replica gradients with a plain Keras optimizer.
+
+    Keras's TensorFlow optimizer sums the gradients across replicas inside ``apply``
+    (``_all_reduce_sum_gradients``), and has no public switch to take reduced ones. So for
+    this call only (in cross-replica context: the replicas' ``apply`` all run inside it) its
+    all-reduce hands the gradients back unchanged instead of summing identical copies again,
+    and the optimizer is as the user built it again afterwards.
+    """
+    with compat.gradients_already_reduced(optimizer):
         distribution.extended.call_for_each_replica(optimizer.apply, args=(list(grads), list(variables)))
-    finally:
-        optimizer._moxlite_gradients_reduced = False

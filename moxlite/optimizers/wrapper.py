@@ -159,13 +159,13 @@ def stack_of(optimizer):
 
 def layer_statistics_request(optimizer) -> Optional[LayerStatisticsRequest]:
     """What per-layer statistics the step must hand to ``optimizer``'s stack (None: none)."""
-    return pipeline_lib.pipeline_of(optimizer).layer_statistics_request()
+    return pipeline_lib.Pipeline(optimizer).layer_statistics_request()
 
 
 def set_layer_statistics(optimizer, statistics, gradients=()):
     """Hand one step's per-layer records (and its gradients, whose finiteness decides whether
     the step counts) to the links of ``optimizer``'s stack that read them."""
-    pipeline_lib.pipeline_of(optimizer).receive(
+    pipeline_lib.Pipeline(optimizer).receive(
         pipeline_lib.StepInputs(layer_records=tuple(statistics), checked_gradients=tuple(gradients)))
 
 
@@ -241,12 +241,14 @@ class OptimizerWrapper(keras.optimizers.Optimizer, pipeline_lib.Link):
         return self.iterations
 
     def apply(self, grads, trainable_variables=None):
-        """Apply through this stack's pipeline, with no step inputs (the loop hands its own)."""
+        """Apply through this stack's pipeline, with no step inputs (the loop hands its own to
+        the pipeline it built; this one, outside a run or below a Keras LossScaleOptimizer, is
+        made for the call: a pipeline holds no state, and nothing is kept on the optimizer)."""
         if trainable_variables is None:
             trainable_variables = compat.optimizer_built_variables(self)
         elif not self.built:
             self.build(list(trainable_variables))
-        pipeline_lib.pipeline_of(self).apply_step(list(zip(grads, trainable_variables)))
+        pipeline_lib.Pipeline(self).apply_step(list(zip(grads, trainable_variables)))
 
     def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced, rest):
         """Transform ``grads`` and hand them to ``rest``; see the module docstring."""
