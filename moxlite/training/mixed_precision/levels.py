@@ -32,8 +32,8 @@ are left as they are: they belong to the input pipeline, not to the network.
 
 Runs in threads: each thread's run computes at its own level. The block in force is the
 thread's own (thread-local, as Keras keeps its global dtype policy), and tf.distribute's
-replica threads, which open none, follow the run that started them (``interception``'s
-run handlers); a second run in another thread is not refused.
+replica threads, which open none, follow the run handlers ``interception`` shows them (one
+run's, unless two multi-device runs go at once); a second run in another thread is not refused.
 """
 
 import contextlib

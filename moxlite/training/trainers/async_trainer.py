@@ -72,7 +72,8 @@ class AsyncTrainer(Trainer):
         # Built once: the pipeline of what applies each accumulated update, under the run's
         # clipping and non-finite links as the step's own pipeline has them.
         self._applying = [pipeline.applying(accumulation)
-                          for pipeline, accumulation in zip(train_step.pipelines, self._accumulations)]
+                          for pipeline, accumulation in zip(train_step.pipelines, self._accumulations)
+                          if self.num_batches > 1]
 
         def per_worker_dataset_fn():
             return strategy.distribute_datasets_from_function(dataset_fn)
