@@ -43,7 +43,9 @@ passes it to its step (an accumulating loop asks it for the pipeline of what app
 they were after the run. Nothing edits a pipeline afterwards.
 """
 
+import contextlib
 import dataclasses
+import threading
 from typing import Any, Optional, Tuple
 
 import keras
@@ -103,7 +105,9 @@ class Link:
     reduced, rest)``: transform ``grads`` and call ``rest(distribution, grads, variables,
     reduced)`` (or not, on a step it does not apply). ``reduced`` says whether the gradients
     are already the cross-replica sum; a link that needs the total reduces with
-    ``sum_across_replicas`` and hands ``reduced=True`` down.
+    ``sum_across_replicas`` and hands ``reduced=True`` down. A link that ``READS`` something
+    takes one more argument, ``received=``: what its ``receive`` returned for this step (THOR's
+    summed factors), so a step's records reach its apply as an argument, not as state.
     """
 
     is_link = True   # what ``links_of`` asks: a link answers for itself
@@ -114,7 +118,10 @@ class Link:
     handles_overflow = False
 
     def receive(self, inputs):
-        """Replica context, before the step's gradients are applied: this step's ``StepInputs``."""
+        """Replica context, before the step's gradients are applied: this step's ``StepInputs``.
+        Returns what this step's apply needs of them (None: nothing), which the pipeline hands
+        to the link's ``_apply_in_cross_replica_context`` as its ``received`` argument."""
+        return None
 
     def summarise(self, inputs):
         """Replica context, no cross-replica call: one micro-batch's ``StepInputs`` as one float32
@@ -251,33 +258,41 @@ class Pipeline:
     # One step.
 
     def _per_link(self, inputs):
-        """(link, its inputs) for every link that reads something, ``micro_batches`` set."""
+        """(index in ``_receivers``, link, its inputs) for every link that reads something,
+        ``micro_batches`` set."""
         micro_batches = inputs.micro_batches
-        for link in self._receivers:
+        for index, link in enumerate(self._receivers):
             if link.READS:
-                yield link, dataclasses.replace(inputs, micro_batches=micro_batches)
+                yield index, link, dataclasses.replace(inputs, micro_batches=micro_batches)
             micro_batches *= link.apply_every
 
     def receive(self, inputs):
-        """Replica context: hand ``inputs`` to the links that read them."""
-        for link, own in self._per_link(inputs):
-            link.receive(own)
+        """Replica context: hand ``inputs`` to the links that read them. Returns, per link of
+        ``_receivers``, what it returned for this step's apply (``Link.receive``; mostly None)."""
+        received = [None] * len(self._receivers)
+        for index, link, own in self._per_link(inputs):
+            received[index] = link.receive(own)
+        return tuple(received)
 
     def summarise(self, inputs):
         """Replica context: the first reading link's ``summarise`` vector (None: none)."""
-        for link, own in self._per_link(inputs):
+        for _, link, own in self._per_link(inputs):
             summary = link.summarise(own)
             if summary is not None:
                 return summary
         return None
 
     def apply_step(self, grads_and_vars, inputs=None):
-        """Hand ``inputs`` to the links, then apply the gradients that exist through the pipeline."""
-        if inputs is not None:
-            self.receive(inputs)
+        """Hand ``inputs`` to the links, then apply the gradients that exist through the pipeline,
+        each reading link given what its ``receive`` returned (``received``)."""
+        received = self.receive(inputs) if inputs is not None else _handed_over(self._receivers)
         pairs = [(g, v) for g, v in grads_and_vars if g is not None]
         if not self.links:
-            self.optimizer.apply_gradients(pairs)
+            # A Keras LossScaleOptimizer on top applies the step itself, and the stack inside it
+            # applies through a pipeline of its own (``OptimizerWrapper.apply``), which takes
+            # what its links returned for this call from here.
+            with _handing_over(self._receivers, received):
+                self.optimizer.apply_gradients(pairs)
             return
         if not pairs:
             return
@@ -286,27 +301,62 @@ class Pipeline:
             self.optimizer.build(variables)
         replica_context = tf.distribute.get_replica_context()
         if replica_context is None:
-            self.apply_in_cross_replica_context(tf.distribute.get_strategy(), grads, variables)
+            self.apply_in_cross_replica_context(tf.distribute.get_strategy(), grads, variables, received)
         else:
-            replica_context.merge_call(self.apply_in_cross_replica_context, args=(grads, variables))
+            replica_context.merge_call(self.apply_in_cross_replica_context, args=(grads, variables, received))
 
-    def apply_in_cross_replica_context(self, distribution, grads, variables):
-        self._rest_from(0)(distribution, list(grads), list(variables), False)
+    def apply_in_cross_replica_context(self, distribution, grads, variables, received=()):
+        """``received``: per link, what its ``receive`` returned for this step (aligned with
+        ``links``, which are the receivers when there are links; empty: nothing)."""
+        received = tuple(received) or (None,) * len(self.links)
+        self._rest_from(0, received)(distribution, list(grads), list(variables), False)
 
-    def _rest_from(self, index):
+    def _rest_from(self, index, received):
         """The pipeline from link ``index`` down, as a function of (distribution, grads, variables, reduced)."""
         if index == len(self.links):
             return self._apply_to_base
+        link = self.links[index]
+        extra = {"received": received[index]} if link.READS else {}
 
         def rest(distribution, grads, variables, reduced):
-            self.links[index]._apply_in_cross_replica_context(
-                distribution, list(grads), list(variables), reduced, self._rest_from(index + 1))
+            link._apply_in_cross_replica_context(
+                distribution, list(grads), list(variables), reduced, self._rest_from(index + 1, received), **extra)
         return rest
 
     def _apply_to_base(self, distribution, grads, variables, reduced):
         if not reduced:
             grads = sum_across_replicas(distribution, grads, variables)
         apply_to_keras_optimizer(distribution, self.base, grads, variables)
+
+
+# What the links inside a Keras LossScaleOptimizer returned from ``receive``, for the one
+# apply that wrapper makes (``Pipeline.apply_step``, ``_handing_over``): id(link) -> [value,
+# callers inside]. Only there does a step's ``received`` cross a Keras object, which passes
+# no argument of ours; it lasts the call (several replica threads may be inside at once).
+_handed = {}
+_handed_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _handing_over(links, received):
+    entries = [(id(link), value) for link, value in zip(links, received) if value is not None]
+    with _handed_lock:
+        for key, value in entries:
+            _handed.setdefault(key, [value, 0])[1] += 1
+    try:
+        yield
+    finally:
+        with _handed_lock:
+            for key, _ in entries:
+                _handed[key][1] -= 1
+                if not _handed[key][1]:
+                    del _handed[key]
+
+
+def _handed_over(links):
+    """Per link, what an enclosing ``_handing_over`` holds for it (None outside one)."""
+    with _handed_lock:
+        return tuple(_handed.get(id(link), [None])[0] for link in links)
 
 
 # The cross-replica arithmetic every link shares.
