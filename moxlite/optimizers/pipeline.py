@@ -16,10 +16,12 @@ The train step computes once per step what links read and hands it to ``apply_st
 the gradients, in one ``StepInputs``. A link declares the fields it reads in ``READS``; the
 pipeline hands the value to each link that reads something (``Link.receive``, in replica
 context, before the gradients are applied), with ``micro_batches`` set to how many steps
-make one update of that link: the product of ``apply_every`` of the links above it.
+make one update of that link: the product of ``apply_every`` of the links above it. What
+``receive`` returns comes back to the same link's apply of that step as ``received=``.
 
 What a link says about itself (the pipeline never looks at a link's class)
 -------------------------------------------------------------------------
+- ``is_link``: True; what tells a link from the plain Keras optimizer at the bottom.
 - ``READS``: the ``StepInputs`` fields it reads.
 - ``apply_every``: how many steps of the links above make one step of the links below
   (``batch_gradients``: its ``num_batches``; 1 otherwise).
