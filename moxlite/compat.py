@@ -46,10 +46,22 @@ def gradient_all_reduce(optimizer):
     return original
 
 
-def replace_gradient_all_reduce(optimizer, all_reduce):
-    """Make ``optimizer.apply`` reduce gradients with ``all_reduce(grads_and_vars)``."""
+@contextlib.contextmanager
+def gradients_already_reduced(optimizer):
+    """While the body runs, ``optimizer.apply`` takes its gradients as already summed across
+    replicas (its all-reduce hands them back unchanged); afterwards the optimizer object is
+    as before, its own attributes and methods untouched."""
     gradient_all_reduce(optimizer)
-    optimizer._all_reduce_sum_gradients = all_reduce
+    own = vars(optimizer)
+    had, previous = "_all_reduce_sum_gradients" in own, own.get("_all_reduce_sum_gradients")
+    optimizer._all_reduce_sum_gradients = list
+    try:
+        yield
+    finally:
+        if had:
+            optimizer._all_reduce_sum_gradients = previous
+        else:
+            del optimizer._all_reduce_sum_gradients
 
 
 def track_optimizer_variable(optimizer, variable):

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
+from moxlite.training.capture import interception
 from moxlite.training.mixed_precision import levels as amp
 from tests import runlib
 
@@ -108,7 +109,8 @@ def test_layers_built_inside_model_fn_follow_the_level(tmp_path, level, compute)
     assert captured["outputs"]["after_keep"] == (tf.as_dtype(compute) if mixed else tf.float32)
     assert captured["outputs"]["probabilities"] == (tf.as_dtype(compute) if mixed else tf.float32)
     assert keras.config.dtype_policy().name == "float32"                  # restored after the run
-    assert keras.layers.Layer.__call__ is amp._active["original_call"] or amp._active["plan"] is None
+    assert keras.layers.Layer.__call__ is interception.original_layer_call()   # no interception left
+    assert amp.plan_in_force() is None and amp.configured_layers() == []
     kernel = runlib.checkpoint_variables(tmp_path)[0]
     assert kernel.dtype == np.float32                                     # float32 master weights
 
@@ -184,3 +186,52 @@ def test_use_fp16_is_o3_in_float16_and_contradictions_are_refused(tmp_path):
     mox.set_flag("amp_level", "O1")
     mox.set_flag("compute_dtype", "bfloat16")
     assert precision.from_flags().loss_scale is None     # bfloat16 needs no loss scaling
+
+
+def test_two_runs_in_two_threads_each_compute_at_their_own_level(tmp_path):
+    """O0 in one thread and O1 in another, both inside their runs at once (a barrier in
+    model_fn's first call): each run's layers compute in its own level's dtype."""
+    import inspect
+    import threading
+
+    from moxlite.training import config as config_lib
+    from moxlite.training.run import run_config
+
+    images, labels = runlib.mnist_rows(32)
+    meeting = threading.Barrier(2, timeout=120)
+    seen = {"O0": [], "O1": []}
+    errors = []
+
+    def model_fn_for(level):
+        def model_fn(inputs, mode):
+            images, labels = inputs
+            if not seen[level]:
+                meeting.wait()   # the other run is inside its own level too
+            hidden = keras.layers.Dense(8)(images)
+            logits = keras.layers.Dense(runlib.NUM_CLASSES)(hidden)
+            seen[level].append((hidden.dtype, logits.dtype))
+            return runlib.spec_for(images, labels, logits)
+        return model_fn
+
+    defaults = {name: parameter.default for name, parameter in inspect.signature(mox.run).parameters.items()}
+    configs = {level: config_lib.from_run_arguments(
+        {**defaults, "input_fn": runlib.input_fn_for(images, labels), "model_fn": model_fn_for(level),
+         "optimizer_fn": mox.get_optimizer_fn("sgd", learning_rate=0.1), "run_mode": mox.ModeKeys.TRAIN,
+         "batch_size": 8, "log_dir": str(tmp_path / level), "max_number_of_steps": 2},
+        {"amp_level": level, "compute_dtype": "float16"}) for level in seen}
+
+    def train_at(level):
+        try:
+            run_config(configs[level])
+        except BaseException as error:   # reported below, on the test's thread
+            errors.append((level, error))
+            meeting.abort()
+
+    threads = [threading.Thread(target=train_at, args=(level,)) for level in seen]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors, errors
+    assert seen["O0"] and all(dtypes == (tf.float32, tf.float32) for dtypes in seen["O0"]), seen
+    assert seen["O1"] and all(dtypes == (tf.float16, tf.float16) for dtypes in seen["O1"]), seen

@@ -112,14 +112,18 @@ def test_with_loss_scaling_only_the_unscaled_loss_is_checked():
 
 
 @pytest.mark.slow
-def test_parameter_server_training_stops_at_a_non_finite_step_and_keeps_finite_checkpoints(launches, tmp_path):
+@pytest.mark.parametrize("num_batches", [1, 2])
+def test_parameter_server_training_stops_at_a_non_finite_step_and_keeps_finite_checkpoints(launches, tmp_path,
+                                                                                           num_batches):
     from tests import distlib
 
     # One worker: the step that reads the NaN row is counted on the ps whichever worker runs it;
-    # a second worker would only add a TensorFlow process.
+    # a second worker would only add a TensorFlow process. num_batches=2: batch_gradients
+    # accumulates inside one scheduled step, through the pipeline the trainer built once.
     run = launches(["--workers=1", "--ps=1", "--async"],
                    ["python", distlib.script("train_mnist.py"), f"--log_dir={tmp_path}", "--steps=200",
-                    "--batch=16", "--model=softmax", "--save_steps=4", f"--nan_row={16 * 15 + 2}"], timeout=150)
+                    "--batch=16", "--model=softmax", "--save_steps=4", f"--nan_row={16 * 15 + 2}",
+                    f"--num_batches={num_batches}"], timeout=150)
     assert run.wait() != 0, run.output()
     assert "non-finite loss or gradient at global step" in run.output(), run.output()
     assert "the last finite checkpoint is kept" in run.output()

@@ -203,13 +203,17 @@ def test_loss_scaling_is_taken_out_of_the_factors_exactly(tmp_path):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-def test_thor_over_sgd_equals_numpy(tmp_path):
+@pytest.mark.parametrize("keras_loss_scale", [False, True])
+def test_thor_over_sgd_equals_numpy(tmp_path, keras_loss_scale):
+    """Also inside a Keras LossScaleOptimizer (a power-of-two scale: exact in float32), which
+    applies the stack itself: THOR still gets each step's records for its refreshes."""
     images, labels = thorlib.small_digits(BATCH * 4)
     settings = dict(damping=0.05, frequency=2, block_size=0, weight_decay=0.0)
 
     def optimizer_fn():
         opt = mox.get_optimizer_fn("sgd", learning_rate=0.05)()
-        return mox.get_optimizer_wrapper_fn("thor", opt, **settings)()
+        stack = mox.get_optimizer_wrapper_fn("thor", opt, **settings)()
+        return keras.optimizers.LossScaleOptimizer(stack) if keras_loss_scale else stack
 
     trained = _conv_run(tmp_path / "thor", optimizer_fn, BATCH, 4, images, labels)
     expected = thorlib.numpy_thor_conv(images, labels, thorlib.initial_conv_weights("same"), BATCH, 4, lr=0.05,

@@ -17,11 +17,11 @@ wrappers know nothing of the loop:
     plan.num_batches                      # micro-batches per update (1: no accumulation)
     plan.apply_optimizer.apply_gradients(zip(mean_gradients, variables))
 
-The links answer for themselves (``Link.accumulation``): ``batch_gradients``
-says how many micro-batches it takes and that its inner optimizer applies their
-mean; loss scaling around it (moxlite's, or Keras's ``LossScaleOptimizer``) says
-the same with its scale shared around that inner optimizer; every other link says
-(1, itself). ``nested_batch_gradients(plan.apply_optimizer)`` asks each link below
+The links answer for themselves (``Link.accumulation(inner)``, given what the
+rest of the stack below answered): ``batch_gradients`` says how many micro-batches
+it takes and that its inner optimizer applies their mean; loss scaling around it
+(moxlite's, or Keras's ``LossScaleOptimizer``) says the same with its scale shared
+around that inner optimizer; every other link says (1, itself). ``nested_batch_gradients(plan.apply_optimizer)`` asks each link below
 whether it ``accumulates_micro_batches``, which such a loop cannot honour.
 """
 
@@ -53,21 +53,25 @@ class _SharedLossScale(keras.optimizers.LossScaleOptimizer):
 
 
 def accumulation_of(optimizer):
-    """The ``Accumulation`` of the stack whose outermost optimizer is ``optimizer``, as its
-    outermost link answers it (``Link.accumulation``).
+    """The ``Accumulation`` of the stack whose outermost optimizer is ``optimizer``.
 
-    ``batch_gradients(num_batches=N)`` outermost: (N, its inner optimizer). Loss scaling
-    around it (moxlite's, or Keras's ``LossScaleOptimizer``, which cannot answer for itself):
-    (N, the same loss scaling around batch_gradients' inner optimizer). Anything else:
-    (1, ``optimizer``).
+    Folded from the bottom up over the stack's members (``pipeline.members_of``): the plain
+    optimizer is (1, itself); each link above answers from what the members below it
+    answered (``Link.accumulation(inner)``). ``batch_gradients(num_batches=N)``: (N, its inner
+    optimizer). Loss scaling around an accumulating stack (moxlite's, or Keras's
+    ``LossScaleOptimizer``, which cannot answer for itself and is answered for here): (N,
+    the same loss scaling around what applies the mean). Anything else: (1, itself).
     """
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        inner = accumulation_of(optimizer.inner_optimizer)
-        if inner.num_batches == 1:
-            return Accumulation(1, optimizer)
-        return Accumulation(inner.num_batches, _SharedLossScale(optimizer, inner.apply_optimizer))
-    links, _ = pipeline.links_of(optimizer)
-    return links[0].accumulation() if links else Accumulation(1, optimizer)
+    members = pipeline.members_of(optimizer)
+    plan = Accumulation(1, members[-1])
+    for member in reversed(members[:-1]):
+        if pipeline.is_link(member):
+            plan = member.accumulation(plan)
+        elif plan.num_batches > 1:   # a Keras LossScaleOptimizer around an accumulating stack
+            plan = Accumulation(plan.num_batches, _SharedLossScale(member, plan.apply_optimizer))
+        else:
+            plan = Accumulation(1, member)
+    return plan
 
 
 def nested_batch_gradients(optimizer):

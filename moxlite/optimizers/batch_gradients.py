@@ -66,7 +66,7 @@ class BatchGradients(wrapper_lib.OptimizerWrapper):
 
     clipped_after = True   # clipping applies to the accumulated mean, once per update
 
-    def accumulation(self):
+    def accumulation(self, inner):
         """num_batches micro-batches make one update, applied by the inner stack."""
         return pipeline.Accumulation(self.num_batches, self.inner_optimizer)
 

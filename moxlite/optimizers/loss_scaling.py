@@ -24,7 +24,6 @@ import keras
 import tensorflow as tf
 
 from moxlite import context, errors
-from moxlite.optimizers import accumulation as accumulation_lib
 from moxlite.optimizers import pipeline
 from moxlite.optimizers import wrapper as wrapper_lib
 from moxlite.optimizers.apply_if_finite import ApplyIfFinite
@@ -85,10 +84,9 @@ class LossScale(wrapper_lib.OptimizerWrapper):
         object.__setattr__(sibling, "_state_owner", self)
         return sibling
 
-    def accumulation(self):
-        """Around an accumulating stack: the same micro-batch count, applied by this scaling
-        (its scale shared) around what applies the mean."""
-        inner = accumulation_lib.accumulation_of(self.inner_optimizer)
+    def accumulation(self, inner):
+        """Around an accumulating stack (``inner``, what the stack below answered): the same
+        micro-batch count, applied by this scaling (its scale shared) around what applies the mean."""
         if inner.num_batches == 1:
             return pipeline.Accumulation(1, self)
         return pipeline.Accumulation(inner.num_batches, self.sharing_state_around(inner.apply_optimizer))

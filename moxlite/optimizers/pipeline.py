@@ -16,10 +16,12 @@ The train step computes once per step what links read and hands it to ``apply_st
 the gradients, in one ``StepInputs``. A link declares the fields it reads in ``READS``; the
 pipeline hands the value to each link that reads something (``Link.receive``, in replica
 context, before the gradients are applied), with ``micro_batches`` set to how many steps
-make one update of that link: the product of ``apply_every`` of the links above it.
+make one update of that link: the product of ``apply_every`` of the links above it. What
+``receive`` returns comes back to the same link's apply of that step as ``received=``.
 
 What a link says about itself (the pipeline never looks at a link's class)
 -------------------------------------------------------------------------
+- ``is_link``: True; what tells a link from the plain Keras optimizer at the bottom.
 - ``READS``: the ``StepInputs`` fields it reads.
 - ``apply_every``: how many steps of the links above make one step of the links below
   (``batch_gradients``: its ``num_batches``; 1 otherwise).
@@ -34,13 +36,18 @@ What a link says about itself (the pipeline never looks at a link's class)
 
 Built once
 ----------
-``Pipeline(optimizer, clip=...)`` reads the chain of links from the outermost optimizer
-down and places the run's clipping link by the rule above, in its own list: the optimizer
-objects, their ``inner_optimizer`` attributes and what a checkpoint saves stay as the user
-built them. Nothing edits a pipeline afterwards.
+``Pipeline(optimizer, clip=..., guard=...)`` reads the chain of links from the outermost
+optimizer down (``links_of``, the one walk of a stack) and places the run's clipping link by
+the rule above, in its own list: the optimizer objects, their ``inner_optimizer`` attributes
+and what a checkpoint saves stay as the user built them. The run builds one per stack and
+passes it to its step (an accumulating loop asks it for the pipeline of what applies, once:
+``applying``); nothing is cached on, or patched into, the user's optimizers, which are as
+they were after the run. Nothing edits a pipeline afterwards.
 """
 
+import contextlib
 import dataclasses
+import threading
 from typing import Any, Optional, Tuple
 
 import keras
@@ -100,9 +107,12 @@ class Link:
     reduced, rest)``: transform ``grads`` and call ``rest(distribution, grads, variables,
     reduced)`` (or not, on a step it does not apply). ``reduced`` says whether the gradients
     are already the cross-replica sum; a link that needs the total reduces with
-    ``sum_across_replicas`` and hands ``reduced=True`` down.
+    ``sum_across_replicas`` and hands ``reduced=True`` down. A link that ``READS`` something
+    takes one more argument, ``received=``: what its ``receive`` returned for this step (THOR's
+    summed factors), so a step's records reach its apply as an argument, not as state.
     """
 
+    is_link = True   # what ``links_of`` asks: a link answers for itself
     READS = frozenset()
     apply_every = 1
     accumulates_micro_batches = False
@@ -110,7 +120,10 @@ class Link:
     handles_overflow = False
 
     def receive(self, inputs):
-        """Replica context, before the step's gradients are applied: this step's ``StepInputs``."""
+        """Replica context, before the step's gradients are applied: this step's ``StepInputs``.
+        Returns what this step's apply needs of them (None: nothing), which the pipeline hands
+        to the link's ``_apply_in_cross_replica_context`` as its ``received`` argument."""
+        return None
 
     def summarise(self, inputs):
         """Replica context, no cross-replica call: one micro-batch's ``StepInputs`` as one float32
@@ -130,27 +143,57 @@ class Link:
         """Eagerly, in the strategy's scope, after ``see_layers``: create the per-layer state,
         so that tracing the step creates no variable (see ``SyncTrainer._create_layer_state``)."""
 
-    def accumulation(self):
-        """How a loop that accumulates inside one step applies this stack: (1, itself) unless
-        this link accumulates (``batch_gradients``) or holds state the rest must share."""
+    def accumulation(self, inner):
+        """How a loop that accumulates inside one step applies this stack, given ``inner``, what
+        the stack below this link answered (``accumulation.accumulation_of`` asks from the
+        bottom up): (1, itself) unless this link accumulates (``batch_gradients``) or holds
+        state the rest must share (loss scaling)."""
         return Accumulation(1, self)
 
 
+def members_of(optimizer):
+    """Every optimizer of ``optimizer``'s stack, outermost first: each holds the next as its
+    ``inner_optimizer`` (moxlite's links, and Keras's ``LossScaleOptimizer``, the one Keras
+    wrapper a user may put around a stack); the plain Keras optimizer at the bottom last.
+
+    The one walk down a stack: everything else that needs the stack's members asks here
+    (``links_of``, the checkpoint set-up, the hyperparameters a resume keeps, XLA's updates).
+    """
+    members = []
+    while optimizer is not None and all(optimizer is not member for member in members):
+        members.append(optimizer)
+        optimizer = getattr(optimizer, "inner_optimizer", None)
+    return members
+
+
+def is_link(member):
+    """A link says so itself (``Link.is_link``); a Keras optimizer does not."""
+    return getattr(member, "is_link", False) is True
+
+
 def looked_through(optimizer):
-    """The stack inside a Keras ``LossScaleOptimizer`` (Keras's one wrapper, which the user may
-    put around a moxlite stack), else ``optimizer``."""
-    while isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        optimizer = optimizer.inner_optimizer
-    return optimizer
+    """The stack inside a Keras ``LossScaleOptimizer`` (a wrapper that is not a link, which the
+    user may put around a moxlite stack), else ``optimizer``."""
+    members = members_of(optimizer)
+    return next(member for index, member in enumerate(members)
+                if is_link(member) or index == len(members) - 1)
 
 
 def links_of(optimizer):
     """(the links of ``optimizer``'s stack, outermost first; the optimizer at the bottom)."""
     links = []
-    while isinstance(optimizer, Link):
-        links.append(optimizer)
-        optimizer = optimizer.inner_optimizer
-    return links, optimizer
+    for member in members_of(optimizer):
+        if not is_link(member):
+            return links, member
+        links.append(member)
+    return links, None
+
+
+def handles_overflow(optimizer):
+    """True when ``optimizer``'s stack skips overflowing steps itself: a link says it
+    ``handles_overflow`` (loss scaling), or a Keras ``LossScaleOptimizer`` is on top."""
+    links, _ = links_of(optimizer)
+    return any(link.handles_overflow for link in links) or looked_through(optimizer) is not optimizer
 
 
 class Pipeline:
@@ -166,10 +209,10 @@ class Pipeline:
     def __init__(self, optimizer, clip=None, guard=None):
         self.optimizer = optimizer
         self.clip = clip
+        self.guard = guard
         links, self.base = links_of(optimizer)
         # Loss scaling (a link's, or a Keras LossScaleOptimizer's on top) skips non-finite steps itself.
-        self.handles_overflow = (any(link.handles_overflow for link in links)
-                                 or looked_through(optimizer) is not optimizer)
+        self.handles_overflow = handles_overflow(optimizer)
         if guard is not None and not self.handles_overflow:
             links.insert(0, guard)
         if clip is not None:
@@ -179,8 +222,11 @@ class Pipeline:
         # A Keras LossScaleOptimizer (or a plain optimizer) on top applies the step itself; the
         # links inside it still receive the step's inputs.
         self._receivers = self.links or links_of(looked_through(optimizer))[0]
-        if self.links:
-            install_reduction_switch(self.base)
+
+    def applying(self, accumulation):
+        """The pipeline of what applies an update accumulated inside one step
+        (``accumulation.apply_optimizer``), under this pipeline's clipping and guard links."""
+        return Pipeline(accumulation.apply_optimizer, clip=self.clip, guard=self.guard)
 
     # What the step must compute.
 
@@ -214,33 +260,41 @@ class Pipeline:
     # One step.
 
     def _per_link(self, inputs):
-        """(link, its inputs) for every link that reads something, ``micro_batches`` set."""
+        """(index in ``_receivers``, link, its inputs) for every link that reads something,
+        ``micro_batches`` set."""
         micro_batches = inputs.micro_batches
-        for link in self._receivers:
+        for index, link in enumerate(self._receivers):
             if link.READS:
-                yield link, dataclasses.replace(inputs, micro_batches=micro_batches)
+                yield index, link, dataclasses.replace(inputs, micro_batches=micro_batches)
             micro_batches *= link.apply_every
 
     def receive(self, inputs):
-        """Replica context: hand ``inputs`` to the links that read them."""
-        for link, own in self._per_link(inputs):
-            link.receive(own)
+        """Replica context: hand ``inputs`` to the links that read them. Returns, per link of
+        ``_receivers``, what it returned for this step's apply (``Link.receive``; mostly None)."""
+        received = [None] * len(self._receivers)
+        for index, link, own in self._per_link(inputs):
+            received[index] = link.receive(own)
+        return tuple(received)
 
     def summarise(self, inputs):
         """Replica context: the first reading link's ``summarise`` vector (None: none)."""
-        for link, own in self._per_link(inputs):
+        for _, link, own in self._per_link(inputs):
             summary = link.summarise(own)
             if summary is not None:
                 return summary
         return None
 
     def apply_step(self, grads_and_vars, inputs=None):
-        """Hand ``inputs`` to the links, then apply the gradients that exist through the pipeline."""
-        if inputs is not None:
-            self.receive(inputs)
+        """Hand ``inputs`` to the links, then apply the gradients that exist through the pipeline,
+        each reading link given what its ``receive`` returned (``received``)."""
+        received = self.receive(inputs) if inputs is not None else _handed_over(self._receivers)
         pairs = [(g, v) for g, v in grads_and_vars if g is not None]
         if not self.links:
-            self.optimizer.apply_gradients(pairs)
+            # A Keras LossScaleOptimizer on top applies the step itself, and the stack inside it
+            # applies through a pipeline of its own (``OptimizerWrapper.apply``), which takes
+            # what its links returned for this call from here.
+            with _handing_over(self._receivers, received):
+                self.optimizer.apply_gradients(pairs)
             return
         if not pairs:
             return
@@ -249,21 +303,26 @@ class Pipeline:
             self.optimizer.build(variables)
         replica_context = tf.distribute.get_replica_context()
         if replica_context is None:
-            self.apply_in_cross_replica_context(tf.distribute.get_strategy(), grads, variables)
+            self.apply_in_cross_replica_context(tf.distribute.get_strategy(), grads, variables, received)
         else:
-            replica_context.merge_call(self.apply_in_cross_replica_context, args=(grads, variables))
+            replica_context.merge_call(self.apply_in_cross_replica_context, args=(grads, variables, received))
 
-    def apply_in_cross_replica_context(self, distribution, grads, variables):
-        self._rest_from(0)(distribution, list(grads), list(variables), False)
+    def apply_in_cross_replica_context(self, distribution, grads, variables, received=()):
+        """``received``: per link, what its ``receive`` returned for this step (aligned with
+        ``links``, which are the receivers when there are links; empty: nothing)."""
+        received = tuple(received) or (None,) * len(self.links)
+        self._rest_from(0, received)(distribution, list(grads), list(variables), False)
 
-    def _rest_from(self, index):
+    def _rest_from(self, index, received):
         """The pipeline from link ``index`` down, as a function of (distribution, grads, variables, reduced)."""
         if index == len(self.links):
             return self._apply_to_base
+        link = self.links[index]
+        extra = {"received": received[index]} if link.READS else {}
 
         def rest(distribution, grads, variables, reduced):
-            self.links[index]._apply_in_cross_replica_context(
-                distribution, list(grads), list(variables), reduced, self._rest_from(index + 1))
+            link._apply_in_cross_replica_context(
+                distribution, list(grads), list(variables), reduced, self._rest_from(index + 1, received), **extra)
         return rest
 
     def _apply_to_base(self, distribution, grads, variables, reduced):
@@ -272,13 +331,34 @@ class Pipeline:
         apply_to_keras_optimizer(distribution, self.base, grads, variables)
 
 
-def pipeline_of(optimizer):
-    """The pipeline of ``optimizer``'s stack as built (no clipping added), made once per optimizer."""
-    pipeline = getattr(optimizer, "_moxlite_pipeline", None)
-    if pipeline is None or pipeline.optimizer is not optimizer:
-        pipeline = Pipeline(optimizer)
-        object.__setattr__(optimizer, "_moxlite_pipeline", pipeline)
-    return pipeline
+# What the links inside a Keras LossScaleOptimizer returned from ``receive``, for the one
+# apply that wrapper makes (``Pipeline.apply_step``, ``_handing_over``): id(link) -> [value,
+# callers inside]. Only there does a step's ``received`` cross a Keras object, which passes
+# no argument of ours; it lasts the call (several replica threads may be inside at once).
+_handed = {}
+_handed_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _handing_over(links, received):
+    entries = [(id(link), value) for link, value in zip(links, received) if value is not None]
+    with _handed_lock:
+        for key, value in entries:
+            _handed.setdefault(key, [value, 0])[1] += 1
+    try:
+        yield
+    finally:
+        with _handed_lock:
+            for key, _ in entries:
+                _handed[key][1] -= 1
+                if not _handed[key][1]:
+                    del _handed[key]
+
+
+def _handed_over(links):
+    """Per link, what an enclosing ``_handing_over`` holds for it (None outside one)."""
+    with _handed_lock:
+        return tuple(_handed.get(id(link), [None])[0] for link in links)
 
 
 # The cross-replica arithmetic every link shares.
@@ -301,33 +381,14 @@ def dense(gradient):
     return gradient
 
 
-def install_reduction_switch(optimizer):
-    """Let a plain Keras optimizer skip its own all-reduce when given reduced gradients.
-
-    Keras's TensorFlow optimizer sums the gradients across replicas inside
-    ``apply`` (``_all_reduce_sum_gradients``). The pipeline, which already reduced
-    them, sets ``_moxlite_gradients_reduced`` (in cross-replica context, one
-    thread) around the replica-context call, and this switch then returns
-    them unchanged instead of summing identical copies again.
-    """
-    if getattr(optimizer, "_moxlite_reduction_switch", False):
-        return
-    original = compat.gradient_all_reduce(optimizer)
-
-    def all_reduce_unless_reduced(grads_and_vars):
-        if optimizer._moxlite_gradients_reduced:
-            return list(grads_and_vars)
-        return original(grads_and_vars)
-
-    optimizer._moxlite_gradients_reduced = False
-    compat.replace_gradient_all_reduce(optimizer, all_reduce_unless_reduced)
-    optimizer._moxlite_reduction_switch = True
-
-
 def apply_to_keras_optimizer(distribution, optimizer, grads, variables):
-    """Apply already-reduced per-replica gradients with a plain Keras optimizer."""
-    optimizer._moxlite_gradients_reduced = True
-    try:
+    """Apply already-reduced per-replica gradients with a plain Keras optimizer.
+
+    Keras's TensorFlow optimizer sums the gradients across replicas inside ``apply``
+    (``_all_reduce_sum_gradients``), and has no public switch to take reduced ones. So for
+    this call only (in cross-replica context: the replicas' ``apply`` all run inside it) its
+    all-reduce hands the gradients back unchanged instead of summing identical copies again,
+    and the optimizer is as the user built it again afterwards.
+    """
+    with compat.gradients_already_reduced(optimizer):
         distribution.extended.call_for_each_replica(optimizer.apply, args=(list(grads), list(variables)))
-    finally:
-        optimizer._moxlite_gradients_reduced = False

@@ -73,7 +73,8 @@ to its pre-activation output (loss scale and the loop's division by the replica
 count taken out, float32), with the step's gradients in ``checked_gradients`` (a
 link may drop the statistics of a step whose gradients overflowed). Each replica
 hands its local values; the link reduces them across replicas itself, in its
-``receive``. With ``collecting``, the step runs model_fn without recording on
+``receive``, whose result the pipeline hands to the link's apply of the same step as its
+``received`` argument (no state between the two). With ``collecting``, the step runs model_fn without recording on
 the other steps (no probes: a step like the inner optimizer's) and hands empty
 records there, still in the same call, so that the link's cross-replica work
 stays outside any replica-context ``cond``. ``micro_batches`` (the product of
@@ -159,13 +160,16 @@ def stack_of(optimizer):
 
 def layer_statistics_request(optimizer) -> Optional[LayerStatisticsRequest]:
     """What per-layer statistics the step must hand to ``optimizer``'s stack (None: none)."""
-    return pipeline_lib.pipeline_of(optimizer).layer_statistics_request()
+    return pipeline_lib.Pipeline(optimizer).layer_statistics_request()
 
 
 def set_layer_statistics(optimizer, statistics, gradients=()):
     """Hand one step's per-layer records (and its gradients, whose finiteness decides whether
-    the step counts) to the links of ``optimizer``'s stack that read them."""
-    pipeline_lib.pipeline_of(optimizer).receive(
+    the step counts) to the links of ``optimizer``'s stack that read them. Returns, per link,
+    what it returned for that step's apply (``Link.receive``): only a pipeline's
+    ``apply_step`` hands that to the apply, so records a link inverts from within the same
+    step (THOR without ``batch_gradients`` above it) reach it through the run's step alone."""
+    return pipeline_lib.Pipeline(optimizer).receive(
         pipeline_lib.StepInputs(layer_records=tuple(statistics), checked_gradients=tuple(gradients)))
 
 
@@ -241,20 +245,23 @@ class OptimizerWrapper(keras.optimizers.Optimizer, pipeline_lib.Link):
         return self.iterations
 
     def apply(self, grads, trainable_variables=None):
-        """Apply through this stack's pipeline, with no step inputs (the loop hands its own)."""
+        """Apply through this stack's pipeline, with no step inputs (the loop hands its own to
+        the pipeline it built; this one, outside a run or below a Keras LossScaleOptimizer, is
+        made for the call: a pipeline holds no state, and nothing is kept on the optimizer)."""
         if trainable_variables is None:
             trainable_variables = compat.optimizer_built_variables(self)
         elif not self.built:
             self.build(list(trainable_variables))
-        pipeline_lib.pipeline_of(self).apply_step(list(zip(grads, trainable_variables)))
+        pipeline_lib.Pipeline(self).apply_step(list(zip(grads, trainable_variables)))
 
     def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced, rest):
         """Transform ``grads`` and hand them to ``rest``; see the module docstring."""
         rest(distribution, grads, variables, reduced)
 
     def set_layer_statistics(self, statistics, gradients=()):
-        """Hand one step's per-layer records to the links of this stack that read them."""
-        set_layer_statistics(self, statistics, gradients)
+        """Hand one step's per-layer records to the links of this stack that read them (see the
+        module function)."""
+        return set_layer_statistics(self, statistics, gradients)
 
     def finalize_variable_values(self, var_list):
         self.inner_optimizer.finalize_variable_values(var_list)

@@ -9,6 +9,8 @@ written, so a mistake leaves earlier checkpoints and logs as they were.
 """
 
 import contextlib
+import dataclasses
+from typing import Any, List, Optional
 
 import tensorflow as tf
 
@@ -42,6 +44,22 @@ def nonfinite_reported(log_dir):
             stop.in_weights, stop.since, stop.overflow_scale)) from None
 
 
+@dataclasses.dataclass
+class TrainingLoop:
+    """What the job's set-up hands its loop: where it starts and ends, the trainer and the
+    checkpointer, and what the controller reports with (``trainer`` None: nothing to train)."""
+
+    start: int
+    target: Optional[int] = None
+    trainer: Any = None
+    checkpointer: Any = None
+    summaries: Any = None
+    cadence: Optional[Cadence] = None
+    evaluation: Any = None
+    hooks: List[Any] = dataclasses.field(default_factory=list)
+    monitors: List[Any] = dataclasses.field(default_factory=list)
+
+
 class TrainingJob:
     """One run in TRAIN mode (then EXPORT when ``export_model`` asks)."""
 
@@ -54,9 +72,44 @@ class TrainingJob:
         self.async_mode = self.setup.coordinator is not None
 
     def execute(self):
-        result = self._train()
-        if self.config.export_model == ExportKeys.TF_SERVING and self.task.is_chief:
-            result["export_path"] = self.task.export(self._element_spec, self.config.log_dir)
+        """Set up (``_spec_and_context``, ``_set_up``), run the controller's loop, then export
+        when ``export_model`` asks: the loop is here, its set-up apart, as in Orbit's ``Controller``."""
+        config = self.config
+        spec, run_context = self._spec_and_context()
+        with context.activate(run_context), self.strategy.scope():
+            loop = self._set_up(spec, run_context.global_step)
+            result = {"global_step": loop.start}
+            if loop.trainer is not None:
+                trainer, checkpointer, summaries = loop.trainer, loop.checkpointer, loop.summaries
+                interrupt = interrupts.Interrupts()
+                interrupt.install()
+                try:
+                    with trainer.user_summaries(), nonfinite_reported(config.log_dir):
+                        step, logs = controller.train(
+                            trainer, loop.start, loop.target, loop.cadence, checkpointer, summaries,
+                            self.task.global_batch_size, evaluation=loop.evaluation, hooks=loop.hooks,
+                            monitors=loop.monitors, should_stop=self._stop_rule(trainer, interrupt))
+                        step = trainer.finish(step)
+                        if step == 0 and not interrupt.requested():
+                            raise errors.ArgumentError(self._ended_before_first_step())
+                        checkpointer.save(step)
+                    if interrupt.requested():
+                        if self.task.is_chief:
+                            self.logger.info("Interrupted by %s at global step %d: saved checkpoint %s; run again "
+                                             "with the same log_dir to resume", interrupts.name_of(interrupt.signum),
+                                             step, checkpoints.latest_checkpoint(config.log_dir))
+                    else:
+                        with nonfinite_reported(config.log_dir):   # a fixed loss scale stuck since the last log line
+                            controller.report_end(step, logs, summaries, loop.evaluation, loop.hooks, loop.monitors)
+                finally:
+                    interrupt.restore()
+                    trainer.close()
+                    checkpointer.close()
+                    summaries.close()
+                interrupt.reraise()
+                result = {**{k: float(v) for k, v in logs.items() if v.size == 1}, "global_step": step}
+        if config.export_model == ExportKeys.TF_SERVING and self.task.is_chief:
+            result["export_path"] = self.task.export(self._element_spec, config.log_dir)
             self.logger.info("Exported SavedModel to %s", result["export_path"])
         return result
 
@@ -70,25 +123,23 @@ class TrainingJob:
                 "nonfinite_policy=skip is not supported in asynchronous (parameter-server) training; use "
                 "the default nonfinite_policy=stop, which stops at the first non-finite step")
 
-    def _train(self):
+    def _spec_and_context(self):
+        """model_fn's TRAIN spec (checked) and the run's ``context.RunContext``; the variable
+        lists each loss trains (``_lists``)."""
         config, task = self.config, self.task
         self._check_async_limits()
         spec, self._element_spec, num_samples = task.build(ModeKeys.TRAIN)
         steps.check_spec(spec, ModeKeys.TRAIN, num_optimizers=len(config.optimizer_fn))
         task.keep_saved_keys(config.log_dir)   # before the keys order the optimizer slots
-        lists, self._slots_by_name = task.variable_lists(spec, config.log_dir, config.trainable_exclude_patterns,
-                                                         self.logger)
+        self._lists, self._slots_by_name = task.variable_lists(spec, config.log_dir,
+                                                               config.trainable_exclude_patterns, self.logger)
         run_context = context.RunContext(
             global_step=task.global_step(), global_batch_size=task.global_batch_size,
             num_samples=config.num_samples or num_samples or None,
             num_samples_inferred=not config.num_samples and bool(num_samples),
             num_replicas=self.setup.num_replicas_in_sync, num_workers=self.setup.num_workers,
             sync_replicas=self.setup.sync_replicas, strategy=self.strategy)
-        with context.activate(run_context), self.strategy.scope():
-            pipelines = [self._pipeline(index, variables) for index, variables in enumerate(lists)]
-            # Clipping is a link of each pipeline (precision.optimizer_pipeline), not of the step.
-            train_step = task.train_step(pipelines, lists, skip_nonfinite=config.nonfinite_policy.action == "skip")
-            return self._train_with(run_context.global_step, spec, train_step.optimizers, train_step)
+        return spec, run_context
 
     def _pipeline(self, index, variables):
         """The pipeline of the index-th optimizer_fn's stack (one factory serves every loss), under
@@ -153,8 +204,16 @@ class TrainingJob:
         return (self.setup.coordinator is None and self.setup.num_workers == 1
                 and self.setup.num_replicas_in_sync == 1)
 
-    def _train_with(self, global_step, spec, optimizers, train_step):
+    def _set_up(self, spec, global_step):
+        """In the run's context and the strategy's scope: the pipelines and the train step, the
+        trainer and the checkpointer (resumed), and what the loop reports with, as one
+        ``TrainingLoop`` (its trainer None when the restored step leaves nothing to train)."""
         config = self.config
+        pipelines = [self._pipeline(index, variables) for index, variables in enumerate(self._lists)]
+        # Clipping is a link of each pipeline (precision.optimizer_pipeline), not of the step.
+        train_step = self.task.train_step(pipelines, self._lists,
+                                          skip_nonfinite=config.nonfinite_policy.action == "skip")
+        optimizers = train_step.optimizers
         log_keys = list(steps.log_values(spec)) + list(nonfinite.PRIVATE_KEYS)
         summaries = reporting.Summaries(config.log_dir, enabled=self.task.is_chief)
         trainer, checkpointer = restore_and_resume(
@@ -167,7 +226,7 @@ class TrainingJob:
         target = config.max_number_of_steps * (self.setup.num_workers if self.async_mode else 1) or None
         if target is not None and start >= target:
             self.logger.info("Restored global step %d >= max_number_of_steps %d: nothing to train", start, target)
-            return {"global_step": start}
+            return TrainingLoop(start=start)
         # With an EarlyStoppingHook the EVAL input may repeat forever (MoXing's documented example):
         # every evaluation then reads the hook's samples_in_eval, not "the whole input".
         eval_batches = max([hook.eval_batches for hook in epoch_hooks(spec.hooks)], default=0)
@@ -182,33 +241,8 @@ class TrainingJob:
                           auto_max_steps=(None if self.async_mode or self.setup.num_workers == 1
                                           else AUTO_STEPS_ACROSS_WORKERS),
                           save_model_secs=config.save_every[0])
-        hooks, monitors = list(spec.hooks or []), self._overflow_monitors(optimizers)
-        interrupt = interrupts.Interrupts()
-        interrupt.install()
-        try:
-            with trainer.user_summaries(), nonfinite_reported(config.log_dir):
-                step, logs = controller.train(trainer, start, target, cadence, checkpointer, summaries,
-                                              self.task.global_batch_size, evaluation=evaluation, hooks=hooks,
-                                              monitors=monitors, should_stop=self._stop_rule(trainer, interrupt))
-                step = trainer.finish(step)
-                if step == 0 and not interrupt.requested():
-                    raise errors.ArgumentError(self._ended_before_first_step())
-                checkpointer.save(step)
-            if interrupt.requested():
-                if self.task.is_chief:
-                    self.logger.info("Interrupted by %s at global step %d: saved checkpoint %s; run again with "
-                                     "the same log_dir to resume", interrupts.name_of(interrupt.signum), step,
-                                     checkpoints.latest_checkpoint(config.log_dir))
-            else:
-                with nonfinite_reported(config.log_dir):   # a fixed loss scale stuck since the last log line
-                    controller.report_end(step, logs, summaries, evaluation, hooks, monitors)
-        finally:
-            interrupt.restore()
-            trainer.close()
-            checkpointer.close()
-            summaries.close()
-        interrupt.reraise()
-        return {**{k: float(v) for k, v in logs.items() if v.size == 1}, "global_step": step}
+        return TrainingLoop(start, target, trainer, checkpointer, summaries, cadence, evaluation,
+                            list(spec.hooks or []), self._overflow_monitors(optimizers))
 
     def _ended_before_first_step(self):
         """The message of a TRAIN input that gave no whole batch: its size and the batch."""

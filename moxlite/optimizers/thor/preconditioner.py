@@ -189,7 +189,6 @@ class THOR(wrapper_lib.OptimizerWrapper):
         self._bias_slot_of_identity = {}   # precondition_biases: id of a layer's bias -> its layer's _Slot
         self._skipped = {}           # kernel path -> why it is not preconditioned
         self._announced = False
-        self._pending = None         # (slots, collecting, summed factors) of the step being traced
         self._accumulating = False   # statistics arrive as micro-batches (a batch_gradients above)
         self._summed_slots = []      # slots of _summed_records, for _take_record_sums
         run_context = context.current()
@@ -270,11 +269,11 @@ class THOR(wrapper_lib.OptimizerWrapper):
     clipped_after = True
 
     def receive(self, inputs):
-        """Replica context: the step's records (or an in-step accumulation's summed ones)."""
+        """Replica context: the step's records (or an in-step accumulation's summed ones).
+        Returns what this step's apply inverts from (``received``, see ``_collect``), or None."""
         if inputs.record_sums is not None:
-            self._take_record_sums(inputs.record_sums)
-        else:
-            self._take_records(inputs.layer_records, inputs.checked_gradients, inputs.micro_batches)
+            return self._take_record_sums(inputs.record_sums)
+        return self._take_records(inputs.layer_records, inputs.checked_gradients, inputs.micro_batches)
 
     def summarise(self, inputs):
         return self._summed_records(inputs.layer_records, inputs.checked_gradients)
@@ -396,9 +395,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
     def _in_cross_replica_context(function, args):
         replica_context = tf.distribute.get_replica_context()
         if replica_context is None:
-            function(tf.distribute.get_strategy(), args)
-        else:
-            replica_context.merge_call(function, args=(args,))
+            return function(tf.distribute.get_strategy(), args)
+        return replica_context.merge_call(function, args=(args,))
 
     def _take_records(self, statistics, gradients=(), micro_batches=1):
         """Replica context: this replica's LayerRecords (loop side: moxlite.training.capture.layer_statistics).
@@ -407,11 +405,11 @@ class THOR(wrapper_lib.OptimizerWrapper):
         micro-batch of several: the factor sums go to the accumulators. Otherwise they are the whole update's batch: the sums are
         kept in this step's tensors and inverted when the same step applies, so under
         parameter servers a refreshing worker's inverses come from its own batch only.
+        Returns what ``_collect`` returns for that step's apply (None without records).
         """
-        self._pending = None
         slots, tensors = self._grouped(statistics, gradients)
         if not slots:
-            return
+            return None
         micro_batch = micro_batches > 1
         if micro_batch:
             self._accumulating = True
@@ -419,8 +417,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
         def collect(distribution, tensors):
             packed = lambda: distribution.extended.call_for_each_replica(  # noqa: E731
                 lambda tensors: self._local_sums(slots, tensors), args=(tensors,))
-            self._collect(distribution, slots, packed, micro_batch)
-        self._in_cross_replica_context(collect, tensors)
+            return self._collect(distribution, slots, packed, micro_batch)
+        return self._in_cross_replica_context(collect, tensors)
 
     def _summed_records(self, statistics, gradients=()):
         """Replica context, no cross-replica call: one micro-batch's factor sums as one vector.
@@ -439,10 +437,9 @@ class THOR(wrapper_lib.OptimizerWrapper):
     def _take_record_sums(self, sums):
         """Replica context: the total of ``_summed_records`` over this update's micro-batches."""
         slots = self._summed_slots
-        self._pending = None
         if not slots:
-            return
-        self._in_cross_replica_context(
+            return None
+        return self._in_cross_replica_context(
             lambda distribution, sums: self._collect(distribution, slots, lambda: sums, False), sums)
 
     @staticmethod
@@ -481,8 +478,9 @@ class THOR(wrapper_lib.OptimizerWrapper):
 
     def _collect(self, distribution, slots, packed, micro_batch):
         """Cross-replica context, on a collecting update: one all-reduce of every slot's sums
-        (``packed()``, per replica), added to the accumulators (``micro_batch``) or kept for
-        this step's apply."""
+        (``packed()``, per replica), added to the accumulators (``micro_batch``, returns None)
+        or returned for this step's apply: (slots, collecting, summed factors), which the
+        pipeline hands back to ``_apply_in_cross_replica_context`` as ``received``."""
         # Keras saves optimizer variables by position: create the state in the order of the
         # variables this optimizer was built with (sorted by checkpoint key in run), not in the
         # order model_fn called its layers, so a resume finds each layer's factors by name.
@@ -506,10 +504,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
                         if key in slot.state:
                             slot.state[key].assign_add(part)
             tf.cond(collecting, reduce_and_add, lambda: None)
-            return
+            return None
         size = sum(self._packed_size(slot) for slot in slots) + 1
         total = tf.cond(collecting, reduced, lambda: tf.zeros([size]))
-        self._pending = (slots, collecting, total)
+        return slots, collecting, total
 
     @staticmethod
     def _unpacked(slots, total):
@@ -694,15 +692,15 @@ class THOR(wrapper_lib.OptimizerWrapper):
             matrix = matrix / geometry.spatial
         return tf.reshape(matrix, geometry.kernel_shape)
 
-    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced, rest):
+    def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced, rest, received=None):
+        """``received``: what ``receive`` returned for this step (the pipeline's argument)."""
         if not reduced:
             grads = wrapper_lib.sum_across_replicas(distribution, grads, variables)
         grads, variables = list(grads), list(variables)
         self._announce(variables)
-        pending, self._pending = self._pending, None
-        if pending is not None:
+        if received is not None:
             # This step's own batch, collected when its statistics arrived (same decision).
-            slots, collecting, total = pending
+            slots, collecting, total = received
             tf.cond(collecting, lambda: self._refresh(slots, self._unpacked(slots, total)), lambda: None)
         elif self._accumulating and any(slot.state is not None for slot in self._slots):
             tf.cond(self._is_collecting(), self._refresh_from_accumulators, lambda: None)

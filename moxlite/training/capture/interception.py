@@ -80,6 +80,11 @@ def _handlers_for_this_thread():
     return handlers + list(_own_handlers())
 
 
+def handlers_seen_here():
+    """The handlers a layer call made now on this thread would go through, outermost first."""
+    return _handlers_for_this_thread()
+
+
 def _stack():
     stack = getattr(_local, "stack", None)
     if stack is None:

@@ -205,9 +205,6 @@ class CompiledStep:
         self.where = where
         self.refused: Optional[str] = None
         self._compiled = {}   # one per replica: each reads its own replica's variables
-        if where == PER_REPLICA:
-            for pipeline in train_step.pipelines:
-                compiled_updates.install(pipeline.base)
 
     def tracing(self):
         """The context the compiled variant's ``strategy.run`` is traced in: with several
@@ -215,7 +212,8 @@ class CompiledStep:
         unless XLA refused the step."""
         if self.where != PER_REPLICA:
             return contextlib.nullcontext()
-        return compiled_updates.tracing_compiled(lambda: self.refused is None)
+        return compiled_updates.tracing_compiled(lambda: self.refused is None,
+                                                 [pipeline.base for pipeline in self.train_step.pipelines])
 
     def replica_step(self, batch):
         if self.refused is not None:

@@ -6,8 +6,8 @@ With several replicas the optimizer stack runs in cross-replica context (the lin
 over devices. What does run per device is the last stage, the Keras optimizer's updates:
 Keras calls ``strategy.extended.update(variable, update_step)`` once per variable, and the
 strategy runs ``update_step`` on each of the variable's devices in turn with that device's
-component (its slots resolve to their components there). ``install`` replaces that loop,
-while a compiled step is traced (``tracing_compiled``), by one XLA function per device that
+component (its slots resolve to their components there). ``tracing_compiled`` replaces that
+loop while a compiled step is traced, and only then, by one XLA function per device that
 runs ``update_step`` for every variable on it: the gradients are already reduced, so each
 device's function reads and writes only its own components.
 
@@ -21,6 +21,7 @@ import contextlib
 import tensorflow as tf
 
 from moxlite import compat
+from moxlite.optimizers import pipeline
 
 # Where the updates compile per device: one process's devices, or each worker's own devices.
 _PER_DEVICE_STRATEGIES = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
@@ -31,37 +32,28 @@ _TRACING = [None]
 
 
 @contextlib.contextmanager
-def tracing_compiled(active):
-    """Keras updates traced inside run per device through XLA while ``active()`` is True. Set
-    on the thread that calls ``strategy.run``: Mirrored's replica threads wait while the merge
-    call traces on that thread, so a plain flag (not thread-local) is what the update sees."""
+def tracing_compiled(active, optimizers=()):
+    """Keras updates traced inside run per device through XLA while ``active()`` is True.
+
+    ``optimizers``: the Keras optimizers at the bottom of the run's pipelines (a Keras
+    LossScaleOptimizer's inner ones included), whose update loop is replaced for the trace
+    only and put back after it, so the user's optimizer objects are as they were. Set on the
+    thread that calls ``strategy.run``: Mirrored's replica threads wait while the merge call
+    traces on that thread, so a plain flag (not thread-local) is what the update sees."""
     previous, _TRACING[0] = _TRACING[0], active
+    installed = [_PerDeviceUpdates(member) for optimizer in optimizers for member in pipeline.members_of(optimizer)
+                 if "_distributed_tf_update_step" not in vars(member)   # not replaced already
+                 and hasattr(member, "_distributed_tf_update_step")]   # else not Keras's TensorFlow optimizer
     try:
         yield
     finally:
+        for updates in installed:
+            updates.remove()
         _TRACING[0] = previous
 
 
 def _compiling():
     return _TRACING[0] is not None and bool(_TRACING[0]())
-
-
-def _keras_optimizers(optimizer):
-    """``optimizer`` and the optimizers a Keras LossScaleOptimizer holds inside it."""
-    while optimizer is not None:
-        yield optimizer
-        optimizer = getattr(optimizer, "inner_optimizer", None)
-
-
-def install(optimizer):
-    """Let ``optimizer`` (a Keras optimizer, or a LossScaleOptimizer around one) update per
-    device through XLA while ``tracing_compiled``; its uncompiled updates are unchanged."""
-    for keras_optimizer in _keras_optimizers(optimizer):
-        if getattr(keras_optimizer, "_moxlite_compiled_updates", None) is not None:
-            continue
-        if not hasattr(keras_optimizer, "_distributed_tf_update_step"):
-            continue   # not Keras's TensorFlow optimizer: its updates stay as they are
-        keras_optimizer._moxlite_compiled_updates = _PerDeviceUpdates(keras_optimizer)
 
 
 class _PerDeviceUpdates:
@@ -73,6 +65,10 @@ class _PerDeviceUpdates:
         self.optimizer = optimizer
         self.plain = optimizer._distributed_tf_update_step
         optimizer._distributed_tf_update_step = self
+
+    def remove(self):
+        """The optimizer's own update loop again (its class's method)."""
+        del self.optimizer._distributed_tf_update_step
 
     def __call__(self, distribution, grads_and_vars, learning_rate):
         grads_and_vars = list(grads_and_vars)

@@ -29,6 +29,11 @@ Layers are configured when they are first called inside ``run`` (see
 ``layer_policies``), which covers layers built in the body and a Keras model
 closed over, built or not; after the run each has its previous policy again. Keras's preprocessing layers (RandAugment, MixUp, ...)
 are left as they are: they belong to the input pipeline, not to the network.
+
+Runs in threads: each thread's run computes at its own level. The block in force is the
+thread's own (thread-local, as Keras keeps its global dtype policy), and tf.distribute's
+replica threads, which open none, follow the run handlers ``interception`` shows them (one
+run's, unless two multi-device runs go at once); a second run in another thread is not refused.
 """
 
 import contextlib
@@ -40,6 +45,7 @@ import keras
 import tensorflow as tf
 
 from moxlite import compat, errors
+from moxlite.training.capture import interception
 
 LEVELS = ("O0", "O1", "O2", "O3")
 COMPUTE_DTYPES = ("float16", "bfloat16")
@@ -127,8 +133,8 @@ def _is_gelu_activation(layer):
 
 # ---- applying a plan to layers -----------------------------------------------------------------
 
-# Outside a run "plan" is None; inside one, the plan in force (tests look).
-_active = {"plan": None, "original_call": None, "layers": None}
+# This thread's open ``layer_policies`` block: its PolicyHandler (``handler``), else none.
+_local = threading.local()
 
 
 def _cast_back(value, dtype):
@@ -249,11 +255,10 @@ def layer_policies(plan: Optional[AmpPlan], record=False):
     ``configured_layers`` (the handler always records).
     """
     del record
-    if plan is None or _active["plan"] is not None:
+    if plan is None or getattr(_local, "handler", None) is not None:   # none asked, or nested in this thread's
         yield
         return
     from moxlite import logs
-    from moxlite.training.capture import interception
 
     previous_policy = keras.config.dtype_policy()
     overridden = None
@@ -262,27 +267,44 @@ def layer_policies(plan: Optional[AmpPlan], record=False):
         logs.get_logger().info("amp_level O0 computes in float32: the global Keras dtype policy %r is "
                                "overridden for this run and restored after it", previous_policy.name)
     handler = PolicyHandler(plan, overridden)
-    keras.config.set_dtype_policy(plan.policy_name)
-    _active.update(plan=plan, original_call=None, layers=handler.layers)
+    keras.config.set_dtype_policy(plan.policy_name)   # Keras keeps it per thread
+    _local.handler = handler
     try:
         with interception.intercepting(handler, threads="run"):
-            _active["original_call"] = interception.original_layer_call()
             yield handler
     finally:
         handler.restore()
         keras.config.set_dtype_policy(previous_policy)
-        _active.update(plan=None, original_call=None, layers=None)
+        _local.handler = None
+
+
+def _handler_in_force():
+    """The PolicyHandler a layer call made now on this thread goes through: this thread's own
+    block's, or on a thread that opened none (tf.distribute's replica threads) the run's it
+    sees (``interception``: the first, were several runs' replica threads to share one); None."""
+    own = getattr(_local, "handler", None)
+    if own is not None:
+        return own
+    return next((handler for handler in interception.handlers_seen_here() if isinstance(handler, PolicyHandler)),
+                None)
+
+
+def plan_in_force():
+    """The AmpPlan of the ``layer_policies`` block in force on this thread (None outside one)."""
+    handler = _handler_in_force()
+    return handler.plan if handler is not None else None
 
 
 def mixed_level_in_force():
     """True inside a ``layer_policies`` block of a mixed level (O1-O3)."""
-    plan = _active["plan"]
+    plan = plan_in_force()
     return plan is not None and plan.mixed
 
 
 def configured_layers():
-    """The layers configured by the active ``layer_policies`` so far (empty outside one)."""
-    return list(_active["layers"] or [])
+    """The layers configured by the ``layer_policies`` block in force so far (empty outside one)."""
+    handler = _handler_in_force()
+    return list(handler.layers) if handler is not None else []
 
 
 def layer_dtypes(layers):

@@ -19,22 +19,14 @@ import numpy as np
 import tensorflow as tf
 
 from moxlite import compat
+from moxlite.optimizers import pipeline
 from moxlite.training.reporting import get_logger
-
-
-def optimizer_stack(optimizer):
-    """``optimizer`` and every optimizer it wraps (``inner_optimizer`` chains), outermost first."""
-    seen = []
-    while optimizer is not None and all(optimizer is not s for s in seen):
-        seen.append(optimizer)
-        optimizer = getattr(optimizer, "inner_optimizer", None)
-    return seen
 
 
 def hyperparameter_variables(optimizer):
     """[(label, variable)] of the hyperparameters held in variables across the stack."""
     found = []
-    for member in optimizer_stack(optimizer):
+    for member in pipeline.members_of(optimizer):
         declared = getattr(member, "hyperparameter_variables", None)
         if callable(declared):
             found.extend((f"{type(member).__name__}.{getattr(v, 'name', 'variable')}", v) for v in declared())

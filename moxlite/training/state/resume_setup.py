@@ -25,8 +25,7 @@ resumed as before, unchecked.
 import tensorflow as tf
 
 from moxlite import errors
-from moxlite.optimizers import wrapper as wrapper_lib
-from moxlite.training.state import hyperparameters
+from moxlite.optimizers import pipeline
 from moxlite.optimizers import loss_scaling
 from moxlite.training.reporting import get_logger
 
@@ -35,15 +34,14 @@ CARRIED = ("thor.block_size",)   # keys whose change a resumed run carries acros
 
 
 def _member_name(member):
-    if isinstance(member, wrapper_lib.OptimizerWrapper):
-        return member.NAME
-    return type(member).__name__
+    """A link's ``NAME`` (what it answers for itself), else the Keras optimizer's class name."""
+    return getattr(member, "NAME", None) or type(member).__name__
 
 
 def _thor_members(optimizer):
-    from moxlite.optimizers.thor.preconditioner import THOR
-
-    return [member for member in hyperparameters.optimizer_stack(optimizer) if isinstance(member, THOR)]
+    """The links of the stack that precondition with per-layer records (THOR), outermost first."""
+    links, _ = pipeline.links_of(optimizer)
+    return [link for link in links if "layer_records" in link.READS]
 
 
 def _precision_text(settings):
@@ -78,7 +76,7 @@ class TrainingSetup:
         lines = [f"precision={self.precision}"]
         for index, optimizer in enumerate(self.optimizers):
             prefix = "" if index == 0 else f"optimizer_{index}."
-            stack = hyperparameters.optimizer_stack(optimizer)
+            stack = pipeline.members_of(optimizer)
             lines.append(f"{prefix}optimizer_stack={' > '.join(_member_name(m) for m in stack)}")
             scale = _loss_scale_of(stack)
             lines.append(f"{prefix}loss_scale={_loss_scale_text(scale)}")

@@ -66,8 +66,14 @@ class AsyncTrainer(Trainer):
         self.global_step = global_step
         self._train_step = train_step
         self._log_keys = list(log_keys)
+        self._shown_keys = [key for key in self._log_keys if key not in nonfinite.PRIVATE_KEYS]
         self._accumulations = self._accumulations_of(train_step)
         self.num_batches = self._accumulations[0].num_batches if self._accumulations else 1
+        # Built once: the pipeline of what applies each accumulated update, under the run's
+        # clipping and non-finite links as the step's own pipeline has them.
+        self._applying = [pipeline.applying(accumulation)
+                          for pipeline, accumulation in zip(train_step.pipelines, self._accumulations)
+                          if self.num_batches > 1]
 
         def per_worker_dataset_fn():
             return strategy.distribute_datasets_from_function(dataset_fn)
@@ -117,31 +123,36 @@ class AsyncTrainer(Trainer):
         if self.num_batches > 1:
             return self._one_accumulated_step(iterator, compiled)
         step = self._value_step.replica_step if compiled else self._train_step
-        per_replica = self.strategy.run(step, args=(next(iterator),))
+        per_replica, guard = self.strategy.run(step, args=(next(iterator),))
         self.global_step.assign_add(1)
-        return self._reduced_logs(per_replica)
+        return self._reduced_logs(per_replica, guard)
 
-    def _reduced_logs(self, per_replica):
-        """The step's log values (mean over replicas); a non-finite step is counted."""
-        logs = {key: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica[key], axis=None)
-                for key in self._log_keys}
-        if nonfinite.FLAG_KEY in logs:
-            bad = logs.pop(nonfinite.FLAG_KEY) > 0
-            loss = logs.pop(nonfinite.LOSS_KEY)
-            self._nonfinite_count.assign_add(tf.cast(bad, tf.int64))
-            first = tf.logical_and(bad, tf.equal(self._nonfinite_step, 0))
-            self._nonfinite_step.assign(tf.where(first, self.global_step.read_value(), self._nonfinite_step))
-            self._nonfinite_loss.assign(tf.where(first, loss, self._nonfinite_loss))
+    def _reduced_logs(self, per_replica, guard):
+        """The step's log values (mean over replicas); a non-finite step is counted (``guard``:
+        the step's flag and loss, stacked with several replicas, see ``TrainStep.__call__``)."""
+        mean = tf.distribute.ReduceOp.MEAN
+        logs = {key: self.strategy.reduce(mean, per_replica[key], axis=None) for key in self._shown_keys}
+        if isinstance(guard, (tuple, list)):
+            bad, loss = (self.strategy.reduce(mean, value, axis=None) for value in guard)
+        else:
+            reduced = self.strategy.reduce(mean, guard, axis=None)
+            bad, loss = reduced[0], reduced[1]
+        bad = bad > 0
+        self._nonfinite_count.assign_add(tf.cast(bad, tf.int64))
+        first = tf.logical_and(bad, tf.equal(self._nonfinite_step, 0))
+        self._nonfinite_step.assign(tf.where(first, self.global_step.read_value(), self._nonfinite_step))
+        self._nonfinite_loss.assign(tf.where(first, loss, self._nonfinite_loss))
         return logs
 
     def _one_accumulated_step(self, iterator, compiled):
         batches = tuple(next(iterator) for _ in range(self.num_batches))
         gradients = self._value_step.gradients if compiled else None
-        per_replica = self.strategy.run(
-            self._train_step.accumulated, args=(batches, self._accumulations, self._log_keys, gradients))
+        per_replica, guard = self.strategy.run(
+            self._train_step.accumulated,
+            args=(batches, self._accumulations, self._applying, self._log_keys, gradients))
         # After the update: its learning rate read the step before these micro-batches.
         self.global_step.assign_add(self.num_batches)
-        return self._reduced_logs(per_replica)
+        return self._reduced_logs(per_replica, guard)
 
     def run_steps(self, num_steps, check_state=False, summary_since=None):
         """Schedule ``num_steps`` global steps (rounded up to whole updates of ``num_batches``
@@ -185,8 +196,7 @@ class AsyncTrainer(Trainer):
             raise nonfinite.NonFiniteStep(int(self._nonfinite_step.read_value()),
                                           float(self._nonfinite_loss.read_value()))
         scheduled = -(-num_steps // self.num_batches) * self.num_batches
-        keys = [k for k in self._log_keys if k not in nonfinite.PRIVATE_KEYS]
-        return scheduled, {key: _RemoteScalar(last, key) for key in keys}
+        return scheduled, {key: _RemoteScalar(last, key) for key in self._shown_keys}
 
     def _create_layer_state(self):
         """Before the step is first traced (by the first ``schedule``): the per-layer state of the

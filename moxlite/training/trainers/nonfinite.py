@@ -68,7 +68,7 @@ class Policy:
 def has_loss_scaling(optimizer):
     """True when ``optimizer``'s pipeline handles overflowing gradients itself: loss scaling,
     moxlite's or Keras's, is in it (a link says ``handles_overflow``)."""
-    return pipeline_lib.pipeline_of(optimizer).handles_overflow
+    return pipeline_lib.handles_overflow(optimizer)
 
 
 def step_flag(losses, gradient_lists, optimizers, check_gradients=True):

@@ -111,8 +111,14 @@ class TrainStep:
         return [pipeline.optimizer for pipeline in self.pipelines]
 
     def __call__(self, inputs, gradients=None):
-        """One step on ``inputs``; ``gradients``: what computes (spec, gradient lists, step
-        inputs) in place of ``_gradients`` (its XLA-compiled form, see ``compiled_gradients``)."""
+        """One step on ``inputs``: (its log values, its guard). ``gradients``: what computes
+        (spec, gradient lists, step inputs) in place of ``_gradients`` (its XLA-compiled form,
+        see ``compiled_gradients``).
+
+        The guard is the step's non-finite flag and summed loss (``nonfinite.step_flag``), as a
+        pair, or stacked into one vector when there are several replicas, so that the trainer
+        reduces both across replicas in one call (``guard_pair`` reads either back).
+        """
         spec, gradient_lists, step_inputs = (gradients or self._gradients)(inputs)
         guard = nonfinite.step_flag(spec.losses, gradient_lists, self.optimizers, self.skip_nonfinite)
         if self.skip_nonfinite:
@@ -120,7 +126,11 @@ class TrainStep:
         for pipeline, gradients, variables, own in zip(self.pipelines, gradient_lists, self.variable_lists,
                                                        step_inputs):
             pipeline.apply_step(list(zip(gradients, variables)), own)
-        return {**log_values(spec), **guard}
+        return log_values(spec), self._packed_guard(guard[nonfinite.FLAG_KEY], guard[nonfinite.LOSS_KEY])
+
+    def _packed_guard(self, flag, loss):
+        """(flag, loss), stacked for one reduction when there are several replicas."""
+        return tf.stack([flag, loss]) if self.num_replicas > 1 else (flag, loss)
 
     def compiled_gradients(self, inputs, summarise=False, reads=None):
         """``_gradients`` with a spec that holds only what the step reads (the losses and log
@@ -268,15 +278,17 @@ class TrainStep:
                                                checked_gradients=tuple(g for g in gradients if g is not None)))
         return out
 
-    def accumulated(self, batches, accumulations, log_keys, gradients=None):
+    def accumulated(self, batches, accumulations, applying, log_keys, gradients=None):
         """One update from ``len(batches)`` micro-batches, summed in tensors (no shared state).
 
         For the asynchronous loop (see ``moxlite.optimizers.accumulation``): ``batches`` are
-        this replica's N micro-batches, ``accumulations[i]`` says how pipeline i applies.
-        The pipeline of each ``apply_optimizer`` (with the run's clipping link) receives the
-        mean of the N micro-batch gradients, the gradient of the mean loss over the N*B
+        this replica's N micro-batches, ``accumulations[i]`` says how pipeline i applies and
+        ``applying[i]`` is the pipeline of its ``apply_optimizer``, built once by the loop
+        (``Pipeline.applying``: the run's clipping and non-finite links kept), which receives
+        the mean of the N micro-batch gradients, the gradient of the mean loss over the N*B
         samples; clipping applies to that mean.
-        Returns the ``log_keys`` log values averaged over the micro-batches. ``gradients``:
+        Returns (the ``log_keys`` log values, the guard as ``__call__`` returns it), averaged
+        over the micro-batches. ``gradients``:
         what computes each micro-batch's (spec, gradient lists, step inputs) in place of
         ``_gradients`` (called with ``summarise=True``; its XLA-compiled form).
         """
@@ -327,14 +339,14 @@ class TrainStep:
                       [tf.TensorShape([]) for _ in log_keys], [tf.TensorShape([None]) for _ in variable_lists])
         _, gradient_sums, log_sums, statistics_totals = tf.while_loop(
             lambda index, *_: index < num_batches, body, initial, shape_invariants=invariants)
-        for number, (pipeline, accumulation) in enumerate(zip(self.pipelines, accumulations)):
+        for number, (pipeline, accumulation) in enumerate(zip(applying, accumulations)):
             pairs = [(gradient_sums[number][position] / num_batches, variable_lists[number][position])
                      for position in sorted(used[number])]
-            applying = pipeline_lib.Pipeline(accumulation.apply_optimizer, clip=pipeline.clip)
             with accumulation.counting_updates():
                 totals = pipeline_lib.StepInputs(record_sums=statistics_totals[number]) if summarised[number] else None
-                applying.apply_step(pairs, totals)
-        return {key: total / num_batches for key, total in zip(log_keys, log_sums)}
+                pipeline.apply_step(pairs, totals)
+        logs = {key: total / num_batches for key, total in zip(log_keys, log_sums)}
+        return logs, self._packed_guard(logs.pop(nonfinite.FLAG_KEY), logs.pop(nonfinite.LOSS_KEY))
 
 
 def _without_none(gradient_lists):

@@ -191,8 +191,11 @@ class SyncTrainer(Trainer):
     def _one_step(self, batch, keys, compiled=False):
         """One step on ``batch``: its log values, whether it was non-finite, its summed loss."""
         tracing = self._compiled_step.tracing() if compiled else contextlib.nullcontext()
+        # The train step on each replica (through XLA when ``compiled``): its log values and its
+        # non-finite flag and loss (stacked, for one reduction, when there are several replicas).
+        step = self._compiled_step.replica_step if compiled else self._train_step
         with user_summary_step(self.global_step.read_value() + 1), tracing:
-            per_replica, guard = self.strategy.run(self._replica_step, args=(batch, compiled))
+            per_replica, guard = self.strategy.run(step, args=(batch,))
         if self.strategy.num_replicas_in_sync > 1:
             # Any replica's non-finite step is the step's: a SUM, whatever log_first_clone says.
             guard = self.strategy.reduce(tf.distribute.ReduceOp.SUM, guard, axis=None)
@@ -200,14 +203,6 @@ class SyncTrainer(Trainer):
         logs = first_or_mean(self.strategy, {k: per_replica[k] for k in keys}, self._log_first_clone)
         self.global_step.assign_add(1)
         return logs, flag > 0, loss
-
-    def _replica_step(self, batch, compiled=False):
-        """The train step on one replica (through XLA when ``compiled``); its non-finite flag and
-        loss (stacked, for one reduction, when there are several replicas)."""
-        step = self._compiled_step.replica_step if compiled else self._train_step
-        values = dict(step(batch))
-        guard = (values.pop(nonfinite.FLAG_KEY), values.pop(nonfinite.LOSS_KEY))
-        return values, tf.stack(guard) if self.strategy.num_replicas_in_sync > 1 else guard
 
     def run_steps(self, num_steps, check_state=False, summary_since=None):
         """Run up to ``num_steps`` steps; return (steps done, log values of the last step).
