@@ -253,6 +253,36 @@ def outside_stateless_scope():
         state.set_global_attribute("stateless_scope", scope)
 
 
+def in_keras_symbolic_scope():
+    """True while Keras works out a layer's output shapes by calling it in a scratch graph
+    (``compute_output_spec`` under a ``keras.SymbolicScope``), as it does when it builds a
+    layer without a ``build`` of its own (a custom block) at its first call; Keras exports the
+    scope's class but not the test of whether one is in force."""
+    return keras_global_state().get_global_attribute("symbolic_scope") is not None
+
+
+def variable_handle_in(graph, variable):
+    """The tensor that stands for ``variable``'s handle inside ``graph`` (a function graph
+    being traced), following the captures of the function graphs around it; None when
+    ``graph`` has not captured it. TensorFlow has no public map from a variable to its capture
+    (``FuncGraph.captures`` and ``outer_graph`` are internal to its function graphs)."""
+    handle = getattr(variable, "handle", None)
+    if handle is None:
+        return None
+    chain = []
+    while graph is not None and hasattr(graph, "captures"):
+        chain.append(graph)
+        graph = getattr(graph, "outer_graph", None)
+    for outer in reversed(chain):
+        if getattr(handle, "graph", None) is outer:
+            continue
+        internal = next((inside for outside, inside in outer.captures if outside is handle), None)
+        if internal is None:
+            return None
+        handle = internal
+    return handle
+
+
 def initialize_deferred_keras_variable(variable):
     """Create now the tf.Variable of a Keras variable whose creation a stateless scope deferred
     (its ``_initializer`` kept, ``_value`` None), through the variable creators in force: what
