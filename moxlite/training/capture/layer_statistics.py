@@ -164,7 +164,11 @@ class _Recorder:
     def finish(self):
         """After model_fn's forward pass: lookups whose ids broadcast over the batch get their
         per-sample statistics (``broadcast_ids``), tables read outside their recorded calls and
-        kernels with one unseen call become unseen in all their calls."""
+        kernels with one unseen call become unseen in all their calls. The first two read the
+        traced graph; a recording run eagerly (a test of the recorder alone) has none."""
+        if not self.graph.building_function:
+            self.unseen_everywhere()
+            return
         for record, outputs in self._broadcast:
             reason = broadcast_ids.follow(record, outputs)
             if reason is not None:
