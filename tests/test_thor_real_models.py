@@ -190,3 +190,13 @@ def test_keras_hubs_vit_built_inside_model_fn_on_two_replicas_equals_one_replica
                  batch=BATCH // 2)
     for name in one:
         np.testing.assert_allclose(one[name], two[name], atol=2e-5, err_msg=name)
+
+
+def test_an_include_pattern_that_matches_no_layer_is_refused_before_any_step(tmp_path):
+    tokens, labels = _tokens(BATCH)
+    message = (r"thor: include=\['dense', 'dense_9'\]: 'dense_9' matches no layer of model_fn; use a part of one "
+               r"of these names: dense/kernel, embedding/embeddings, embedding_1/embeddings")
+    with pytest.raises(mox.errors.OptimizerError, match=message):
+        _train(tmp_path / "run", thorlib.position_model_fn(tiled=False), tokens, labels,
+               thorlib.thor_optimizer_fn(include=["dense", "dense_9"], **SETTINGS), 2)
+    assert tf.train.latest_checkpoint(str(tmp_path / "run")) is None

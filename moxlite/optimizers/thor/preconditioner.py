@@ -318,7 +318,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
     def _check_include(self):
         """Raise OptimizerError for the first ``include`` pattern that matches no recorded layer's
         name (a typo would otherwise precondition nothing, silently)."""
-        seen = [slot.name for slot in self._slots] + list(self._skipped)
+        seen = sorted({slot.name for slot in self._slots} | set(self._skipped))
         for pattern in self.include:
             if not any(re.search(pattern, name) for name in seen):
                 raise errors.OptimizerError(
