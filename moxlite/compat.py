@@ -263,24 +263,26 @@ def in_keras_symbolic_scope():
 
 def variable_handle_in(graph, variable):
     """The tensor that stands for ``variable``'s handle inside ``graph`` (a function graph
-    being traced), following the captures of the function graphs around it; None when
-    ``graph`` has not captured it. TensorFlow has no public map from a variable to its capture
-    (``FuncGraph.captures`` and ``outer_graph`` are internal to its function graphs)."""
+    being traced): its capture of the handle, directly or through the function graphs around
+    it; None when ``graph`` has not captured it. TensorFlow has no public map from a variable
+    to its capture (``FuncGraph.captures`` and ``outer_graph`` are internal to its function graphs)."""
     handle = getattr(variable, "handle", None)
-    if handle is None:
+    return _captured_in(graph, handle) if handle is not None else None
+
+
+def _captured_in(graph, tensor):
+    if graph is None or not hasattr(graph, "captures"):
         return None
-    chain = []
-    while graph is not None and hasattr(graph, "captures"):
-        chain.append(graph)
-        graph = getattr(graph, "outer_graph", None)
-    for outer in reversed(chain):
-        if getattr(handle, "graph", None) is outer:
-            continue
-        internal = next((inside for outside, inside in outer.captures if outside is handle), None)
-        if internal is None:
-            return None
-        handle = internal
-    return handle
+    if getattr(tensor, "graph", None) is graph:
+        return tensor
+    captures = graph.captures
+    for outside, inside in captures:
+        if outside is tensor:
+            return inside
+    outer = _captured_in(getattr(graph, "outer_graph", None), tensor)
+    if outer is None:
+        return None
+    return next((inside for outside, inside in captures if outside is outer), None)
 
 
 def initialize_deferred_keras_variable(variable):
