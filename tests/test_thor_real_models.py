@@ -200,3 +200,14 @@ def test_an_include_pattern_that_matches_no_layer_is_refused_before_any_step(tmp
         _train(tmp_path / "run", thorlib.position_model_fn(tiled=False), tokens, labels,
                thorlib.thor_optimizer_fn(include=["dense", "dense_9"], **SETTINGS), 2)
     assert tf.train.latest_checkpoint(str(tmp_path / "run")) is None
+
+
+def test_token_ids_of_a_batch_of_one_are_per_sample_rows_and_equal_numpy(tmp_path):
+    """A batch of 1 gives token ids [1, 6]: nothing broadcasts, the lookup is recorded as it is."""
+    tokens, labels = _tokens(4)
+    settings = dict(lr=0.1, momentum=0.9, damping=0.03, frequency=2)
+    got = _train(tmp_path / "thor", thorlib.embedding_model_fn, tokens, labels,
+                 thorlib.thor_optimizer_fn(block_size=0, **settings), 4, batch=1)
+    expected = thorlib.numpy_thor_embedding(tokens, labels, thorlib.initial_embedding_weights(), 1, 4, **settings)
+    for name, want in zip(got, expected):
+        np.testing.assert_allclose(got[name], want, atol=1e-5, err_msg=name)

@@ -129,8 +129,9 @@ def _symbolic(structure):
 class _Recorder:
     """The interception handler of one traced step on one thread."""
 
-    def __init__(self, tape, kinds):
+    def __init__(self, tape, kinds, batch_size=None):
         self.tape = tape
+        self.batch_size = batch_size   # the step's static batch, or None
         self.kinds = set(kinds)
         self.records: List[LayerRecord] = []
         self.graph = tf.compat.v1.get_default_graph()
@@ -254,7 +255,7 @@ class _Recorder:
             outputs = original(inputs, *args, **kwargs)
             record.probe = self.probe(outputs)
             outputs = outputs + record.probe
-            if kind == "Embedding" and broadcast_ids.leading_one(record.inputs):
+            if kind == "Embedding" and self.batch_size != 1 and broadcast_ids.leading_one(record.inputs):
                 self._broadcast.append((record, outputs))
             return outputs
         activation = interception.unrouted(layer, "activation")
@@ -272,10 +273,11 @@ class _Recorder:
 
 
 @contextlib.contextmanager
-def recording(tape, kinds):
+def recording(tape, kinds, batch_size=None):
     """Within this block, calls of layers of ``kinds`` on this thread append LayerRecords
-    to the yielded list; probes are watched by ``tape``."""
-    recorder = _Recorder(tape, kinds)
+    to the yielded list; probes are watched by ``tape``. ``batch_size``: the step's static
+    batch size if known (1: no lookup's ids can broadcast over the batch)."""
+    recorder = _Recorder(tape, kinds, batch_size)
     with interception.intercepting(recorder, threads="this"):
         yield recorder.records
     recorder.finish()
