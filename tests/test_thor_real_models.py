@@ -120,6 +120,7 @@ def test_a_custom_block_built_inside_model_fn_is_preconditioned_as_when_closed_o
 
     inside = _train(tmp_path / "inside", inside_fn, images, labels, optimizer_fn, 3)
     inside_layers = _preconditioned(capsys.readouterr().out)
+    keras.backend.clear_session(free_memory=False)   # the made-up sub-layer names of a fresh process
     block = _Block(name="block")
 
     def closed_fn(inputs, mode):
