@@ -18,7 +18,11 @@ A call the recorder cannot use is recorded as ``unseen`` with the reason, so tha
 wrapper gives that layer the plain gradient and names it at start-up: a layer called
 inside a loop or branch of its own (an RNN cell runs in a ``tf.while_loop``, whose
 tensors the step cannot read), one whose ``call`` never applied ``self.activation``, or a
-``ReversibleEmbedding`` called with ``reverse=True`` (``embedding_calls``).
+``ReversibleEmbedding`` called with ``reverse=True`` (``embedding_calls``), an Embedding
+whose table model_fn also reads outside its layer calls (a tied output written by hand), and
+one looked up with ids [1, ...] whose output is not added to the batch (``broadcast_ids``;
+one that is gets the per-sample rows of the add). Calls Keras makes in a scratch graph to
+infer a block's shapes (``keras.SymbolicScope``) are not the step's and are not recorded.
 
 Records are keyed by the layer's kernel variable, never by layer name (a layer built
 inside model_fn gets a new name on each trace but the same variables), and named by
