@@ -1,0 +1,74 @@
+"""Public MoXing scripts of issue 31 (item 7), each run as its own process and checked against a reference.
+
+Each script in tests/moxing_ports/ names, in its docstring, the repository and path it was
+ported from and every change made to it; the reference each test compares with is numpy (the
+same batches replayed), TF1's own formula, or counting checkpoint steps and files.
+"""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import runlib
+from tests.portlib import PORTS, run_port
+from tests.test_moxing_ports_public import _idx_gz, _mnist_uint8
+
+pytestmark = pytest.mark.slow   # each script starts its own TensorFlow process
+
+
+def _port_module(name):
+    """A helper module of tests/moxing_ports/ (what the scripts import), loaded here for the reference."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(PORTS, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write_mnist_idx(folder, train_count=300, test_count=100):
+    os.makedirs(folder, exist_ok=True)
+    for prefix, (images, labels) in (("train", _mnist_uint8(train_count, 0)), ("t10k", _mnist_uint8(test_count, 1000))):
+        image_file, label_file = _idx_gz(images, labels)
+        with open(os.path.join(folder, f"{prefix}-images-idx3-ubyte.gz"), "wb") as stream:
+            stream.write(image_file)
+        with open(os.path.join(folder, f"{prefix}-labels-idx1-ubyte.gz"), "wb") as stream:
+            stream.write(label_file)
+
+
+def _numpy_sgd_on_batches(batches, learning_rate):
+    """W, b of softmax regression (zeros at first) after one SGD step per (images, one-hot labels) batch."""
+    weights, bias = np.zeros((784, 10)), np.zeros(10)
+    for images, one_hot in batches:
+        x = images.astype(np.float64)
+        gradient = runlib.softmax_probabilities(x @ weights + bias) - one_hot
+        weights -= learning_rate * x.T @ gradient / len(x)
+        bias -= learning_rate * gradient.mean(axis=0)
+    return weights, bias
+
+
+def _replayed_batches(data_url, count, batch_size=50):
+    """The batches ``mnist.train.next_batch(batch_size)`` hands out, in order, as the scripts' generators call it."""
+    mnist = _port_module("mnist_idx_input_data").read_data_sets(str(data_url), one_hot=True)
+    return [mnist.train.next_batch(batch_size) for _ in range(count)]
+
+
+def test_modelarts_train_mnist_moxing_trains_1000_ready_batches_and_exports_version_model(tmp_path):
+    data_url, train_url = tmp_path / "data", tmp_path / "train"
+    _write_mnist_idx(str(data_url))
+    finished = run_port("modelarts_train_mnist_moxing.py", f"--data_url={data_url}", f"--train_url={train_url}")
+    output = finished.stdout + finished.stderr
+    # max_number_of_steps=1000 steps of input_fn's own 50-sample batches (auto_batch=False)
+    assert runlib.checkpoint_step(str(train_url)) == 1000
+    weights, bias = _numpy_sgd_on_batches(_replayed_batches(data_url, 1000), learning_rate=0.01)
+    trained = runlib.checkpoint_by_name(str(train_url))
+    np.testing.assert_allclose(trained["W"], weights, atol=2e-5)
+    np.testing.assert_allclose(trained["b"], bias, atol=2e-5)
+    assert "step: 990" in output
+    # ExportSpec(version='model'): the SavedModel lies in train_url/model/model and serves the trained logits
+    served = tf.saved_model.load(str(train_url / "model" / "model")).signatures["serving_default"]
+    images, _ = _mnist_uint8(100, 1000)
+    x = images.reshape(-1, 784).astype(np.float32) / 255.0
+    logits = served(images=tf.constant(x))["logits"].numpy()
+    np.testing.assert_allclose(logits, x @ weights + bias, atol=1e-4)
