@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from tests import runlib
 from tests.portlib import PORTS, run_port
+from tests.s3lib import s3  # noqa: F401  (the server fixture)
 from tests.test_moxing_ports_public import _idx_gz, _mnist_uint8
 
 pytestmark = pytest.mark.slow   # each script starts its own TensorFlow process
@@ -72,3 +73,41 @@ def test_modelarts_train_mnist_moxing_trains_1000_ready_batches_and_exports_vers
     x = images.reshape(-1, 784).astype(np.float32) / 255.0
     logits = served(images=tf.constant(x))["logits"].numpy()
     np.testing.assert_allclose(logits, x @ weights + bias, atol=1e-4)
+
+
+def test_modelarts_notebook_mnist_trains_from_an_obs_copy_then_predicts_one_image(s3, tmp_path):
+    import re
+    from moxlite import file as mox_file
+    bucket = s3.new_bucket()
+    staged = tmp_path / "staged"
+    _write_mnist_idx(str(staged))
+    for name in sorted(os.listdir(staged)):
+        s3.client().put_object(Bucket=bucket, Key=f"notebook/data/{name}", Body=(staged / name).read_bytes())
+    digits, labels = _mnist_uint8(1, 1000)
+    jpeg = tf.io.encode_jpeg(digits.reshape(28, 28, 1), quality=100).numpy()
+    s3.client().put_object(Bucket=bucket, Key="test/image_number.jpg", Body=jpeg)
+    notebook = tmp_path / "notebook"     # the notebook's working directory: ./cache/... lies under it
+    notebook.mkdir()
+    run_port("modelarts_notebook_mnist_train.py", cwd=str(notebook),
+             env={"DATA_URL": f"s3://{bucket}/notebook/data/"})
+    log = notebook / "cache" / "log"
+    # the local copy holds byte-identical files, and training read its 50-sample batches
+    assert {name: (notebook / "cache" / "local_data" / name).read_bytes() for name in os.listdir(staged)} == \
+        {name: (staged / name).read_bytes() for name in os.listdir(staged)}
+    assert runlib.checkpoint_step(str(log)) == 1000
+    weights, bias = _numpy_sgd_on_batches(_replayed_batches(staged, 1000), learning_rate=0.01)
+    trained = runlib.checkpoint_by_name(str(log))
+    np.testing.assert_allclose(trained["W"], weights, atol=2e-5)
+    served = tf.saved_model.load(str(log / "model" / "model")).signatures["serving_default"]
+    test_x = _mnist_uint8(100, 1000)[0].reshape(-1, 784).astype(np.float32) / 255.0
+    np.testing.assert_array_equal(served(images=tf.constant(test_x))["predictions"].numpy(),
+                                  np.argmax(test_x @ weights + bias, axis=1))
+
+    finished = run_port("modelarts_notebook_mnist_predict.py", cwd=str(notebook),
+                        env={"SRC_PATH": f"s3://{bucket}/test/image_number.jpg"})
+    # auto_batch=False: input_fn's one [784] image is the batch, as it is; model_fn's inputs are [image],
+    # which tf.matmul reads as a [1, 784] matrix. MoXing predicted one class for it, printed once.
+    decoded = tf.image.resize(tf.io.decode_jpeg(jpeg, channels=1), [28, 28], "bilinear").numpy().reshape(1, 784)
+    expected = np.argmax(decoded.astype(np.float64) @ trained["W"] + trained["b"], axis=1)
+    printed = re.findall(r"The result：\s*\[(\d+)\]", finished.stdout)
+    assert printed == [str(expected[0])]
