@@ -111,3 +111,55 @@ def test_modelarts_notebook_mnist_trains_from_an_obs_copy_then_predicts_one_imag
     expected = np.argmax(decoded.astype(np.float64) @ trained["W"] + trained["b"], axis=1)
     printed = re.findall(r"The result：\s*\[(\d+)\]", finished.stdout)
     assert printed == [str(expected[0])]
+
+
+def _iceberg_reference_predictions(weights, images, angles):
+    """The script's model_v1 built by plain Keras, given the checkpoint's weights in creation order:
+    softmax of its logits, clipped to [0.05, 0.95] as the script's PREDICT branch does."""
+    import keras
+    from keras import layers
+    image_in, angle_in = keras.Input((75, 75, 3)), keras.Input((1,))
+    x = image_in
+    for filters, pool in ((64, (3, 3)), (128, (2, 2)), (128, (2, 2)), (64, (2, 2))):
+        x = layers.MaxPooling2D(pool_size=pool, strides=(2, 2))(layers.Conv2D(filters, (3, 3), activation="relu")(x))
+    x = layers.Concatenate()([layers.Flatten()(x), angle_in])
+    x = layers.Dense(256, activation="relu")(layers.Dense(512, activation="relu")(x))
+    model = keras.Model([image_in, angle_in], layers.Dense(2)(x))
+    assert [tuple(w.shape) for w in model.weights] == [w.shape for w in weights]
+    for variable, value in zip(model.weights, weights):
+        variable.assign(value)
+    probabilities = tf.nn.softmax(model([images, angles[:, None]])).numpy()
+    return np.clip(probabilities, 0.05, 0.95)
+
+
+def test_modelarts_iceberg_with_cache_trains_in_a_local_cache_and_uploads_it_at_exit(s3, tmp_path):
+    import io
+    import pandas as pd
+    from moxlite import file as mox_file
+    from tests.test_moxing_ports_public import _iceberg_images, _iceberg_rows, _put_tfrecord
+    bucket = s3.new_bucket()
+    train, *_ = _iceberg_rows(32, seed=0)
+    evaluation, *_ = _iceberg_rows(10, seed=1)
+    test, band_1, band_2, angles, _, ids = _iceberg_rows(24, seed=2, with_ids=True)
+    _put_tfrecord(s3, bucket, "data/iceberg-train-32.tfrecord", train)
+    _put_tfrecord(s3, bucket, "data/iceberg-eval-10.tfrecord", evaluation)
+    _put_tfrecord(s3, bucket, "data/iceberg-test-24.tfrecord", test)
+    common = [f"--data_url=s3://{bucket}/data", f"--log_dir=s3://{bucket}/log", "--num_samples_train=32",
+              "--num_samples_eval=10", "--num_samples_test=24"]
+    run_port("modelarts_train_iceberg_with_cache.py", *common, "--epochs=2",
+             f"--cache_data_url={tmp_path / 'cache1' / 'data_url'}", f"--cache_log_dir={tmp_path / 'cache1' / 'log_dir'}")
+    # the atexit handler copied the local log_dir to OBS: the checkpoint of ceil(32 / 16) * 2 = 4 steps is there
+    uploaded = tmp_path / "uploaded"
+    mox_file.copy_parallel(f"s3://{bucket}/log", str(uploaded))
+    assert runlib.checkpoint_step(str(uploaded)) == 4
+    # a second job, on a fresh cache, restores that checkpoint from OBS, evaluates, predicts, and uploads the CSV
+    finished = run_port("modelarts_train_iceberg_with_cache.py", *common, "--is_training=false",
+                        f"--cache_data_url={tmp_path / 'cache2' / 'data_url'}",
+                        f"--cache_log_dir={tmp_path / 'cache2' / 'log_dir'}")
+    assert "loss" in finished.stdout + finished.stderr
+    body = s3.client().get_object(Bucket=bucket, Key="log/submission.csv")["Body"].read()
+    submission = pd.read_csv(io.BytesIO(body))
+    assert list(submission["id"]) == ids          # every test record once, in file order
+    expected = _iceberg_reference_predictions(runlib.checkpoint_variables(str(uploaded)),
+                                              _iceberg_images(band_1, band_2), angles)
+    np.testing.assert_allclose(submission["is_iceberg"], expected[:, 1], atol=1e-5)
