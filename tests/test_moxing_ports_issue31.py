@@ -163,3 +163,29 @@ def test_modelarts_iceberg_with_cache_trains_in_a_local_cache_and_uploads_it_at_
     expected = _iceberg_reference_predictions(runlib.checkpoint_variables(str(uploaded)),
                                               _iceberg_images(band_1, band_2), angles)
     np.testing.assert_allclose(submission["is_iceberg"], expected[:, 1], atol=1e-5)
+
+
+def test_moxing_doc_keras_multi_io_trains_writes_json_and_the_json_trains_again(tmp_path):
+    import json
+    import keras
+    save_path, first, second = tmp_path / "keras_model.json", tmp_path / "log1", tmp_path / "log2"
+    run_port("moxing_doc_keras_multi_io.py", f"--save_path={save_path}", f"--log_dir={first}")
+    assert runlib.checkpoint_step(str(first)) == 50          # max_number_of_steps=50 batches of 32 samples
+    trained = runlib.checkpoint_variables(str(first))
+    # The JSON is Keras's own description of the functional model: two inputs, the two named outputs,
+    # and (rebuilt by Keras here) exactly the variables the run trained, shape for shape.
+    description = json.loads(save_path.read_text())
+    assert description["class_name"] == "Functional"
+    assert [layer[0] for layer in description["config"]["output_layers"]] == ["main_output", "aux_output"]
+    rebuilt = keras.models.model_from_json(save_path.read_text())
+    assert [tuple(w.shape) for w in rebuilt.weights] == [v.shape for v in trained]
+    assert [v.shape for v in trained][:1] == [(10000, 512)]
+    # RMSProp moved the weights: no variable of the trained network is still at its initial value
+    # (the LSTM's and Dense layers' biases start at zero, the forget gate's at one)
+    biases = [v for v in trained if v.ndim == 1]
+    assert all(np.any(np.abs(b - np.round(b)) > 1e-6) for b in biases)
+
+    run_port("moxing_doc_keras_model_from_json.py", f"--save_path={save_path}", f"--log_dir={second}",
+             "--max_steps=20")
+    assert runlib.checkpoint_step(str(second)) == 20
+    assert [v.shape for v in runlib.checkpoint_variables(str(second))] == [v.shape for v in trained]
