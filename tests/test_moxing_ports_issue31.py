@@ -189,3 +189,66 @@ def test_moxing_doc_keras_multi_io_trains_writes_json_and_the_json_trains_again(
              "--max_steps=20")
     assert runlib.checkpoint_step(str(second)) == 20
     assert [v.shape for v in runlib.checkpoint_variables(str(second))] == [v.shape for v in trained]
+
+
+def _function_of(script, name, namespace):
+    """The function ``name`` defined at the top of a ported script, compiled alone (the script's
+    module-level code, its flags and runs, is not executed)."""
+    import ast
+    with open(os.path.join(PORTS, script)) as stream:
+        tree = ast.parse(stream.read())
+    definition = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == name)
+    exec(compile(ast.Module(body=[definition], type_ignores=[]), script, "exec"), namespace)
+    return namespace[name]
+
+
+def _tf1_session_values(build, feeds):
+    """What ``build(placeholder)`` evaluates to in a TF1 graph session, for each int64 value fed."""
+    graph = tf.Graph()
+    with graph.as_default():
+        step = tf.compat.v1.placeholder(tf.int64, [])
+        value = build(step)
+        with tf.compat.v1.Session(graph=graph) as session:
+            return [float(session.run(value, {step: feed})) for feed in feeds]
+
+
+def _write_named_tfrecords(path, count, labels, seed, size=40):
+    """slim's image records (image/encoded PNG, image/format, image/class/label) of random images."""
+    rng = np.random.RandomState(seed)
+    images = rng.randint(0, 256, size=(count, size, size, 3)).astype(np.uint8)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for image, label in zip(images, labels):
+            feature = {
+                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[tf.io.encode_png(image).numpy()])),
+                "image/format": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"png"])),
+                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)]))}
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    return images
+
+
+def test_moxing_doc_lars_trains_on_its_warm_up_rate_and_evaluates(tmp_path):
+    data = tmp_path / "imagenet"
+    data.mkdir()
+    labels = [1, 2, 3, 4, 1, 2, 3, 4]      # slim's ImageNet labels start at 1 (0 is the background)
+    _write_named_tfrecords(data / "validation-00000-of-00001", 8, labels, seed=0)
+    _write_named_tfrecords(data / "train-00000-of-00001", 8, labels, seed=1)
+    rates_log, train_dir = tmp_path / "rates.txt", tmp_path / "train"
+    common = [f"--data_url={data}", "--dataset_name=imagenet", "--model_name=mobilenet_v1_025", "--data_format=NCHW"]
+    finished = run_port("moxing_doc_lars_resnet50.py", *common, "--batch_size=4", "--total_batch_size=8",
+                        "--max_number_of_steps=6", "--log_every_n_steps=1", "--save_summaries_steps=4",
+                        "--save_interval_secs=300", f"--log_dir={train_dir}", "--jit_compile=false",
+                        env={"MOXLITE_TEST_RATE_LOG": str(rates_log)})
+    output = finished.stdout + finished.stderr
+    assert "Batch Gradients Prior = 2" in output          # 8 / 1 worker / 4 / 1 device
+    assert runlib.checkpoint_step(str(train_dir)) == 6    # max_number_of_steps counts micro-batches
+    assert runlib.checkpoint_by_name(str(train_dir))["logits/kernel"].shape == (256, 1000)
+    # The rate, evaluated at each applied update (3: every 2nd micro-batch), is what the script's
+    # config_lr gives in a TF1 session at that step: the warm-up 2.0 + 27 * k / 200 of update k.
+    config_lr = _function_of("moxing_doc_lars_resnet50.py", "config_lr", {"tf": tf})
+    expected = _tf1_session_values(
+        lambda step: config_lr(global_step=tf.floor(step / 2), warm_up_steps=200, init_learning_rate=2.0,
+                               end_learning_rate=29.0, total_steps=3600), feeds=[1, 3, 5])
+    np.testing.assert_allclose(expected, [2.0, 2.135, 2.27], rtol=1e-6)
+    from tests import rate_probe
+    rates = rate_probe.read(rates_log)
+    np.testing.assert_allclose([rates[k] for k in range(3)], expected, rtol=1e-6)
