@@ -252,3 +252,90 @@ def test_moxing_doc_lars_trains_on_its_warm_up_rate_and_evaluates(tmp_path):
     from tests import rate_probe
     rates = rate_probe.read(rates_log)
     np.testing.assert_allclose([rates[k] for k in range(3)], expected, rtol=1e-6)
+
+
+def _dgc_config_lr_in_a_tf1_session(steps, batch_size, total_samples, learning_rate_strategy, lr_warmup_strategy):
+    """The DGC script's own config_lr (nested in its main) in a TF1 graph session, at each global step."""
+    import ast
+    import math
+    import types
+    with open(os.path.join(PORTS, "moxing_doc_dgc_resnet50.py")) as stream:
+        tree = ast.parse(stream.read())
+    main = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main")
+    definition = next(node for node in main.body if isinstance(node, ast.FunctionDef) and node.name == "config_lr")
+    moxing_flags = {"worker_hosts": "", "num_gpus": 1, "sync_replicas": True}
+    namespace = {"tf": tf, "math": math, "total_samples": total_samples,
+                 "mox": types.SimpleNamespace(get_flag=moxing_flags.__getitem__),
+                 "flags": types.SimpleNamespace(batch_size=batch_size, learning_rate_strategy=learning_rate_strategy,
+                                                lr_warmup_strategy=lr_warmup_strategy)}
+    exec(compile(ast.Module(body=[definition], type_ignores=[]), "config_lr", "exec"), namespace)
+    graph = tf.Graph()
+    with graph.as_default():
+        rate = namespace["config_lr"]()
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        with tf.compat.v1.Session(graph=graph) as session:
+            values = []
+            for step in steps:
+                session.run(global_step.assign(step))
+                values.append(float(session.run(rate)))
+            return values
+
+
+def _mobilenet_025_reference(weights_by_name, num_classes):
+    """The zoo's mobilenet_v1_025 built by plain Keras (features, average pooling, a Dense named logits),
+    given a checkpoint's weights by name."""
+    import keras
+    backbone = keras.applications.MobileNet(include_top=False, weights=None, alpha=0.25, pooling="avg",
+                                            input_shape=(224, 224, 3))
+    model = keras.Model(backbone.input, keras.layers.Dense(num_classes, name="logits")(backbone.output))
+    for weight in model.weights:
+        weight.assign(weights_by_name[weight.path])
+    return model
+
+
+def test_moxing_doc_dgc_trains_on_its_epoch_string_rate_exports_and_evaluates(tmp_path):
+    import re
+    data = tmp_path / "imagenet"
+    data.mkdir()
+    _write_named_tfrecords(data / "train-00000-of-00001", 8, [1, 2, 3, 4, 1, 2, 3, 4], seed=1)
+    evaluation = _write_named_tfrecords(data / "validation-00000-of-00001", 8, [1, 2, 1, 2, 3, 4, 3, 4], seed=0)
+    rates_log, train_url, eval_url = tmp_path / "rates.txt", tmp_path / "train", tmp_path / "eval"
+    strategy = "1:0.001->0.4,2:0.4,3:0.04"
+    common = [f"--data_url={data}", "--dataset_name=imagenet", "--model_name=mobilenet_v1_025", "--data_format=NCHW",
+              "--batch_size=4", "--momentum=0", "--jit_compile=false"]
+    run_port("moxing_doc_dgc_resnet50.py", *common, "--run_mode=TRAIN", f"--train_url={train_url}", "--max_epochs=3",
+             "--num_samples_train=8", f"--learning_rate_strategy={strategy}", "--lr_warmup_strategy=exponential",
+             "--save_summaries_steps=60", "--save_interval_secs=600", "--log_every_n_steps=1",
+             env={"MOXLITE_TEST_RATE_LOG": str(rates_log)})
+    # ceil(3 epochs * 8 samples / 4) = 6 steps of SGD (momentum=0)
+    assert runlib.checkpoint_step(str(train_url)) == 6
+    # The rate of each step is config_lr's in a TF1 session: the exponential warm-up 0.001 * 400 ** (step / 2)
+    # up to step 2, then piecewise_constant([4], [0.4, 0.04]).
+    expected = _dgc_config_lr_in_a_tf1_session(range(6), 4, 8, strategy, "exponential")
+    np.testing.assert_allclose(expected, [0.001, 0.02, 0.4, 0.4, 0.4, 0.04], rtol=1e-5)
+    from tests import rate_probe
+    rates = rate_probe.read(rates_log)
+    np.testing.assert_allclose([rates[k] for k in range(6)], expected, rtol=1e-5)
+
+    # The export serves the checkpoint: logits of plain Keras's network with its weights, and the
+    # script's top-5 labels (shifted back by labels_offset 1) and softmax confidences of them.
+    weights = runlib.checkpoint_by_name(str(train_url))
+    reference = _mobilenet_025_reference(weights, 1000)
+    import moxlite as mox
+    augment = mox.get_data_augmentation_fn("mobilenet_v1_025", mox.ModeKeys.EVAL, 224, 224)
+    images = np.stack([augment(tf.constant(image)).numpy() for image in evaluation])
+    expected_logits = reference(images, training=False).numpy()
+    served = tf.saved_model.load(str(train_url / "model" / "1")).signatures["serving_default"]
+    outputs = {name: value.numpy() for name, value in served(images=tf.constant(images)).items()}
+    np.testing.assert_allclose(outputs["logits"], expected_logits, rtol=1e-3, atol=1e-3)
+    np.testing.assert_array_equal(outputs["labels"], np.argsort(-outputs["logits"], axis=1)[:, :5] + 1)
+    probabilities = runlib.softmax_probabilities(outputs["logits"].astype(np.float64))
+    np.testing.assert_allclose(outputs["confidences"], np.sort(probabilities, axis=1)[:, ::-1][:, :5], atol=1e-5)
+
+    # EVAL, with the save_summary_steps=None and save_model_secs=None MoXing documents as unused there:
+    # ceil(8 / 4) = 2 steps over the validation split, top-1 of the same network on those images
+    finished = run_port("moxing_doc_dgc_resnet50.py", *common, "--run_mode=EVAL", f"--eval_url={eval_url}",
+                        f"--checkpoint_url={train_url}", "--num_samples_eval=8")
+    top1 = float(re.findall(r"top1: ([0-9.]+)", finished.stdout + finished.stderr)[-1])
+    labels = np.array([1, 2, 1, 2, 3, 4, 3, 4]) - 1
+    assert top1 == pytest.approx(np.mean(np.argmax(expected_logits, axis=1) == labels), abs=1e-6)
