@@ -28,6 +28,7 @@ _AS_MAIN = (
     "    tf.config.optimizer.set_experimental_options({'disable_meta_optimizer': True})\n"
     "if os.environ.get('MOXLITE_TEST_RATE_LOG'):\n"
     "    import tests.rate_probe\n"
+    "    tests.rate_probe.install(os.environ['MOXLITE_TEST_RATE_LOG'])\n"
     "sys.argv = sys.argv[1:]\n"
     "sys.path[0] = os.path.dirname(sys.argv[0])\n"
     "runpy.run_path(sys.argv[0], run_name='__main__')\n")

@@ -1,6 +1,6 @@
 """Records every learning rate a Keras optimizer reads, for tests that run a ported script as its own process.
 
-Imported before the script when ``MOXLITE_TEST_RATE_LOG`` names a file (``tests/portlib.py``):
+``install(path)`` runs before the script when ``MOXLITE_TEST_RATE_LOG`` names a file (``tests/portlib.py``):
 each time an optimizer reads its current learning rate (Keras reads it once per applied update),
 one line ``<optimizer iterations> <rate>`` is appended to that file, from inside the traced step
 too (``tf.print`` to a file). A ported script's rates can then be compared, update by update,
@@ -8,22 +8,20 @@ with what its own rate code gives in a TF1 graph session. Test-only: it wraps a 
 method and changes no value.
 """
 
-import os
-
 import tensorflow as tf
 from keras.src.optimizers import base_optimizer
 
-_LOG = os.environ["MOXLITE_TEST_RATE_LOG"]
-_read_rate = base_optimizer.BaseOptimizer._get_current_learning_rate
 
+def install(path):
+    """From now on, every learning rate a Keras optimizer reads is appended to ``path``."""
+    read_rate = base_optimizer.BaseOptimizer._get_current_learning_rate
 
-def _recorded_rate(self):
-    rate = _read_rate(self)
-    tf.print(self.iterations, tf.cast(rate, tf.float64), output_stream="file://" + _LOG, summarize=-1)
-    return rate
+    def recorded_rate(self):
+        rate = read_rate(self)
+        tf.print(self.iterations, tf.cast(rate, tf.float64), output_stream="file://" + path, summarize=-1)
+        return rate
 
-
-base_optimizer.BaseOptimizer._get_current_learning_rate = _recorded_rate
+    base_optimizer.BaseOptimizer._get_current_learning_rate = recorded_rate
 
 
 def read(path):
