@@ -339,3 +339,15 @@ def test_moxing_doc_dgc_trains_on_its_epoch_string_rate_exports_and_evaluates(tm
     top1 = float(re.findall(r"top1: ([0-9.]+)", finished.stdout + finished.stderr)[-1])
     labels = np.array([1, 2, 1, 2, 3, 4, 3, 4]) - 1
     assert top1 == pytest.approx(np.mean(np.argmax(expected_logits, axis=1) == labels), abs=1e-6)
+
+
+def test_moxing_doc_compare_native_mnist_trains_1000_steps_into_moxings_train_url(tmp_path):
+    data_url, train_url = tmp_path / "data", tmp_path / "train"
+    _write_mnist_idx(str(data_url))
+    run_port("moxing_doc_compare_native_mnist.py", f"--data_url={data_url}", f"--train_url={train_url}")
+    # log_dir=flags.train_url: MoXing's own --train_url; 1,000 steps of TF1 gradient descent at 0.5
+    assert runlib.checkpoint_step(str(train_url)) == 1000
+    weights, bias = _numpy_sgd_on_batches(_replayed_batches(data_url, 1000, batch_size=100), learning_rate=0.5)
+    trained = runlib.checkpoint_by_name(str(train_url))
+    np.testing.assert_allclose(trained["W"], weights, atol=1e-4)
+    np.testing.assert_allclose(trained["b"], bias, atol=1e-4)
