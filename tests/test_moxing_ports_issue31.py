@@ -351,3 +351,44 @@ def test_moxing_doc_compare_native_mnist_trains_1000_steps_into_moxings_train_ur
     trained = runlib.checkpoint_by_name(str(train_url))
     np.testing.assert_allclose(trained["W"], weights, atol=1e-4)
     np.testing.assert_allclose(trained["b"], bias, atol=1e-4)
+
+
+def _pretrained_mobilenet_025(directory, classes=5, step=777, moving_variance=3.0):
+    """A 'pretrained' mobilenet_v1_025 checkpoint in moxlite's format (the zoo's network built by plain
+    Keras), batch-norm variances set to a value no fresh network has; its weights by name."""
+    import keras
+    from moxlite.training.state.checkpoints import Checkpointer
+    backbone = keras.applications.MobileNet(include_top=False, weights=None, alpha=0.25, pooling="avg",
+                                            input_shape=(224, 224, 3))
+    model = keras.Model(backbone.input, keras.layers.Dense(classes, name="logits")(backbone.output))
+    for weight in model.weights:
+        if weight.path.endswith("moving_variance"):
+            weight.assign(np.full(weight.shape, moving_variance, np.float32))
+    Checkpointer(directory, tf.Variable(step, dtype=tf.int64), [w.value for w in model.weights]).save(step)
+    return {w.path: w.numpy() for w in model.weights}
+
+
+def test_moxing_doc_transfer_learning_raw_warm_starts_without_logits_in_fp16(tmp_path):
+    from tests.test_moxing_raw_images import write_digit_folders
+    data_dir, pretrained_dir, out, rates_log = tmp_path / "flowers", tmp_path / "pretrained", tmp_path / "train", \
+        tmp_path / "rates.txt"
+    write_digit_folders(str(data_dir), per_class=3, classes=(0, 1), size=(40, 40))
+    pretrained = _pretrained_mobilenet_025(str(pretrained_dir))
+    run_port("moxing_doc_transfer_learning_raw.py", f"--data_url={data_dir}", f"--train_url={out}",
+             f"--checkpoint_url={pretrained_dir}", "--model_name=mobilenet_v1_025", "--batch_size=2",
+             "--max_steps=3", "--jit_compile=false", env={"MOXLITE_TEST_RATE_LOG": str(rates_log)})
+    # global_step excluded: 3 steps counted from 0, not from the pretrained 777
+    assert runlib.checkpoint_step(str(out)) == 3
+    tuned = runlib.checkpoint_by_name(str(out))
+    assert tuned["logits/kernel"].shape == (256, 2)       # the logits excluded: a new head of the folder's 2 classes
+    # The backbone was restored: a moving variance after 3 steps is 0.99**3 * start + (1 - 0.99**3) * (batch
+    # variances >= 0), at least 2.91 from the pretrained 3.0 (a fresh start, 1.0, cannot get there)
+    variances = [name for name in pretrained if name.endswith("moving_variance")]
+    assert variances and all(np.all(tuned[name] >= 0.99 ** 3 * 3.0 - 1e-4) for name in variances)
+    assert {value.dtype for value in tuned.values()} == {np.dtype(np.float32)}   # var_scope: float32 variables
+    # piecewise_lr('10:0.01,20:0.001', 6 samples, batch 2): 0.01 for the first 10 epochs (30 steps), at every
+    # update applied (a step whose float16 gradients overflow the fixed scale 1024 applies none, as in MoXing)
+    from tests import rate_probe
+    rates = rate_probe.read(rates_log)
+    assert 1 <= len(rates) <= 3
+    np.testing.assert_allclose(list(rates.values()), [0.01] * len(rates), rtol=1e-6)
