@@ -392,3 +392,16 @@ def test_moxing_doc_transfer_learning_raw_warm_starts_without_logits_in_fp16(tmp
     rates = rate_probe.read(rates_log)
     assert 1 <= len(rates) <= 3
     np.testing.assert_allclose(list(rates.values()), [0.01] * len(rates), rtol=1e-6)
+
+
+def test_moxing_doc_introduction_mnist_trains_an_endless_generator_for_max_number_of_steps(tmp_path):
+    data_url, train_url = tmp_path / "data", tmp_path / "train"
+    _write_mnist_idx(str(data_url))
+    finished = run_port("moxing_doc_introduction_mnist.py", f"--data_url={data_url}", f"--train_url={train_url}")
+    # no batch_size: each 100-sample element is a batch; the endless generator is stopped at 1,000 steps
+    assert runlib.checkpoint_step(str(train_url)) == 1000
+    assert "batch 100" in finished.stdout + finished.stderr
+    weights, bias = _numpy_sgd_on_batches(_replayed_batches(data_url, 1000, batch_size=100), learning_rate=0.5)
+    trained = runlib.checkpoint_by_name(str(train_url))
+    np.testing.assert_allclose(trained["W"], weights, atol=1e-4)
+    np.testing.assert_allclose(trained["b"], bias, atol=1e-4)
