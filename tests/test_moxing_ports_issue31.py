@@ -165,6 +165,10 @@ def test_modelarts_iceberg_with_cache_trains_in_a_local_cache_and_uploads_it_at_
     np.testing.assert_allclose(submission["is_iceberg"], expected[:, 1], atol=1e-5)
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "moxlite cuts tensors input_fn returns with auto_batch=True into samples along their first dimension "
+    "('Dimensions 100 and 5 are not compatible'); in MoXing (TF1) they are one sample, input_fn's graph "
+    "evaluated again for every sample (fresh random values each time)"))
 def test_moxing_doc_keras_multi_io_trains_writes_json_and_the_json_trains_again(tmp_path):
     import json
     import keras
