@@ -47,7 +47,9 @@ def moxlite_call(images, labels, steps_per_loop):
         loop.SyncTrainer.close = original_close
     trainer = trainers[0]
     flat = trainer._flat_iterator + [tf.constant(steps_per_loop, tf.int64), trainer._reports[loop.NO_REPORT]]
-    return lambda: trainer._traced(flat).numpy()
+    # The trainer keeps one traced loop per variant (plain, XLA); a short run uses the plain one.
+    traced = trainer._traced.get(False) or next(iter(trainer._traced.values()))
+    return lambda: traced(flat).numpy()
 
 
 def hand_written_call(images, labels, steps_per_loop):

@@ -154,7 +154,11 @@ ROWS = [
         "mox.PlateauLREarlyStoppingHook " + unsupported.MESSAGES["PlateauLREarlyStoppingHook"]),
     # ------------------------------------------------------------------ optimizers
     Row("mox.get_optimizer_fn", "moxlite:get_optimizer_fn", "function", "same", ""),
-    *_args("mox.get_optimizer_fn", "moxlite:get_optimizer_fn", ["name", "learning_rate"]),
+    *_args("mox.get_optimizer_fn", "moxlite:get_optimizer_fn", ["name"]),
+    *_args("mox.get_optimizer_fn", "moxlite:get_optimizer_fn", ["learning_rate"], "same",
+           "a number, an epoch string, a tensor that optimizer_fn computed from the global step, a function of "
+           "the step or the functools.partial of a TF1 decay function; evaluated at every update "
+           "(tests/test_tf1_step_rates.py)"),
     Row("mox.get_optimizer_fn('foo')", "moxlite:get_optimizer_fn", "exception", "same",
         "a ValueError naming the known optimizers"),
     Row("mox.get_optimizer_wrapper_fn", "moxlite:get_optimizer_wrapper_fn", "function", "same", ""),

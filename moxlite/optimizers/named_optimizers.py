@@ -7,15 +7,22 @@ map to Keras's. Validation happens when the factory is made, so a typo fails
 before training starts; the optimizer itself is built when the factory is
 called (inside ``moxlite.run``, under the strategy's scope).
 
+The learning rate may also be what a MoXing script computes from the global
+step: a tensor (followed by ``step_trace`` when ``optimizer_fn`` computed it),
+a function of the step, or the ``functools.partial`` of a TF1 decay function
+(``schedules.StepFunctionLearningRate``). Other hyperparameters (momentum...)
+may be tensors of the step too.
+
 Defaults are Keras's, except ``momentum`` (0.9 when not given, since TF1's
 MomentumOptimizer had no default). TF1's ``use_locking`` is accepted and
 ignored: TF2 variables have no locking option.
 """
 
 import keras
+import tensorflow as tf
 
 from moxlite import errors
-from moxlite.optimizers import schedules
+from moxlite.optimizers import schedules, step_trace
 from moxlite.optimizers import recipe_tables as catalog
 
 # name -> (Keras class, fixed keyword arguments, TF1/MoXing spelling -> Keras spelling).
@@ -70,8 +77,10 @@ def get_optimizer_fn(name, learning_rate, **kwargs):
     """A zero-argument factory of the Keras 3 optimizer ``name``.
 
     name: one of OPTIMIZER_NAMES (case-insensitive).
-    learning_rate: a positive float, a Keras ``LearningRateSchedule`` or a
-        MoXing epoch string (see ``moxlite.optimizers.schedules``).
+    learning_rate: a positive float, a Keras ``LearningRateSchedule``, a
+        MoXing epoch string, a scalar tensor (of the global step, inside
+        ``optimizer_fn``), a function of the global step or the ``functools.partial``
+        of a TF1 decay function (see ``moxlite.optimizers.schedules``).
     kwargs: the optimizer's arguments, in Keras or MoXing/TF1 spelling.
 
     Errors (unknown name or argument, bad learning rate) are raised here, not
@@ -82,12 +91,24 @@ def get_optimizer_fn(name, learning_rate, **kwargs):
     schedules.check_learning_rate(learning_rate)
     label = _checked_name(name)
 
-    def optimizer_fn():
+    def build():
         try:
-            return cls(learning_rate=schedules.resolve_learning_rate(learning_rate), **arguments)
+            return cls(learning_rate=schedules.resolve_learning_rate(learning_rate),
+                       **{key: _number_now(value) for key, value in arguments.items()})
         except errors.MoxliteError:
             raise
         except (ValueError, TypeError) as error:
             raise errors.OptimizerError(f"{label}: {error}") from None
 
+    def optimizer_fn():
+        return step_trace.site({"learning_rate": learning_rate, **arguments}, build)
+
     return optimizer_fn
+
+
+def _number_now(value):
+    """A tensor hyperparameter (momentum of the step...) as its value now, which Keras's checks take;
+    step_trace makes one that optimizer_fn computed from the step follow it afterwards."""
+    if isinstance(value, (tf.Tensor, tf.Variable)) and not tf.is_symbolic_tensor(value) and value.shape.rank == 0:
+        return float(value) if value.dtype.is_floating else value.numpy().item()
+    return value

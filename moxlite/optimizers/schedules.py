@@ -32,17 +32,27 @@ Two things live here.
      num_samples, which counts samples and so is exact with or without
      accumulation.
 
+3. ``StepFunctionLearningRate``: what MoXing scripts hand ``get_optimizer_fn`` as a
+   learning rate besides numbers: a function of the global step (``lambda step: ...``),
+   or the ``functools.partial`` of a TF1 decay function still missing its
+   ``global_step`` (``partial(tf.compat.v1.train.exponential_decay, learning_rate=0.1,
+   decay_steps=100, decay_rate=0.9)``), called at every update with the run's global
+   step, as TF1's ``global_step`` was. A learning-rate *tensor* computed from the step
+   inside ``optimizer_fn`` is followed by ``step_trace``.
+
 Outside a run there is no global step: Keras schedules and floats behave as in
 plain Keras (schedules key on ``iterations``), and epoch strings are an error.
 """
 
 import contextlib
+import functools
+import inspect
 
 import keras
 import tensorflow as tf
 
 from moxlite import context, errors, ranges
-from moxlite.optimizers import learning_rates
+from moxlite.optimizers import learning_rates, step_trace
 from moxlite.optimizers import recipe_tables as catalog
 from moxlite.optimizers.learning_rates import parse_piecewise, piecewise_value  # noqa: F401  (re-exported)
 
@@ -173,6 +183,92 @@ class GlobalStepLearningRate:
             return schedule
         return cls(schedule, run_context.global_step, config.get("counts", "updates"))
 
+def step_parameter(function):
+    """How ``function`` takes the step: "global_step" (by that keyword), "positional", or None
+    (it takes no argument; Keras calls it as it is). ValueError for any other signature."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return "positional"   # a builtin without a signature: assume f(step)
+    required = [p for p in parameters if p.default is inspect.Parameter.empty
+                and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    if any(p.name == "global_step" for p in required) and len(required) == 1:
+        return "global_step"
+    if not required:
+        return None
+    if len(required) == 1 and required[0].kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                                   inspect.Parameter.POSITIONAL_OR_KEYWORD):
+        return "positional"
+    raise ValueError(f"it needs {', '.join(p.name for p in required)}")
+
+
+def value_of_step_function(function, step, how):
+    """``function`` at ``step``; a TF1 decay function's eager result (a partial) is called too."""
+    value = function(global_step=step) if how == "global_step" else function(step)
+    while isinstance(value, functools.partial):   # TF1 decay functions return partial(schedule, step) eagerly
+        value = value()
+    return value
+
+
+@keras.saving.register_keras_serializable(package="moxlite")
+class StepFunctionLearningRate:
+    """A zero-argument learning rate: ``function`` of the run's global step, called at every update.
+
+    function: takes the step positionally, or as ``global_step=`` (a partial of a TF1 decay
+    function). It sees the global step itself, every micro-batch counted, as a TF1 script's
+    ``global_step`` did.
+    """
+
+    def __init__(self, function, global_step):
+        self.function = function
+        self.global_step = global_step
+        self._how = step_parameter(function)
+
+    def __call__(self):
+        step = tf.convert_to_tensor(self.global_step)
+        return tf.cast(value_of_step_function(self.function, step, self._how), tf.float32)
+
+    def get_config(self):
+        return {"value_at_global_step": float(self())}
+
+
+def _is_step_function(learning_rate):
+    return callable(learning_rate) and not isinstance(
+        learning_rate, (keras.optimizers.schedules.LearningRateSchedule, GlobalStepLearningRate, tf.Variable,
+                        StepFunctionLearningRate)) and not hasattr(learning_rate, "__tf_tensor__")
+
+
+def _check_step_function(learning_rate):
+    try:
+        how = step_parameter(learning_rate)
+    except ValueError as error:
+        raise errors.OptimizerTypeError(
+            f"learning_rate={errors.describe(learning_rate)}: {error}; give a function of the global step "
+            "(one argument, or global_step=), such as functools.partial(tf.compat.v1.train."
+            "exponential_decay, learning_rate=0.1, decay_steps=100, decay_rate=0.9)") from None
+    if how is None:
+        catalog.check_first_values("learning_rate", lambda step: learning_rate(), LEARNING_RATE_VALUES)
+    else:
+        catalog.check_first_values(
+            "learning_rate", lambda step: value_of_step_function(learning_rate, tf.constant(step, tf.int64), how),
+            LEARNING_RATE_VALUES)
+    return learning_rate
+
+
+def _check_tensor(learning_rate):
+    if learning_rate.shape.rank not in (0, None) or not (learning_rate.dtype.is_floating
+                                                         or learning_rate.dtype.is_integer):
+        raise errors.OptimizerTypeError(
+            f"learning_rate={errors.describe(learning_rate)} is not a scalar number; give a scalar tensor "
+            "of the global step, a float or a function of the step")
+    if isinstance(learning_rate, tf.Variable) or tf.is_symbolic_tensor(learning_rate):
+        return learning_rate   # read at every update / traced: the run's first steps will tell
+    value = float(learning_rate)
+    if not LEARNING_RATE_VALUES.check(value):
+        raise errors.OptimizerError(f"learning_rate={value!r} must be a finite number >= 0")
+    return learning_rate
+
+
 # A schedule's learning rates: finite, and not negative (a warm-up may start at 0).
 LEARNING_RATE_VALUES = ranges.number(minimum=0)
 
@@ -181,11 +277,18 @@ def check_learning_rate(learning_rate):
     """Reject learning rates that cannot work, with a message that says why.
 
     Accepts a positive number, a Keras ``LearningRateSchedule`` whose first values
-    (catalog.FIRST_STEPS) are finite and not negative, or a MoXing epoch string
-    (parsed here so that a typo fails before the run starts).
+    (catalog.FIRST_STEPS) are finite and not negative, a MoXing epoch string
+    (parsed here so that a typo fails before the run starts), a scalar tensor or
+    variable (a tensor of the global step, as TF1 scripts compute it), or a
+    function of the global step (``StepFunctionLearningRate``) whose first values
+    are finite and not negative.
     """
-    if isinstance(learning_rate, GlobalStepLearningRate):   # bound to a run's step: its schedule was checked
+    if isinstance(learning_rate, (GlobalStepLearningRate, StepFunctionLearningRate)):   # bound to a run's step
         return learning_rate
+    if isinstance(learning_rate, (tf.Tensor, tf.Variable)):
+        return _check_tensor(learning_rate)
+    if _is_step_function(learning_rate):
+        return _check_step_function(learning_rate)
     if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
         catalog.check_first_values("learning_rate", learning_rate, LEARNING_RATE_VALUES)
         return learning_rate
@@ -202,10 +305,27 @@ def resolve_learning_rate(learning_rate):
     """
     learning_rate = check_learning_rate(learning_rate)
     run_context = context.current()
-    if isinstance(learning_rate, GlobalStepLearningRate):   # already bound to the run's step
+    if isinstance(learning_rate, (GlobalStepLearningRate, StepFunctionLearningRate)):   # already bound
         return learning_rate
     if isinstance(learning_rate, float):
         return learning_rate
+    if isinstance(learning_rate, tf.Variable):
+        return learning_rate.read_value
+    if isinstance(learning_rate, tf.Tensor):
+        # Its value now; a tensor that optimizer_fn computed from the step is then made to
+        # follow the step by step_trace (tf1_adapter.call_optimizer_fn).
+        return step_trace.TracedValue(float(learning_rate))
+    if _is_step_function(learning_rate):
+        schedule = _tf1_decay_schedule(learning_rate)
+        if schedule is not None and run_context is not None:   # re-bound to the run's step
+            return GlobalStepLearningRate(schedule, run_context.global_step, counts="micro_steps")
+        if step_parameter(learning_rate) is None:
+            return learning_rate
+        if run_context is None:
+            raise errors.OptimizerError(
+                f"learning_rate={errors.describe(learning_rate)} is a function of the global step, which "
+                "exists only inside moxlite.run; pass get_optimizer_fn(...) as optimizer_fn")
+        return StepFunctionLearningRate(learning_rate, run_context.global_step)
     if isinstance(learning_rate, str):
         schedule = PiecewiseEpochSchedule(learning_rate, steps_per_epoch_of(run_context, learning_rate))
         return GlobalStepLearningRate(schedule, run_context.global_step, counts="micro_steps")
@@ -214,6 +334,14 @@ def resolve_learning_rate(learning_rate):
     # A schedule that counts samples (learning_rate_scheduler.piecewise_lr) says so in ``counts``.
     counts = getattr(learning_rate, "counts", "updates")
     return GlobalStepLearningRate(learning_rate, run_context.global_step, counts=counts)
+
+
+def _tf1_decay_schedule(learning_rate):
+    """The schedule of a TF1 decay function's eager result ``partial(schedule, step_variable)``."""
+    if (isinstance(learning_rate, functools.partial) and not learning_rate.keywords and len(learning_rate.args) == 1
+            and isinstance(learning_rate.args[0], tf.Variable) and learning_rate.args[0].dtype.is_integer):
+        return learning_rate.func
+    return None
 
 
 def current_learning_rate(optimizer):

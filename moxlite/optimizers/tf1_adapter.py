@@ -18,6 +18,11 @@ run's global step, whichever step variable the script made. While
 written as a lambda over that step follows it too. The schedule sees the
 global step itself (every micro-batch under ``batch_gradients``), which is
 what the script's ``global_step`` names in moxlite.
+
+A rate (or momentum, or any hyperparameter) that ``optimizer_fn`` computes as a
+tensor of the global step (arithmetic, ``tf.cond``, ``tf.where``) follows the
+step too: ``call_optimizer_fn`` hands such an ``optimizer_fn`` to
+``step_trace``, which traces it as a function of the step.
 """
 
 import contextlib
@@ -26,7 +31,7 @@ import functools
 import tensorflow as tf
 
 from moxlite import compat, context, errors, logs
-from moxlite.optimizers import schedules, tf1
+from moxlite.optimizers import schedules, step_trace, tf1
 
 # TF1 class name -> the moxlite class with its formulas (compat reads the TF1 object's settings).
 _TRANSLATIONS = {
@@ -91,8 +96,14 @@ def _learning_rate(optimizer, value):
         return schedules.GlobalStepLearningRate(schedule, run_context.global_step, counts="micro_steps")
     if isinstance(value, tf.Variable):
         return value.read_value
+    if isinstance(value, tf.Tensor):   # its value now, until step_trace finds it computed from the step
+        return step_trace.TracedValue(_float_or_refuse(optimizer, value))
     if callable(value):
         return value
+    return _float_or_refuse(optimizer, value)
+
+
+def _float_or_refuse(optimizer, value):
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -104,6 +115,9 @@ def as_keras_optimizer(optimizer):
     """``optimizer`` itself, or the TF1-formula Keras optimizer standing for a TF1 one."""
     if not is_tf1_optimizer(optimizer):
         return optimizer
+    if step_trace.tracing():   # graph tensors of the traced step: recorded, nothing built
+        raw_learning_rate, raw = compat.tf1_optimizer_settings(optimizer)
+        return step_trace.site({"learning_rate": raw_learning_rate, **raw}, build=None)
     translation = _TRANSLATIONS.get(type(optimizer).__name__)
     if translation is None or type(optimizer) is not getattr(tf.compat.v1.train, type(optimizer).__name__, None):
         raise _refuse(optimizer, "which moxlite cannot translate")
@@ -113,34 +127,56 @@ def as_keras_optimizer(optimizer):
     except compat.CompatibilityError as error:
         raise _refuse(optimizer, f"whose attributes this TensorFlow version renamed ({error})") from None
     hyperparameters = {key: _hyperparameter(optimizer, key, value) for key, value in raw.items()}
-    return cls(learning_rate=_learning_rate(optimizer, raw_learning_rate), **hyperparameters)
+    return step_trace.site({"learning_rate": raw_learning_rate, **raw},
+                           lambda: cls(learning_rate=_learning_rate(optimizer, raw_learning_rate), **hyperparameters))
 
 
 @contextlib.contextmanager
-def run_global_step_as_tf1_global_step():
-    """Make TF1's global-step getters return the run's global step (while optimizer_fn runs)."""
+def run_global_step_as_tf1_global_step(step=None):
+    """Make TF1's global-step getters return ``step`` (default: the run's global step) in the body.
+
+    Yields a list that holds True once a getter was called (optimizer_fn read the step).
+    """
+    reads = []
     run_context = context.current()
-    if run_context is None:
-        yield
+    if step is None and run_context is None:
+        yield reads
         return
+    step = run_context.global_step if step is None else step
     train = tf.compat.v1.train
     saved = {name: getattr(train, name) for name in ("get_or_create_global_step", "get_global_step")}
 
     def run_global_step(graph=None):
         del graph
-        return run_context.global_step
+        reads[:] = [True]
+        return step
 
     try:
         for name in saved:
             setattr(train, name, run_global_step)
-        yield
+        yield reads
     finally:
         for name, function in saved.items():
             setattr(train, name, function)
 
 
 def call_optimizer_fn(factory):
-    """Call an ``optimizer_fn`` inside a run and translate a TF1 optimizer it returns."""
-    with run_global_step_as_tf1_global_step():
-        optimizer = factory()
-    return as_keras_optimizer(optimizer)
+    """Call an ``optimizer_fn`` inside a run and translate a TF1 optimizer it returns.
+
+    When it read the global step, it is traced as a function of the step (``step_trace``), so
+    that what it computed from the step follows the run's global step at every update.
+    """
+    with step_trace.watched() as registered, run_global_step_as_tf1_global_step() as reads:
+        optimizer = as_keras_optimizer(factory())
+    run_context = context.current()
+    if reads and run_context is not None:
+        step_trace.follow_the_step(_traced_call(factory), registered, run_context.global_step)
+    return optimizer
+
+
+def _traced_call(factory):
+    def call(step):
+        with run_global_step_as_tf1_global_step(step):
+            return as_keras_optimizer(factory())
+
+    return call

@@ -6,7 +6,7 @@ for ``--dry-run``.
 """
 
 from moxlite import errors
-from moxlite.optimizers import pipeline, tf1_adapter, wrapper as wrapper_lib
+from moxlite.optimizers import pipeline, step_trace, tf1_adapter, wrapper as wrapper_lib
 from moxlite.optimizers import recipe_tables as catalog
 from moxlite.optimizers.batch_gradients import BatchGradients
 from moxlite.optimizers.lars import LARS
@@ -41,13 +41,17 @@ def get_optimizer_wrapper_fn(name, opt, **kwargs):
     """
     cls = wrapper_class(name)
     cls.validate_parameters(kwargs)
-    if not (wrapper_lib.is_optimizer(opt) or callable(opt) or tf1_adapter.is_tf1_optimizer(opt)):
+    if not (wrapper_lib.is_optimizer(opt) or callable(opt) or tf1_adapter.is_tf1_optimizer(opt)
+            or isinstance(opt, step_trace.StandIn)):
         raise errors.OptimizerTypeError(
             f"{name}: expected a Keras 3 optimizer or a zero-argument factory of one to wrap, "
             f"got {type(opt).__name__}: {errors.describe(opt)}")
 
     def wrapper_fn():
-        inner = opt if wrapper_lib.is_optimizer(opt) or tf1_adapter.is_tf1_optimizer(opt) else opt()
+        inner = opt if not callable(opt) or wrapper_lib.is_optimizer(opt) or tf1_adapter.is_tf1_optimizer(opt) else opt()
+        if step_trace.tracing():   # optimizer_fn traced as a function of the step: the inner sites record
+            tf1_adapter.as_keras_optimizer(inner)
+            return step_trace.STAND_IN
         return cls(inner, **kwargs)
 
     return wrapper_fn
