@@ -114,7 +114,7 @@ def test_modelarts_notebook_mnist_trains_from_an_obs_copy_then_predicts_one_imag
 
 
 def _iceberg_reference_predictions(weights, images, angles):
-    """The script's model_v1 built by plain Keras, given the checkpoint's weights in creation order:
+    """The script's model_v1 built by plain Keras, given the checkpoint's weights in the layers' order:
     softmax of its logits, clipped to [0.05, 0.95] as the script's PREDICT branch does."""
     import keras
     from keras import layers
@@ -160,8 +160,10 @@ def test_modelarts_iceberg_with_cache_trains_in_a_local_cache_and_uploads_it_at_
     body = s3.client().get_object(Bucket=bucket, Key="log/submission.csv")["Body"].read()
     submission = pd.read_csv(io.BytesIO(body))
     assert list(submission["id"]) == ids          # every test record once, in file order
-    expected = _iceberg_reference_predictions(runlib.checkpoint_variables(str(uploaded)),
-                                              _iceberg_images(band_1, band_2), angles)
+    trained = runlib.checkpoint_by_name(str(uploaded))
+    layer_names = ["conv2d", "conv2d_1", "conv2d_2", "conv2d_3", "dense", "dense_1", "dense_2"]   # model_v1's order
+    weights = [trained[f"{layer}/{kind}"] for layer in layer_names for kind in ("kernel", "bias")]
+    expected = _iceberg_reference_predictions(weights, _iceberg_images(band_1, band_2), angles)
     np.testing.assert_allclose(submission["is_iceberg"], expected[:, 1], atol=1e-5)
 
 
