@@ -24,6 +24,16 @@ STEPS = 8          # updates compared per run
 BATCH = 16
 
 
+class RateProbe(keras.layers.Layer):
+    """A scalar weight (zero at the start) that the loss adds as it is: its gradient is 1."""
+
+    def build(self, input_shape):
+        self.probe = self.add_weight(name="rate_probe", shape=(), initializer="zeros")
+
+    def call(self, inputs):
+        return self.probe + 0.0 * tf.reduce_sum(inputs[:0])
+
+
 def probe_model_fn(probes):
     """Softmax regression on MNIST plus the rate probe; ``probes`` gets (global step, probe) per log line."""
 
@@ -33,14 +43,14 @@ def probe_model_fn(probes):
     def model_fn(inputs, mode):
         images, labels = inputs
         logits = keras.layers.Dense(10, kernel_initializer="zeros")(images)
-        probe = tf.compat.v1.get_variable("rate_probe", shape=[], initializer=tf.compat.v1.zeros_initializer())
+        probe = RateProbe(name="rate_probe")(images)
         loss = runlib.cross_entropy(logits, labels) + probe
         return mox.ModelSpec(loss=loss, log_info={"loss": loss, "probe": tf.identity(probe)}, hooks=[record])
 
     return model_fn
 
 
-def moxlite_probe(tmp_path, optimizer_fn, replicas=1, steps=STEPS, name="run"):
+def moxlite_probe(tmp_path, optimizer_fn, replicas=1, steps=STEPS, name="run", jit_compile=False):
     """The probe before each of ``steps`` updates and after the last, from moxlite.run."""
     images, labels = runlib.mnist_rows(BATCH * (steps + 1))
     mox.set_flag("num_gpus", replicas)
@@ -48,7 +58,7 @@ def moxlite_probe(tmp_path, optimizer_fn, replicas=1, steps=STEPS, name="run"):
     mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=probe_model_fn(probes),
             optimizer_fn=optimizer_fn, run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH // replicas,
             max_number_of_steps=steps + 1, log_dir=str(tmp_path / name), log_every_n_steps=1,
-            save_summary_steps=0)
+            save_summary_steps=0, jit_compile=jit_compile)
     by_step = dict(probes)   # (the last line's hooks may be called again at the end)
     assert sorted(by_step) == list(range(1, steps + 2)), probes
     return np.array([by_step[step] for step in sorted(by_step)])   # read in the forward of steps 0..steps
@@ -172,9 +182,11 @@ def test_momentum_computed_from_the_step_follows_it(tmp_path):
     np.testing.assert_allclose(moxlite_probe(tmp_path, optimizer_fn), tf1_probe(optimizer_fn), rtol=1e-5, atol=3e-6)
 
 
-def test_two_replicas_follow_the_step(tmp_path):
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_two_replicas_follow_the_step(tmp_path, jit_compile):
+    """MirroredStrategy on 2 logical CPUs, without and with jit_compile (XLA)."""
     optimizer_fn = tf1_sgd_fn(cond_piecewise_or_exponential)
-    assert_rates(applied_rates(moxlite_probe(tmp_path, optimizer_fn, replicas=2)),
+    assert_rates(applied_rates(moxlite_probe(tmp_path, optimizer_fn, replicas=2, jit_compile=jit_compile)),
                  applied_rates(tf1_probe(optimizer_fn)))
 
 
@@ -260,6 +272,6 @@ def test_a_python_number_read_from_the_step_is_constant_and_says_so(tmp_path, ca
     finally:
         logger.removeHandler(caplog.handler)
     assert_rates(rates, np.full(STEPS, 0.1))
-    lines = [r.getMessage() for r in caplog.records if "stay constant" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if "constant for the whole run" in r.getMessage()]
     assert len(lines) == 1, lines
     assert "global step 0" in lines[0]

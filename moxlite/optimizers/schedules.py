@@ -183,6 +183,7 @@ class GlobalStepLearningRate:
             return schedule
         return cls(schedule, run_context.global_step, config.get("counts", "updates"))
 
+
 def step_parameter(function):
     """How ``function`` takes the step: "global_step" (by that keyword), "positional", or None
     (it takes no argument; Keras calls it as it is). ValueError for any other signature."""

@@ -10,12 +10,16 @@ inside ``tf.compat.v1.wrap_function``, with TF1's global-step getters returning
 the function's int64 input. The places where moxlite takes hyperparameters in
 (``tf1_adapter.as_keras_optimizer`` and ``get_optimizer_fn``'s factory, called
 as *sites*) record, on that second call, the graph tensors they were given and
-build nothing; on the first (eager) call they register the optimizer they built
-and the values they were given, in the same order. Every recorded tensor that
-depends on the step input is pruned into one function of the step, and the
-eager optimizer's attribute (``learning_rate``, ``momentum``, ...) becomes a
-``TracedValue``: that function called on moxlite's global step wherever the
-optimizer reads it, inside the traced update, so at every update.
+build nothing; on the first (eager) call they register the optimizer they built,
+in the same order. Every recorded tensor that depends on the step input is
+pruned into one function of the step, and the eager optimizer's attribute
+(``learning_rate``, ``momentum``, ...) becomes a ``TracedValue``: that function
+called on moxlite's global step wherever the optimizer reads it, inside the
+traced update, so at every update.
+
+A wrapper factory (``get_optimizer_wrapper_fn``) reaches its inner sites while
+tracing and returns a stand-in too, so stacks (lars, batch_gradients, thor) are
+traced through; the wrappers themselves take numbers.
 
 What cannot be traced (a Python number read from the step, ``int(step)``,
 ``step.numpy()``, a Keras optimizer built inside ``optimizer_fn`` from an eager
@@ -102,7 +106,7 @@ def site(values, build):
     """Where moxlite takes an optimizer's hyperparameters in: ``values`` {attribute: value given}.
 
     While tracing, ``values`` are recorded and ``STAND_IN`` returned (nothing is built). Otherwise
-    ``build()`` makes the optimizer, which is registered with ``values`` when a call is watched.
+    ``build()`` makes the optimizer, which is registered when a call is watched.
     """
     recorded = getattr(_local, "recorded", None)
     if recorded is not None:
@@ -111,13 +115,13 @@ def site(values, build):
     optimizer = build()
     registered = getattr(_local, "registered", None)
     if registered is not None:
-        registered.append((optimizer, dict(values)))
+        registered.append(optimizer)
     return optimizer
 
 
 @contextlib.contextmanager
 def watched():
-    """Within the body, sites register what they build; yields that list of (optimizer, values)."""
+    """Within the body, sites register what they build; yields that list of optimizers, in order."""
     previous = getattr(_local, "registered", None)
     _local.registered = []
     try:
@@ -200,7 +204,7 @@ def follow_the_step(call, registered, global_step):
         return []
     step_input = wrapped.inputs[0]
     patches = []
-    for (optimizer, _given), traced in zip(registered, recorded):
+    for optimizer, traced in zip(registered, recorded):
         for key, value in traced.items():
             if not isinstance(value, tf.Tensor) or value.graph is not wrapped.graph:
                 continue   # not computed in the trace (a number, a schedule made before the run)
@@ -209,10 +213,11 @@ def follow_the_step(call, registered, global_step):
     if not patches:
         return []
     function = wrapped.prune(feeds=[step_input], fetches=[value for _, _, value in patches])
-    labels = []
+    labels, kept = [], []
     for index, (optimizer, key, _) in enumerate(patches):
-        if _follow(optimizer, key, function, index, global_step):
-            labels.append(_label(optimizer, key))
+        (labels if _follow(optimizer, key, function, index, global_step) else kept).append(_label(optimizer, key))
+    if kept:
+        _say_constant(f"{', '.join(kept)} was given as a number, which cannot be made to follow it", global_step)
     if not labels:
         return []
     logs.get_logger().info("%s: computed from the global step in optimizer_fn, evaluated at every update",
@@ -222,8 +227,9 @@ def follow_the_step(call, registered, global_step):
 
 def _say_constant(why, global_step):
     logs.get_logger().info(
-        "optimizer_fn reads the global step, but %s: the values it computed from it are those of global "
-        "step %d and stay constant for the whole run; compute them with tensor operations on "
+        "optimizer_fn reads the global step, but %s: the numbers and tensors it computed from the step "
+        "keep their values of global step %d, constant for the whole run (a TF1 decay function's result "
+        "given as it is still follows the step); compute them with tensor operations on "
         "tf.compat.v1.train.get_or_create_global_step() (arithmetic, tf.cond, tf.where, the "
         "tf.compat.v1.train decay functions) or give get_optimizer_fn a function of the step",
         why, int(global_step.numpy()))

@@ -48,7 +48,8 @@ def get_optimizer_wrapper_fn(name, opt, **kwargs):
             f"got {type(opt).__name__}: {errors.describe(opt)}")
 
     def wrapper_fn():
-        inner = opt if not callable(opt) or wrapper_lib.is_optimizer(opt) or tf1_adapter.is_tf1_optimizer(opt) else opt()
+        built = not callable(opt) or wrapper_lib.is_optimizer(opt) or tf1_adapter.is_tf1_optimizer(opt)
+        inner = opt if built else opt()
         if step_trace.tracing():   # optimizer_fn traced as a function of the step: the inner sites record
             tf1_adapter.as_keras_optimizer(inner)
             return step_trace.STAND_IN
