@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
-from moxlite import errors
+from moxlite import context, errors
 from tests import runlib
 
 ROWS = 8
@@ -57,6 +57,11 @@ def test_tensors_are_one_batch_in_every_mode(tmp_path, data):
     log_probabilities = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     np.testing.assert_allclose(metrics["loss"], -log_probabilities[np.arange(ROWS), labels].mean(), rtol=1e-4)
 
+    exported = mox.run(run_mode=mox.ModeKeys.EXPORT, checkpoint_path=str(tmp_path), **common)
+    serving = tf.saved_model.load(exported).signatures["serving_default"]
+    served = list(serving(images=tf.constant(images[:3])).values())[0].numpy()   # any batch size serves
+    np.testing.assert_allclose(served, logits[:3], atol=1e-4)
+
     outputs = []
     mox.run(input_fn=input_fn, model_fn=model_fn, output_fn=outputs.append, run_mode=mox.ModeKeys.PREDICT,
             batch_size=1, auto_batch=False, max_number_of_steps=1, output_every_n_steps=1,
@@ -73,9 +78,16 @@ def test_the_announced_batch_is_the_batch_that_trains(tmp_path, data, capsys):
     def input_fn(mode):   # ready batches of 50 samples
         return tf.data.Dataset.from_tensors(rows).repeat()
 
-    mox.run(input_fn=input_fn, model_fn=runlib.softmax_model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.5),
+    told = []
+
+    def optimizer_fn():   # what the run tells optimizer factories (and its sample/sec) is its batch
+        told.append(context.current().global_batch_size)
+        return mox.get_optimizer_fn("sgd", 0.5)()
+
+    mox.run(input_fn=input_fn, model_fn=runlib.softmax_model_fn, optimizer_fn=optimizer_fn,
             run_mode=mox.ModeKeys.TRAIN, batch_size=32, auto_batch=False, log_dir=str(tmp_path),
             max_number_of_steps=2)
+    assert told == [50]
     lines = [line.removeprefix("INFO:moxlite:") for line in capsys.readouterr().out.splitlines()]
     assert [line for line in lines if "not batch_size=32" in line] == [
         "input_fn's TRAIN batches hold 50 samples, not batch_size=32 (auto_batch=False: its elements are the "
@@ -105,3 +117,29 @@ def test_a_train_run_that_ends_before_its_first_step_is_an_error_naming_the_size
         "100 samples); give input_fn more samples (e.g. repeat() its dataset), a smaller batch_size, or, if its "
         "elements are batches already, auto_batch=False")
     assert raised.value.exit_code == 2   # what moxlite-run exits with (recipes/cli.py)
+
+
+def twenty_samples_input_fn(mode):
+    """Twenty MNIST rows, once: fewer than one batch of 100 (the recipe below names this function)."""
+    images, labels = runlib.mnist_rows(20)
+    return tf.data.Dataset.from_tensor_slices((images, labels))
+
+
+RECIPE = """
+run: {mode: train, steps: 5, batch_size: 100, log_dir: %(log_dir)s}
+input: {name: "tests.test_run_auto_batch:twenty_samples_input_fn", num_samples: 20}
+model: {name: "tests.runlib:softmax_model_fn"}
+optimizer: {name: sgd, learning_rate: 0.5}
+"""
+
+
+def test_moxlite_run_exits_2_when_training_ends_before_its_first_step(tmp_path, capsys):
+    from moxlite.recipes import cli
+
+    recipe = tmp_path / "short.yaml"
+    recipe.write_text(RECIPE % {"log_dir": tmp_path / "log"})
+    code = cli.main([str(recipe)])
+    err = capsys.readouterr().err
+    assert code == 2, err[-2000:]
+    assert ("input_fn's TRAIN input ended before the first step: it holds 20 sample(s) (elements of shape "
+            "((784,), ())) and a step takes a whole batch of batch_size=100 per replica") in err

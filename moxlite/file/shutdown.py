@@ -28,7 +28,8 @@ import traceback
 EXIT_STATUS = 1
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_state = {"installed": False, "failed": False, "last_handler_ran": False, "previous_hook": None}
+_state = {"installed": False, "failed": False, "last_handler_ran": False, "previous_hook": None,
+          "loop_executor_replaced": False}
 
 
 def run_all(task, items, threads):
@@ -76,7 +77,7 @@ class _CallingThreadExecutor(concurrent.futures.ThreadPoolExecutor):
 def remote_io_in_calling_threads():
     """At shutdown, before object-storage I/O: fsspec's loop gets the calling-thread executor
     (its default pool would raise "cannot schedule new futures after interpreter shutdown")."""
-    if _state.get("loop_executor_replaced") or not shutting_down():
+    if _state["loop_executor_replaced"] or not shutting_down():
         return
     import fsspec.asyn
 
