@@ -269,7 +269,8 @@ def counts(rows):
 
 # The documented examples (Getting Started, the flowers, TFRecord and user-manual scripts),
 # each ported as a script under tests/moxing_ports/ and run by a test that checks its result
-# against numpy or MoXing's documented output: (port, source in ModelArts-Lab, status, note).
+# against numpy or MoXing's documented output: (port, source in ModelArts-Lab unless it names its
+# repository, status, note).
 EXAMPLES = [
     ("getting_started_train.py", "docs/moxing_api_doc/MoXing_API_GettingStarted.md", "same",
      "no batch_size, get_next() of a generator of 100-sample batches: 40 steps, until the data ends"),
@@ -295,4 +296,33 @@ EXAMPLES = [
      "takes the model's inputs, not tensors computed inside model_fn"),
     ("moxing_doc_resnet50_basic.py", "docs/moxing_api_doc/MoXing_API_UserInstructions.md", "same",
      "the basic program"),
+    ("modelarts_train_mnist_moxing.py", "official_examples/Using_MoXing_to_Create_a_MNIST_Dataset_Recognition_"
+     "Application/codes/train_mnist.py", "same", "auto_batch=False batches of a generator, 1,000 steps, export "
+     "version 'model'"),
+    ("modelarts_notebook_mnist_train.py", "best_practices/Using_Notebook_to_Create_a_MNIST_Dataset_Recognition_"
+     "Application/code/mnist_example.ipynb", "same", "copy_parallel from OBS, 1,000 steps, export"),
+    ("modelarts_notebook_mnist_predict.py", "best_practices/Using_Notebook_to_Create_a_MNIST_Dataset_Recognition_"
+     "Application/code/mnist_example.ipynb", "same", "one [784] image with batch_size=1, auto_batch=False: one "
+     "prediction"),
+    ("modelarts_train_iceberg_with_cache.py", "xinglihua2/modelarts-example: Using MoXing to Create a Iceberg "
+     "Images Classification Application/codes/train_iceberg_with_cache.py", "same", "the script's own --log_dir; "
+     "the local cache copied back to OBS by an atexit handler"),
+    ("moxing_doc_keras_multi_io.py", "docs/moxing_api_doc/MoXing_API_UserInstructions.md", "refused",
+     "input_fn returns single random samples as tensors of lengths 100, 5, 1, 1 (auto_batch=True); moxlite cuts "
+     "tensors into samples along their first dimension: 'it must return a tf.data.Dataset or arrays of equal "
+     "length (Dimensions 100 and 5 are not compatible)'"),
+    ("moxing_doc_keras_model_from_json.py", "docs/moxing_api_doc/MoXing_API_UserInstructions.md", "refused",
+     "the same input_fn as moxing_doc_keras_multi_io.py, the same message"),
+    ("moxing_doc_lars_resnet50.py", "docs/moxing_api_doc/MoXing_API_MoreExamples.md", "same",
+     "lars under batch_gradients; the tf.cond warm-up rate of the global step follows it, update by update"),
+    ("moxing_doc_dgc_resnet50.py", "docs/moxing_api_doc/MoXing_API_MoreExamples.md", "different",
+     "the script's epoch-string rate (tf.cond of warm-up and piecewise_constant) follows the step, export and "
+     "EVAL as documented; deep gradient compression itself is not in moxlite: --variable_update and the "
+     "--dgc_* flags are unknown flags"),
+    ("moxing_doc_introduction_mnist.py", "docs/moxing_api_doc/MoXing_API_Introduction.md", "same",
+     "no batch_size, an endless generator, max_number_of_steps=1000"),
+    ("moxing_doc_compare_native_mnist.py", "docs/moxing_api_doc/obsolete/MoXing_API.md", "same",
+     "log_dir from MoXing's own --train_url; the port imports moxlite before its first flag read"),
+    ("moxing_doc_transfer_learning_raw.py", "docs/moxing_api_doc/obsolete/MoXing_API.md", "same",
+     "a raw data set batched by itself (auto_batch=False), warm start without logits, fp16 with a fixed loss scale"),
 ]

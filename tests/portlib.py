@@ -10,7 +10,8 @@ The script runs as ``__main__`` of a fresh interpreter, with its folder first on
 one difference is grappler (TensorFlow's graph optimiser) off, as in the pytest
 processes (tests/conftest.py): it rewrites each ResNet-50 graph a port traces, about a
 fifth of such a port's CPU, for graphs that run a few steps, and changes no op's
-semantics. ``MOXLITE_TEST_GRAPPLER=1`` keeps it on here too.
+semantics. ``MOXLITE_TEST_GRAPPLER=1`` keeps it on here too. ``MOXLITE_TEST_RATE_LOG=<file>``
+records the learning rates the script's optimizers read (``tests/rate_probe.py``).
 """
 
 import os
@@ -25,6 +26,9 @@ _AS_MAIN = (
     "if os.environ.get('MOXLITE_TEST_GRAPPLER') != '1':\n"
     "    import tensorflow as tf\n"
     "    tf.config.optimizer.set_experimental_options({'disable_meta_optimizer': True})\n"
+    "if os.environ.get('MOXLITE_TEST_RATE_LOG'):\n"
+    "    import tests.rate_probe\n"
+    "    tests.rate_probe.install(os.environ['MOXLITE_TEST_RATE_LOG'])\n"
     "sys.argv = sys.argv[1:]\n"
     "sys.path[0] = os.path.dirname(sys.argv[0])\n"
     "runpy.run_path(sys.argv[0], run_name='__main__')\n")

@@ -72,7 +72,7 @@ def examples_markdown():
     lines = ["### The documented examples, ported as tests", "",
              _counted([conformance.Row("examples", port, "case", status, note)
                        for port, _, status, note in conformance.EXAMPLES]), "",
-             "| Port (tests/moxing_ports/) | Source (huaweicloud/ModelArts-Lab) | Status | Note |",
+             "| Port (tests/moxing_ports/) | Source (huaweicloud/ModelArts-Lab unless named) | Status | Note |",
              "| --- | --- | --- | --- |"]
     lines += [f"| `{port}` | `{_cell(source)}` | {status} | {_cell(note)} |"
               for port, source, status, note in conformance.EXAMPLES]
