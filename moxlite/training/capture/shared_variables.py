@@ -145,11 +145,12 @@ class SharedVariablesModelFn:
         self._paths = seen.variable_paths()
         self._names_by_identity = None
         traced = traced_variables.read_by(lambda structure: self(structure, mode, **kwargs), inputs)
+        _refuse_unreported(traced, mode)
         known = set()
         for variable in self._variables:
             known.update(_identities(variable))
         external = []
-        for variable in list(self._external_variables) + traced + list(tape.watched_variables()):
+        for variable in list(self._external_variables) + list(traced.variables) + list(tape.watched_variables()):
             variable = prebuilt.container_of(variable) or variable   # made in strategy_scope(): the mirrored one
             if id(variable) not in known:
                 known.update(_identities(variable))
@@ -306,6 +307,16 @@ def _identities(variable):
     if inner is not None:
         wrapped.append(inner)
     return {id(variable)} | {id(component) for component in wrapped}
+
+
+def _refuse_unreported(traced, mode):
+    """A variable the trace reads only through its handle cannot be saved: an error now, not a
+    checkpoint that silently lacks it."""
+    if traced.unreported:
+        raise errors.ModelFnError(
+            f"model_fn reads {len(traced.unreported)} variable(s) in {mode} mode through their resource handle "
+            f"alone (a raw op on variable.handle), so moxlite cannot checkpoint, restore or export them; "
+            f"read the variable itself (variable.value(), tf.identity(variable), a Keras layer)")
 
 
 def _backing_variable(variable):

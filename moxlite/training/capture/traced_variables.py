@@ -13,11 +13,26 @@ back those variables in the order the graph captured their handles (the order of
 use), so that the list is the same on every trace of the same model_fn.
 """
 
+import dataclasses
+from typing import Tuple
+
 import tensorflow as tf
+
+from moxlite import compat
+
+
+@dataclasses.dataclass(frozen=True)
+class Traced:
+    """What one trace touched: ``variables`` in the order of first use, and ``unreported``, the
+    variable handles it captured without TensorFlow reporting their variable (a raw op on
+    ``variable.handle``), which nothing can save, restore or export."""
+
+    variables: Tuple = ()
+    unreported: Tuple = ()
 
 
 def read_by(call, inputs):
-    """The variables ``call(inputs)`` reads or assigns when traced, in the order of first use.
+    """What ``call(inputs)`` reads or assigns when traced (``Traced``).
 
     ``call`` runs once, in a graph that is never executed; what it returns is dropped. Under a
     ``tf.distribute`` strategy the variables are the per-device components that the trace
@@ -30,12 +45,14 @@ def read_by(call, inputs):
     graph = tf.function(traced).get_concrete_function(inputs).graph
     accessed = list(graph.variables)
     by_handle = {id(variable.handle): variable for variable in accessed}
-    ordered = []
+    ordered, unreported = [], []
     for external, _ in graph.captures:
         variable = by_handle.pop(id(external), None)
         if variable is not None:
             ordered.append(variable)
+        elif compat.is_variable_handle(external):
+            unreported.append(external)
     # An access whose handle is no capture (a variable the graph received another way) still counts.
     remaining = {id(variable) for variable in by_handle.values()}
     ordered.extend(variable for variable in accessed if id(variable) in remaining)
-    return ordered
+    return Traced(tuple(ordered), tuple(unreported))
