@@ -19,7 +19,7 @@ import weakref
 import tensorflow as tf
 
 from moxlite import compat, errors, graph_collections
-from moxlite.distribute import prebuilt
+from moxlite.distribute import averaged_state, prebuilt
 from moxlite.contract import ExportSpec, ModelSpec
 from moxlite.training.mixed_precision import levels as amp
 from moxlite.training.capture import interception, traced_variables
@@ -193,7 +193,7 @@ class SharedVariablesModelFn:
 
         def creator(next_creator, **kwargs):
             if not self._built:
-                variable = next_creator(**kwargs)
+                variable = next_creator(**averaged_state.with_replica_mean(kwargs))
                 self._variables.append(variable)
                 return variable
             return self._reuse(cursor, kwargs)
