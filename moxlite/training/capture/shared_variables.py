@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import weakref
 
-
 import tensorflow as tf
 
 from moxlite import compat, errors, graph_collections
