@@ -461,3 +461,13 @@ def test_variable_handle_in_is_the_capture_each_read_of_the_variable_takes():
 
     step()
     assert found == {"branch": True, "outer": True, "unread": None}
+
+
+def test_is_variable_handle_tells_a_variables_handle_from_other_resources():
+    variable = tf.Variable([1.0, 2.0])
+    table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(["a"], [1]), -1)
+    iterator = iter(tf.data.Dataset.range(3))
+    assert compat.is_variable_handle(variable.handle)
+    assert not compat.is_variable_handle(table.resource_handle)
+    assert not compat.is_variable_handle(iterator._iterator_resource)
+    assert not compat.is_variable_handle(tf.constant(1.0))

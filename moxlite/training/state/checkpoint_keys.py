@@ -37,6 +37,30 @@ import re
 
 _AUTO_NAME = re.compile(r"^(?P<prefix>.+?)(?:_(?P<index>\d+))?$")
 
+# Keras wrappers that copy the layer they wrap name each copy after it: Bidirectional's
+# ``forward_<name>`` and ``backward_<name>`` (``forward_lstm_4``). The wrapped layer's name is
+# made up from the process counter like any other, so a copy's name follows the wrapped one's
+# fresh-process form (``forward_lstm``). TimeDistributed and the like wrap the layer itself.
+_COPY_PREFIXES = ("forward_", "backward_")
+
+
+def _copied_name(part):
+    """(copy prefix, the wrapped layer's name) of a Bidirectional copy's name, else ("", part)."""
+    for prefix in _COPY_PREFIXES:
+        if part.startswith(prefix) and len(part) > len(prefix):
+            return prefix, part[len(prefix):]
+    return "", part
+
+
+def _renamed_part(part, renamed):
+    """One path component in its fresh-process form: a made-up name, or a copy named after one."""
+    if part in renamed:
+        return renamed[part]
+    prefix, wrapped = _copied_name(part)
+    if prefix and wrapped in renamed:
+        return prefix + renamed[wrapped]
+    return part
+
 
 def keras_name_counters():
     """A copy of Keras's counters of made-up layer names (prefix -> names made so far)."""
@@ -70,6 +94,7 @@ def made_up_before(names, counters, renamed):
     earlier = collections.defaultdict(set)
     for name in names:
         for part in name.split("/"):
+            part = _copied_name(part)[1] if part not in renamed else part
             match = _AUTO_NAME.match(part)
             prefix, index = match.group("prefix"), int(match.group("index") or 0)
             if part not in renamed and prefix in counters and index < counters[prefix] and \
@@ -109,7 +134,7 @@ def variable_name_text(name):
 
 def stable_key(name, renamed):
     """``name`` with each made-up path component replaced by its fresh-process form."""
-    return "/".join(renamed.get(part, part) for part in name.split("/"))
+    return "/".join(_renamed_part(part, renamed) for part in name.split("/"))
 
 
 def candidate_name(variable, paths):
