@@ -12,21 +12,17 @@ import tensorflow as tf
 from moxlite import compat
 
 
-def test_replaced_gradient_all_reduce_is_what_apply_uses():
+def test_gradients_already_reduced_skip_the_all_reduce_only_in_the_body():
     optimizer = keras.optimizers.SGD(learning_rate=0.5)
     weight = tf.Variable([1.0, 2.0])
     optimizer.build([weight])
-    original = compat.gradient_all_reduce(optimizer)
-    seen = []
-
-    def doubled(grads_and_vars):
-        seen.append(len(grads_and_vars))
-        return [(2.0 * g, v) for g, v in original(grads_and_vars)]
-
-    compat.replace_gradient_all_reduce(optimizer, doubled)
-    optimizer.apply([tf.constant([1.0, -1.0])], [weight])
-    assert seen == [1]
-    np.testing.assert_allclose(weight.numpy(), [1.0 - 0.5 * 2.0, 2.0 + 0.5 * 2.0])
+    before = dict(vars(optimizer))
+    with compat.gradients_already_reduced(optimizer):
+        assert optimizer._all_reduce_sum_gradients([(1.0, weight)]) == [(1.0, weight)]
+        optimizer.apply([tf.constant([1.0, -1.0])], [weight])
+    np.testing.assert_allclose(weight.numpy(), [1.0 - 0.5, 2.0 + 0.5])
+    assert vars(optimizer).keys() == before.keys()
+    assert all(vars(optimizer)[key] is value for key, value in before.items())
 
 
 def test_an_optimizer_without_the_all_reduce_hook_is_named_in_the_error():
@@ -34,7 +30,8 @@ def test_an_optimizer_without_the_all_reduce_hook_is_named_in_the_error():
         pass
 
     with pytest.raises(compat.CompatibilityError, match="Plain has no _all_reduce_sum_gradients"):
-        compat.replace_gradient_all_reduce(Plain(), lambda pairs: pairs)
+        with compat.gradients_already_reduced(Plain()):
+            pass
 
 
 def test_tracked_variable_is_one_of_the_optimizer_variables():
