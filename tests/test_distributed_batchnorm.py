@@ -65,12 +65,11 @@ def numpy_moving_statistics(num_replicas):
     """Keras's update, m <- momentum m + (1 - momentum) batch statistic, of the mean over replicas
     of each replica's batch mean and (biased) variance; one replica sees the global batch.
 
-    The run's first, eager call of model_fn (which creates the variables) runs on zero
-    placeholders in TRAIN mode and so counts as one batch of zeros: mean 0 and variance 0. That
-    side effect is the same on one device and two (left as it is; see the report of issue 33).
+    The run's build call of model_fn leaves the statistics at their initial values
+    (tests/test_build_call_state.py).
     """
     mean = np.zeros(6)
-    variance = MOMENTUM * np.ones(6)   # after the build's batch of zeros
+    variance = np.ones(6)
     for step in range(STEPS):
         batch = FEATURES[step * GLOBAL_BATCH:(step + 1) * GLOBAL_BATCH].astype(np.float64)
         parts = np.split(batch, num_replicas)

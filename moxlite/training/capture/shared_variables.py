@@ -52,6 +52,7 @@ class SharedVariablesModelFn:
         self._names_by_identity = None
         self._kept_legacy = {}   # id of a variable -> its pre-path key, kept for a log_dir saved so
         self._stores = weakref.WeakKeyDictionary()
+        self._state_kept = None   # the build call's _StateKept, which the creator tells of new variables
         # The last moxlite error raised inside a traced call: AutoGraph re-raises it wrapped in
         # its own StagingError, and run() unwraps it so the user sees our one-line message.
         self.last_error = None
@@ -136,9 +137,14 @@ class SharedVariablesModelFn:
         A later build (another mode) adds what it finds to what earlier builds found.
         """
         names_before = naming.keras_name_counters()
-        seen = _LayersSeen()
-        with tf.GradientTape() as tape, interception.intercepting(seen):
-            spec = self(inputs, mode, **kwargs)
+        seen, state = _LayersSeen(), _StateKept()
+        self._state_kept = state
+        try:
+            with tf.GradientTape() as tape, interception.intercepting(seen), interception.intercepting(state):
+                spec = self(inputs, mode, **kwargs)
+        finally:
+            self._state_kept = None
+        state.restore()
         counters_after = naming.keras_name_counters()
         self._made_up_names = naming.made_up_names(names_before, counters_after)
         self._paths = seen.variable_paths()
@@ -194,6 +200,8 @@ class SharedVariablesModelFn:
             if not self._built:
                 variable = next_creator(**averaged_state.with_replica_mean(kwargs))
                 self._variables.append(variable)
+                if self._state_kept is not None:
+                    self._state_kept.keep(variable)
                 return variable
             return self._reuse(cursor, kwargs)
 
@@ -262,6 +270,36 @@ def in_float32(spec):
         changes["export_spec"] = dataclasses.replace(spec.export_spec,
                                                      outputs_dict=cast(spec.export_spec.outputs_dict))
     return dataclasses.replace(spec, **changes)
+
+
+class _StateKept:
+    """An interception handler that keeps the non-trainable state of every layer the build
+    call reaches (and of every variable it creates) as it was before, and puts it back after.
+
+    The build call runs ``model_fn`` on zeros, in TRAIN mode for a TRAIN run: a BatchNorm
+    called with ``training=True`` would take one update from that batch of zeros (moving
+    variance 1 -> momentum), a dropout layer would advance its seed. That call is moxlite's,
+    not a training step, so it leaves no trace on the model's state: a pretrained model closed
+    over keeps its statistics, and a resumed or fresh run starts from the state TF1's graph
+    construction would have left. Trainable weights are moved only by optimizers, never here.
+    """
+
+    def __init__(self):
+        self._kept = {}
+
+    def keep(self, variable):
+        variable = _backing_variable(variable)
+        if id(variable) not in self._kept and not variable.trainable:
+            self._kept[id(variable)] = (variable, tf.identity(variable.read_value()))
+
+    def around(self, call, args, kwargs, proceed):
+        for weight in call.layer.weights:   # built already (closed over): as it is before its first call
+            self.keep(weight)
+        return proceed(args, kwargs)
+
+    def restore(self):
+        for variable, value in self._kept.values():
+            variable.assign(value)
 
 
 class _LayersSeen:
