@@ -154,7 +154,8 @@ def test_auto_measures_both_variants_through_the_coordinator_and_keeps_the_faste
     trainer.coordinator = _FakeCoordinator({"compiled" if faster else "plain": 0.01,
                                             "plain" if faster else "compiled": 0.1}, clock)
     trainer._choice, trainer._value_step, trainer._refusal_told = choice, None, False
-    trainer.num_batches, trainer._scheduled, trainer.iterator, trainer._log_keys = 1, 0, None, []
+    trainer.num_batches, trainer._scheduled, trainer.iterator = 1, 0, None
+    trainer._log_keys, trainer._shown_keys = [], []
     trainer._nonfinite_count = tf.Variable(0, dtype=tf.int64)
     monkeypatch.setattr(async_loop.AsyncTrainer, "_tell_refusal", lambda self: None)
     monkeypatch.setattr(async_loop.AsyncTrainer, "_create_layer_state", lambda self: None)

@@ -42,8 +42,9 @@ def _template_for(name, mode, weight_decay=0.0, **kwargs):
         network_fn = mox.get_model_fn(name, run_mode=mode, num_classes=NUM_CLASSES, weight_decay=weight_decay,
                                       **kwargs)
         logits, endpoints = network_fn(inputs[0])
-        seen["endpoints"] = endpoints
-        seen["regularization"] = mox.get_collection(tf.compat.v1.GraphKeys.REGULARIZATION_LOSSES)
+        if tf.executing_eagerly():   # (the build also traces model_fn once, to find its variables)
+            seen["endpoints"] = endpoints
+            seen["regularization"] = mox.get_collection(tf.compat.v1.GraphKeys.REGULARIZATION_LOSSES)
         return mox.ModelSpec(loss=tf.reduce_mean(logits), output_info={"logits": logits})
 
     return SharedVariablesModelFn(model_fn), seen

@@ -289,8 +289,15 @@ class _StateKept:
 
     def keep(self, variable):
         variable = _backing_variable(variable)
-        if id(variable) not in self._kept and not variable.trainable:
-            self._kept[id(variable)] = (variable, tf.identity(variable.read_value()))
+        if variable is None or id(variable) in self._kept:   # (a Keras variable not created yet)
+            return
+        if _is_sharded(variable):
+            for shard in variable.variables:
+                self.keep(shard)
+            return
+        if not getattr(variable, "trainable", True):
+            with tf.init_scope():   # eagerly, also from Keras's shape-inference scratch graph
+                self._kept[id(variable)] = (variable, tf.identity(variable.read_value()))
 
     def around(self, call, args, kwargs, proceed):
         for weight in call.layer.weights:   # built already (closed over): as it is before its first call
@@ -298,8 +305,9 @@ class _StateKept:
         return proceed(args, kwargs)
 
     def restore(self):
-        for variable, value in self._kept.values():
-            variable.assign(value)
+        with tf.init_scope():
+            for variable, value in self._kept.values():
+                variable.assign(value)
 
 
 class _LayersSeen:

@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from moxlite import compat
+from moxlite.distribute import averaged_state
 from moxlite.optimizers.schedules import current_learning_rate
 from moxlite.training.compiled import jit_choice as compilation
 from moxlite.training.trainers import nonfinite
@@ -70,6 +71,8 @@ class SyncTrainer(Trainer):
         self._summaries = summaries
         self._save_summary_steps = save_summary_steps
         self._state_variables = list(state_variables)
+        # BatchNorm-like state kept per replica and averaged at the end of each call (averaged_state).
+        self._replica_averaged = averaged_state.replica_averaged(self._state_variables)
         self._checked_step = None   # the global step of the last call that verified the state
         self._global_batch_size = global_batch_size
         dataset = strategy.distribute_datasets_from_function(dataset_fn)
@@ -135,6 +138,7 @@ class SyncTrainer(Trainer):
                     break
                 logs, bad, bad_loss = self._one_step(self._value(batch), keys, compiled)
                 done += 1
+        averaged_state.average_replica_state(self._replica_averaged)
         complete = tf.logical_and(tf.equal(done, num_steps), tf.logical_not(bad))
         broken = tf.cond(report[0] >= CHECK, lambda: self._report(report, complete, logs), lambda: tf.constant(False))
         status = [done, bad, broken, self.global_step.read_value(), bad_loss] + [logs[key] for key in keys]
