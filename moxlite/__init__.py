@@ -20,6 +20,10 @@ import importlib.util
 # MoXing defines its flags (--num_gpus, --batch_size, ...) on import, so scripts can parse
 # them before calling anything; absl alone is cheap to import.
 from moxlite import flags as _flags  # noqa: F401
+# mox.file may be used first in an atexit handler (ModelArts scripts upload their outputs there),
+# when Python can no longer import concurrent.futures' thread module, which fsspec imports
+# ("can't register atexit after shutdown"). Imported now (standard library, cheap), it is there.
+import concurrent.futures.thread as _futures_thread  # noqa: F401,E402
 
 __version__ = "0.1.0"
 

@@ -181,6 +181,27 @@ def created_under_a_strategy(variable):
         getattr(variable, "_distribute_strategy", None) is not None
 
 
+def is_variable_handle(tensor):
+    """True for a resource tensor that is a variable's handle (not a lookup table's or an iterator's).
+
+    A variable's handle carries its dtype and shape as handle data
+    (``resource_variable_ops.get_eager_safe_handle_data``); other resources carry none. No
+    public API tells a variable handle from another resource; moxlite asks it of the resources
+    a traced model_fn captured, to find variables read through their handle alone.
+    """
+    if getattr(tensor, "dtype", None) != tf.resource:
+        return False
+    from tensorflow.python.ops import resource_variable_ops
+
+    handle_data = getattr(resource_variable_ops, "get_eager_safe_handle_data", None)
+    if handle_data is None:
+        raise _missing("tensorflow.python.ops.resource_variable_ops", "get_eager_safe_handle_data",
+                       "find the variables a traced model_fn reads")
+    data = handle_data(tensor)
+    return bool(data is not None and data.is_set and data.shape_and_type and
+                data.shape_and_type[0].dtype != tf.dtypes.variant.as_datatype_enum)
+
+
 def single_device_variables(device):
     """A scope in which the active strategy creates plain variables on ``device``.
 

@@ -6,7 +6,9 @@ class, argument, mode, method, exception or documented case, with its status:
 
 - ``same``: behaves as documented (the note may say how, e.g. on object storage);
 - ``different``: works, but not exactly as documented: the note says what and why;
-- ``refused``: raises a moxlite error; the note is that error's message.
+- ``refused``: raises a moxlite error; the note is that error's message;
+- ``untested``: meant as documented, but no test shows it yet (a "same" row names its test in
+  ``moxlite.conformance_links``).
 
 Rows from several APIs live side by side: ``ROWS`` is the concatenation of the per-API
 lists, ``API_MODULES`` names the moxlite module each API's names are looked up in, and
@@ -25,11 +27,14 @@ import importlib
 import inspect
 import re
 
-STATUSES = ("same", "different", "refused")
+from moxlite import conformance_links
+
+STATUSES = ("same", "different", "refused", "untested")
 KINDS = ("function", "class", "argument", "method", "attribute", "mode", "exception", "case")
 
-Row = collections.namedtuple("Row", "api name kind status note")
-Row.__doc__ = "One documented name: which API, the name, its kind, same/different/refused, and why."
+Row = collections.namedtuple("Row", "api name kind status note test", defaults=("",))
+Row.__doc__ = ("One documented name: which API, the name, its kind, same/different/refused/untested, why, "
+               "and the test that shows it (moxlite.conformance_links).")
 
 API_MODULES = {"mox.file": "moxlite.file"}
 
@@ -211,6 +216,7 @@ _FILE_SHIFT = [
 
 FILE_ROWS = _rows(_FILE, _FILE_FUNCTIONS + _FILE_OBJECT + _FILE_EXCEPTIONS + _FILE_SHIFT)
 
+FILE_ROWS = conformance_links.linked(FILE_ROWS)   # each row's test (the 'test' field)
 ROWS = list(FILE_ROWS)
 
 _ARGUMENT = re.compile(r"^(?P<owner>[\w.]+)\((?P<argument>\w+)\)$")

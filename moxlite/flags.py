@@ -12,14 +12,40 @@ import os
 import sys
 
 from absl import flags as absl_flags
-# absl.logging defines --log_dir unconditionally when TensorFlow imports it;
-# importing it first lets _define_all() skip the name instead of failing with
-# DuplicateFlagError when moxlite is imported before TensorFlow.
-from absl import logging as _absl_logging  # noqa: F401
 
 from moxlite import errors
 
 FLAGS = absl_flags.FLAGS
+
+# Flags of MoXing's that absl or TensorFlow define first: absl.logging's --log_dir (imported by
+# TensorFlow). Scripts define --log_dir themselves (README); moxlite lets their definition win.
+_LIBRARY_MODULES = ("absl.", "tensorflow")
+
+
+def _import_absl_logging():
+    """Import absl.logging, which defines --log_dir, after a script's own --log_dir too.
+
+    A script that defined --log_dir before anything imported absl.logging would get
+    DuplicateFlagError from that import (moxlite's, or TensorFlow's later): absl's definition
+    is let in, then the script's flag is put back in its place.
+    """
+    if "absl.logging" in sys.modules or "log_dir" not in FLAGS:
+        from absl import logging as _absl_logging  # noqa: F401
+        return
+    script_flag = FLAGS["log_dir"]
+    script_flag.allow_override = True
+    try:
+        from absl import logging as _absl_logging  # noqa: F401,F811
+    finally:
+        script_flag.allow_override = False
+    if FLAGS["log_dir"] is not script_flag:
+        FLAGS["log_dir"].allow_override = True
+        FLAGS["log_dir"] = script_flag
+
+
+# absl.logging defines --log_dir unconditionally when TensorFlow imports it; importing it
+# first lets _define_all() see the name (and let a script's definition replace absl's).
+_import_absl_logging()
 
 # name -> (kind, default, help). Kept in one table so that the CLI, the
 # recipe schema and the docs can list them.
@@ -101,6 +127,9 @@ def _define_all():
         if name not in FLAGS:
             _DEFINERS[kind](name, default, help_text, allow_override=True)
             _OWN_FLAGS[name] = FLAGS[name]
+        elif (FLAGS.find_module_defining_flag(name) or "").startswith(_LIBRARY_MODULES):
+            # absl's --log_dir: a script's later definition replaces it, as it replaces moxlite's
+            FLAGS[name].allow_override = True
 
 
 def _in_moxlite_kind(name, value):

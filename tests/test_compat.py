@@ -412,3 +412,13 @@ def test_a_converted_user_function_follows_the_conversion_status_of_the_trace():
         result = compat.converted_user_function(branch)(x)
         with tf.compat.v1.Session() as session:
             np.testing.assert_allclose(session.run(result), [-2.0, -2.0])
+
+
+def test_is_variable_handle_tells_a_variables_handle_from_other_resources():
+    variable = tf.Variable([1.0, 2.0])
+    table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(["a"], [1]), -1)
+    iterator = iter(tf.data.Dataset.range(3))
+    assert compat.is_variable_handle(variable.handle)
+    assert not compat.is_variable_handle(table.resource_handle)
+    assert not compat.is_variable_handle(iterator._iterator_resource)
+    assert not compat.is_variable_handle(tf.constant(1.0))

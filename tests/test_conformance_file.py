@@ -167,7 +167,7 @@ def test_the_markdown_generator_prints_every_row_and_the_counts(capsys):
         assert line.startswith(f"| `{row.name}` | {row.kind} | {row.status} |")
     numbers = conformance.counts(FILE_ROWS)["mox.file"]
     assert (f"{len(FILE_ROWS)} rows: {numbers['same']} same, {numbers['different']} different, "
-            f"{numbers['refused']} refused.") in text
+            f"{numbers['refused']} refused, {numbers['untested']} untested.") in text
     assert sum(numbers.values()) == len(FILE_ROWS)
 
 

@@ -4,19 +4,22 @@ Sources, read for these rows: huaweicloud/ModelArts-Lab ``docs/moxing_api_doc/``
 (``MoXing_API_TensorFlow_apidoc.md``, ``MoXing_API_UserInstructions.md``, ``MoXing_API_Flowers.md``,
 ``scripts/``) and ``official_examples/``. Each row: ``api`` (MoXing's spelling), ``name`` (where it is
 in moxlite: ``module:attribute``, ``module:function(argument)``, or a module path), ``kind``,
-``status`` (same / different / refused) and ``note`` (what differs and why, or the refusal's message).
+``status`` (same / different / refused / untested: no test shows it yet), ``note`` (what differs and why, or the refusal's message) and ``test``, the test that shows a "same" row
+(``moxlite.conformance_links``).
 ``tests/test_conformance_rows.py`` checks every row against the code, so the table cannot drift.
 The file-API rows are in ``moxlite.conformance`` (merged with these).
 """
 
 import collections
 
+from moxlite import conformance_links
 from moxlite.data import unsupported
 
-Row = collections.namedtuple("Row", ["api", "name", "kind", "status", "note"])
+Row = collections.namedtuple("Row", ["api", "name", "kind", "status", "note", "test"], defaults=("",))
 
 KINDS = ("function", "class", "argument", "mode", "exception", "hook", "import_path")
-STATUSES = ("same", "different", "refused")
+STATUSES = ("same", "different", "refused", "untested")
+_UNTESTED = "accepted as documented; no test shows it yet (moxlite/conformance_links.py)"
 
 _TF1 = "TF2 has no graph sessions"
 
@@ -36,15 +39,19 @@ ROWS = [
     Row("mox.ImageClassificationRawMetadata", "moxlite:ImageClassificationRawMetadata", "class", "same",
         "num_classes, total_num_samples, labels_list; labels.txt orders the classes"),
     *_args("mox.ImageClassificationRawMetadata", "moxlite:ImageClassificationRawMetadata",
-           ["base_dir", "labels_filename"]),
+           ["base_dir"]),
+    *_args("mox.ImageClassificationRawMetadata", "moxlite:ImageClassificationRawMetadata", ["labels_filename"],
+           "untested", _UNTESTED),
     *_args("mox.ImageClassificationRawMetadata", "moxlite:ImageClassificationRawMetadata", ["redirect_dir"],
            "different", "accepted; moxlite reads base_dir (a local copy when it is on object storage)"),
     Row("mox.ImageClassificationRawDataset", "moxlite:ImageClassificationRawDataset", "class", "different",
         "features image, label, label_desc and image_name; get() names what input_fn returns, and tensor work "
         "on them in input_fn runs per sample (tf.data), where MoXing built graph tensors"),
     *_args("mox.ImageClassificationRawDataset", "moxlite:ImageClassificationRawDataset",
-           ["metadata", "batch_size", "num_epochs", "shuffle", "image_size", "augmentation_fn", "label_one_hot",
+           ["metadata", "batch_size", "num_epochs", "shuffle", "image_size", "augmentation_fn",
             "reader_class"]),
+    *_args("mox.ImageClassificationRawDataset", "moxlite:ImageClassificationRawDataset", ["label_one_hot"],
+           "untested", _UNTESTED),
     *_args("mox.ImageClassificationRawDataset", "moxlite:ImageClassificationRawDataset",
            ["num_readers", "shuffle_buffer_size", "capacity", "cache_dir", "preprocess_threads",
             "remove_cache_on_finish", "private_num_threads", "reader_kwargs", "drop_remainder"], "different",
@@ -67,14 +74,18 @@ ROWS = [
     Row("mox.ImageClassificationTFRecordMetadata", "moxlite:ImageClassificationTFRecordMetadata", "class", "same",
         "num_samples counted when not given; labels.txt read into labels_to_names"),
     *_args("mox.ImageClassificationTFRecordMetadata", "moxlite:ImageClassificationTFRecordMetadata",
-           ["base_dir", "file_pattern", "num_samples", "num_classes", "label_map_file"]),
+           ["base_dir", "file_pattern", "num_samples", "num_classes"]),
+    *_args("mox.ImageClassificationTFRecordMetadata", "moxlite:ImageClassificationTFRecordMetadata",
+           ["label_map_file"], "untested", _UNTESTED),
     *_args("mox.ImageClassificationTFRecordMetadata", "moxlite:ImageClassificationTFRecordMetadata",
            ["redirect_dir"], "different", "accepted; moxlite reads base_dir (a local copy when remote)"),
     Row("mox.ImageClassificationTFRecordDataset", "moxlite:ImageClassificationTFRecordDataset", "class", "same",
         "features image (decoded uint8) and label, plus custom_feature_keys"),
     *_args("mox.ImageClassificationTFRecordDataset", "moxlite:ImageClassificationTFRecordDataset",
-           ["metadata", "batch_size", "shuffle", "shuffle_buffer_size", "num_parallel", "num_epochs", "image_size",
-            "custom_feature_keys", "custom_feature_values", "augmentation_fn", "label_one_hot"]),
+           ["metadata", "shuffle", "num_parallel", "num_epochs", "image_size",
+            "custom_feature_keys", "custom_feature_values", "label_one_hot"]),
+    *_args("mox.ImageClassificationTFRecordDataset", "moxlite:ImageClassificationTFRecordDataset",
+           ["batch_size", "shuffle_buffer_size", "augmentation_fn"], "untested", _UNTESTED),
     *_args("mox.ImageClassificationTFRecordDataset", "moxlite:ImageClassificationTFRecordDataset",
            ["cache_dir", "remove_cache_on_finish", "private_num_threads", "drop_remainder"], "different",
            "accepted and not needed on tf.data; the runner drops a short last batch in TRAIN only"),
@@ -119,8 +130,9 @@ ROWS = [
     Row("mox.get_model_fn", "moxlite:get_model_fn", "function", "different",
         "Keras Applications behind MoXing's names; networks without one are refused by name"),
     *_args("mox.get_model_fn", "moxlite:get_model_fn",
-           ["name", "run_mode", "num_classes", "weight_decay", "data_format", "batch_norm_fused", "batch_renorm",
-            "image_height", "image_width", "preprocess_fn"]),
+           ["name", "run_mode", "num_classes", "weight_decay", "data_format", "batch_norm_fused"]),
+    *_args("mox.get_model_fn", "moxlite:get_model_fn", ["batch_renorm", "image_height", "image_width", "preprocess_fn"],
+           "untested", _UNTESTED),
     Row("mox.get_model_fn(name='lenet')", "moxlite:get_model_fn", "exception", "refused",
         "'lenet' is a MoXing network with no Keras Applications counterpart, so moxlite does not build it"),
     Row("mox.get_model_meta", "moxlite:get_model_meta", "function", "different",
@@ -192,6 +204,7 @@ ROWS = [
     Row("moxing.tensorflow.utils.tf_util", "moxlite.tensorflow.utils", "import_path", "refused",
         "No module named 'moxlite.tensorflow.utils'"),
 ]
+ROWS = conformance_links.linked(ROWS)   # each row's test (the 'test' field)
 
 
 def counts():

@@ -14,10 +14,13 @@ _CONTAINERS = {}   # id of a component -> (weakref to the component, weakref to 
 
 
 def recording_creator(next_creator, **kwargs):
-    """A ``tf.variable_creator_scope`` creator that records the components of what the strategy makes."""
+    """A ``tf.variable_creator_scope`` creator that records the components of what the strategy makes
+    (non-trainable state averaged across replicas: ``averaged_state``)."""
     import tensorflow as tf
 
-    variable = next_creator(**kwargs)
+    from moxlite.distribute import averaged_state
+
+    variable = next_creator(**averaged_state.with_replica_mean(kwargs))
     if isinstance(variable, tf.distribute.DistributedValues):
         for component in variable.values:
             _CONTAINERS[id(component)] = (weakref.ref(component), weakref.ref(variable))

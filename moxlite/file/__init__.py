@@ -9,7 +9,9 @@ The endpoint and credentials come from ``S3_ENDPOINT`` and ``AWS_ACCESS_KEY_ID``
 ``AWS_SECRET_ACCESS_KEY`` (or ``set_auth``); see ``moxlite.file.storage``. Failures raise
 ``moxlite.file.errors.ObjectStorageError`` subclasses with a one-line message, which are
 also MoXing's documented exception classes and Python's built-in ``OSError`` subclasses.
-``moxlite.conformance`` lists, row by row, how this module matches MoXing's file API.
+In ``atexit`` handlers every operation works (copies run in the calling thread where no
+thread pool can start), and a failure that leaves the handler ends the process with status 1
+(``moxlite.file.shutdown``). ``moxlite.conformance`` lists, row by row, how this module matches MoXing's file API.
 """
 
 from moxlite.file.errors import (IsAFolderError, MissingPathError, MoxFileNameDuplicateException,
@@ -24,6 +26,9 @@ from moxlite.file.shift import shift
 from moxlite.file.storage import endpoint_url, is_remote, reset_auth, set_auth
 from moxlite.file.sync import BackgroundSync, background_sync_copy
 from moxlite.file.transfer import copy, copy_parallel, rename
+from moxlite.file import shutdown as _shutdown
+
+_shutdown.install()   # a mox.file failure in an atexit handler ends the process non-zero
 
 __all__ = [
     "BackgroundSync", "DirEntry", "File", "FileStat", "IsAFolderError", "MissingPathError",

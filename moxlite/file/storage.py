@@ -22,6 +22,7 @@ import threading
 
 import fsspec
 
+from moxlite.file import shutdown
 from moxlite.file.errors import (IsAFolderError, MissingPathError, NotAFolderError, ObjectStorageError,
                                  PathExistsError, Response, StorageAccessError, StorageReadError,
                                  StorageUnreachableError)
@@ -151,6 +152,7 @@ def _filesystem_options():
 
 def remote_filesystem():
     """The s3fs filesystem for the settings in force (one per distinct setting)."""
+    shutdown.remote_io_in_calling_threads()   # in an atexit handler: no new futures
     options = _filesystem_options()
     key = tuple(sorted(options.items()))
     with _lock:

@@ -68,7 +68,12 @@ class BackgroundSync:
         self._thread = threading.Thread(target=self._loop, name=f"mox.file sync {local_dir}", daemon=True)
 
     def start(self):
-        self._thread.start()
+        """Start the daemon thread; at interpreter shutdown, where no thread can start (Python
+        3.12+ in an ``atexit`` handler), run one round in the calling thread instead."""
+        try:
+            self._thread.start()
+        except RuntimeError:
+            self._round(raise_errors=True)
         return self
 
     def _loop(self):

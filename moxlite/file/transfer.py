@@ -6,11 +6,11 @@ disk cannot hold (an object ``a`` beside objects under ``a/``) is refused before
 written, with MoXing's ``MoxFileNameDuplicateException`` (``NameClashError``).
 """
 
-import concurrent.futures
 import os
 import shutil
 
 from moxlite.file.errors import IsAFolderError, NameClashError
+from moxlite.file.shutdown import run_all
 from moxlite.file.storage import join, locate, translate_errors
 
 DEFAULT_THREADS = 8
@@ -125,14 +125,14 @@ def copy_parallel(src_url, dst_url, file_list=None, threads=DEFAULT_THREADS, is_
 def copy_files(src_url, dst_url, relative_paths, threads=DEFAULT_THREADS):
     """Copy ``relative_paths`` from folder ``src_url`` to folder ``dst_url`` concurrently.
 
-    The first failure is raised after every started copy has finished.
+    The first failure is raised after every started copy has finished. At interpreter
+    shutdown (an ``atexit`` handler), where no thread pool can start, the copies run in the
+    calling thread (``shutdown.run_all``).
     """
     pairs = [(locate(join(src_url, name)), locate(join(dst_url, name))) for name in relative_paths]
     if not pairs:
         return
-    with concurrent.futures.ThreadPoolExecutor(max(1, min(threads, len(pairs)))) as pool:
-        futures = [pool.submit(_copy_file, source, target) for source, target in pairs]
-        errors = [future.exception() for future in futures]
+    errors = run_all(_copy_file, pairs, threads)
     first = next((error for error in errors if error is not None), None)
     if first is not None:
         raise first

@@ -29,6 +29,7 @@ from moxlite.training.inference.evaluation import predict as predict_outputs
 from moxlite.training.input.replica_batches import (as_model_inputs, call_input_fn, leading_batch_size, make_dataset_fn,
                                      placeholder_batch)
 from moxlite.training.capture.shared_variables import SharedVariablesModelFn
+from moxlite.training.state import checkpoints
 from moxlite.training.state.variable_lists import variable_lists
 
 
@@ -69,6 +70,10 @@ class Task:
         return make_dataset_fn(self.config.input_fn, mode, self.config.batch_size, self.config.auto_batch,
                                skip_steps=skip_steps, read_already=read_already)
 
+    def fresh_input(self, mode):
+        """input_fn's dataset of ``mode`` read anew, unbatched (for a count in an error message)."""
+        return call_input_fn(self.config.input_fn, mode, self.config.batch_size, self.config.auto_batch)
+
     def _probe(self, mode):
         """input_fn's per-replica batches, a first batch if one had to be read, and, where
         known, the number of samples per epoch."""
@@ -81,12 +86,30 @@ class Task:
             self.batch_size = leading_batch_size(first, mode)
             self.logger.info("run() has no batch_size: input_fn's %s elements are the batches (%d samples in "
                              "the first)", mode, self.batch_size)
+        elif not self.config.auto_batch and mode == ModeKeys.TRAIN:
+            first = self._announce_real_batch(raw, mode, given)
         batched = raw.batch(given) if self.config.auto_batch and given is not None else raw
         cardinality = int(raw.cardinality())
         num_samples = None
         if cardinality >= 0:
             num_samples = cardinality if batched is not raw else cardinality * self.batch_size
         return batched, first, num_samples
+
+    def _announce_real_batch(self, raw, mode, given):
+        """With ``auto_batch=False`` input_fn's elements are the batches that train: their size,
+        not ``batch_size``, is the run's batch (start-up line, sample/sec, the run's context).
+        A ``batch_size`` that disagrees gets one line. Returns the first batch if one was read."""
+        first = None
+        size = _static_batch_size(raw.element_spec)
+        if size is None:
+            first = _first_batch(raw, mode)
+            size = _static_batch_size(tf.nest.map_structure(tf.TensorSpec.from_tensor, first))
+        if size is not None and size != given:
+            self.logger.info("input_fn's %s batches hold %d samples, not batch_size=%d (auto_batch=False: its "
+                             "elements are the batches); the run trains and counts batches of %d", mode, size,
+                             given, size)
+            self.batch_size = size
+        return first
 
     def build(self, mode):
         """Create model_fn's variables once, from placeholder inputs when the shapes allow.
@@ -132,6 +155,25 @@ class Task:
         """({stable name: variable} for every variable model_fn uses, names shared by several)."""
         return self._template.checkpoint_keys()
 
+    def legacy_keys(self):
+        """{checkpoint key: the key moxlite gave the variable before keys were Keras paths}, where
+        they differ: what a restore reads where a checkpoint lacks the key."""
+        return self._template.legacy_keys()
+
+    def keep_saved_keys(self, log_dir):
+        """Resuming a ``log_dir`` whose checkpoint holds variables under their pre-path keys: key them
+        so for this run (see ``SharedVariablesModelFn.keep_saved_keys``), so that slots stay on their
+        variables; logged once."""
+        prefix = checkpoints.latest_checkpoint(log_dir) if log_dir else None
+        if not prefix:
+            return
+        saved, by_name = checkpoints.saved_model_variables(prefix)
+        kept = self._template.keep_saved_keys(saved) if by_name else []
+        if kept:
+            self.logger.info("Keeping the keys %s's checkpoint gives %d variables (%s), written before "
+                             "checkpoint keys were Keras paths; a new log_dir keys them by path",
+                             log_dir, len(kept), ", ".join(kept[:6]) + (", ..." if len(kept) > 6 else ""))
+
     def stable_name(self, variable):
         """``variable``'s checkpoint key, or None: the names THOR's include/exclude match."""
         return self._template.stable_name(variable)
@@ -170,6 +212,17 @@ class Task:
     def export(self, element_spec, target_dir):
         """The SavedModel of model_fn's EXPORT mode on inputs of ``element_spec``; its path."""
         return export.export_saved_model(self._template, element_spec, target_dir)
+
+
+def _static_batch_size(element_spec):
+    """The leading dimension every component of a batch shares, None if unknown or not shared."""
+    sizes = set()
+    for spec in tf.nest.flatten(element_spec):
+        shape = getattr(spec, "shape", None)
+        if shape is None or shape.rank is None or shape.rank == 0 or shape[0] is None:
+            return None
+        sizes.add(int(shape[0]))
+    return sizes.pop() if len(sizes) == 1 else None
 
 
 def _first_of(batched, raw):

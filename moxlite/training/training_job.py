@@ -10,6 +10,8 @@ written, so a mistake leaves earlier checkpoints and logs as they were.
 
 import contextlib
 
+import tensorflow as tf
+
 from moxlite import context, errors
 from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.optimizers import tf1_adapter
@@ -73,6 +75,7 @@ class TrainingJob:
         self._check_async_limits()
         spec, self._element_spec, num_samples = task.build(ModeKeys.TRAIN)
         steps.check_spec(spec, ModeKeys.TRAIN, num_optimizers=len(config.optimizer_fn))
+        task.keep_saved_keys(config.log_dir)   # before the keys order the optimizer slots
         lists, self._slots_by_name = task.variable_lists(spec, config.log_dir, config.trainable_exclude_patterns,
                                                          self.logger)
         run_context = context.RunContext(
@@ -142,7 +145,7 @@ class TrainingJob:
         return checkpoints.Checkpointer(
             config.log_dir, global_step, keyed, optimizers, ambiguous=ambiguous, iterator=iterator,
             save_model_secs=save_secs, save_model_steps=save_steps, keep_checkpoint_max=config.keep_checkpoint_max,
-            is_chief=self.task.is_chief, slots_by_name=self._slots_by_name,
+            is_chief=self.task.is_chief, slots_by_name=self._slots_by_name, legacy_keys=self.task.legacy_keys(),
             setup=resume_setup.TrainingSetup(optimizers, config.precision))
 
     def _iterator_is_checkpointable(self):
@@ -188,6 +191,8 @@ class TrainingJob:
                                               self.task.global_batch_size, evaluation=evaluation, hooks=hooks,
                                               monitors=monitors, should_stop=self._stop_rule(trainer, interrupt))
                 step = trainer.finish(step)
+                if step == 0 and not interrupt.requested():
+                    raise errors.ArgumentError(self._ended_before_first_step())
                 checkpointer.save(step)
             if interrupt.requested():
                 if self.task.is_chief:
@@ -204,6 +209,25 @@ class TrainingJob:
             summaries.close()
         interrupt.reraise()
         return {**{k: float(v) for k, v in logs.items() if v.size == 1}, "global_step": step}
+
+    def _ended_before_first_step(self):
+        """The message of a TRAIN input that gave no whole batch: its size and the batch."""
+        config, task = self.config, self.task
+        replicas = self.setup.num_replicas_in_sync
+        counted, element_spec = _count_elements(lambda: task.fresh_input(ModeKeys.TRAIN),
+                                                limit=task.global_batch_size + 1)
+        shapes = _shapes(element_spec or self._element_spec)
+        if not config.auto_batch or task.batches_given:
+            held = "no batch" if counted == 0 else f"{counted} batch(es)" if counted is not None else "too few batches"
+            return (f"input_fn's TRAIN input ended before the first step: it gave {held} (its elements are the "
+                    f"batches, of shape {shapes}) and a step takes {replicas} (one per replica); give input_fn "
+                    f"more data, e.g. repeat() its dataset")
+        held = f"{counted} sample(s)" if counted is not None else "fewer samples"
+        return (f"input_fn's TRAIN input ended before the first step: it holds {held} (elements of shape "
+                f"{shapes}) and a step takes a whole batch of batch_size={task.batch_size} per replica "
+                f"({replicas} replica(s), {task.global_batch_size} samples); give input_fn more samples (e.g. "
+                f"repeat() its dataset), a smaller batch_size, or, if its elements are batches already, "
+                f"auto_batch=False")
 
     def _stop_rule(self, trainer, interrupt):
         """When to end training for a signal: at once in one process (or the coordinator of
@@ -230,3 +254,18 @@ class TrainingJob:
         eval_spec, _, _ = self.task.build(ModeKeys.EVAL)
         steps.check_spec(eval_spec, ModeKeys.EVAL)
         return EvaluationSchedule(self.task.evaluator(), steps.log_values(eval_spec), max_batches)
+
+
+def _count_elements(make_dataset, limit):
+    """(How many elements a fresh read of the input gives, up to ``limit``, its element spec);
+    (None, None) where the input cannot be read again."""
+    try:
+        dataset = make_dataset()
+        return int(dataset.take(limit).reduce(0, lambda count, _: count + 1)), dataset.element_spec
+    except Exception:   # noqa: BLE001 -- an input that reads only once: the size is unknown
+        return None, None
+
+
+def _shapes(element_spec):
+    shapes = [str(getattr(spec, "shape", "?")) for spec in tf.nest.flatten(element_spec)]
+    return shapes[0] if len(shapes) == 1 else "(" + ", ".join(shapes) + ")"

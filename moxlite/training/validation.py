@@ -108,8 +108,11 @@ def validate_run_arguments(args, setting=flags.get_flag):
             "log_dir is required in TRAIN mode (checkpoints and summaries go there); pass log_dir=... "
             "or --log_dir")
     check_log_dir(args["log_dir"])
-    _positive_int("max_number_of_steps", args["max_number_of_steps"], allow_none=False, allow_zero=True)
-    for name in ("log_every_n_steps", "output_every_n_steps", "save_summary_steps"):
+    # MoXing documents these counts as unused in some modes, and its examples pass None there
+    # (the DGC example's EVAL: save_summary_steps=None); None is TF1's "off" (0), in every mode.
+    for name in ("max_number_of_steps", "log_every_n_steps", "output_every_n_steps", "save_summary_steps"):
+        if args[name] is None:
+            args[name] = 0
         _positive_int(name, args[name], allow_none=False, allow_zero=True)
     for name in ("save_model_secs", "save_model_steps"):
         _positive_int(name, args[name])
@@ -126,9 +129,11 @@ def validate_run_arguments(args, setting=flags.get_flag):
     if args["keep_checkpoint_max"] is None:
         args["keep_checkpoint_max"] = setting("keep_checkpoint_max")
     _positive_int("keep_checkpoint_max", args["keep_checkpoint_max"], allow_none=False)
+    if args["export_model"] is True:   # MoXing's documented "True or False": True exports for TF Serving
+        args["export_model"] = ExportKeys.TF_SERVING
     if args["export_model"] not in (False, None, ExportKeys.TF_SERVING):
         raise errors.ArgumentError(
-            f"export_model={errors.describe(args['export_model'])} is not valid; use False or "
+            f"export_model={errors.describe(args['export_model'])} is not valid; use False, True or "
             f"moxlite.ExportKeys.TF_SERVING")
     if not isinstance(args["auto_batch"], bool):
         raise errors.ArgumentError(f"auto_batch={errors.describe(args['auto_batch'])} must be True or False")

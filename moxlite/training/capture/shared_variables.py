@@ -13,17 +13,15 @@ create (or one of another shape) is a model_fn bug and fails loudly.
 
 import contextlib
 import dataclasses
-import inspect
 import weakref
 
-import keras
 import tensorflow as tf
 
 from moxlite import compat, errors, graph_collections
-from moxlite.distribute import prebuilt
+from moxlite.distribute import averaged_state, prebuilt
 from moxlite.contract import ExportSpec, ModelSpec
 from moxlite.training.mixed_precision import levels as amp
-from moxlite.training.capture import interception
+from moxlite.training.capture import interception, traced_variables
 from moxlite.training.state import checkpoint_keys as naming
 from moxlite.training.calling import call_with_accepted_kwargs
 
@@ -52,6 +50,7 @@ class SharedVariablesModelFn:
         self._made_up_names = {}
         self._paths = {}    # id of a variable -> the Keras path of the Keras variable around it
         self._names_by_identity = None
+        self._kept_legacy = {}   # id of a variable -> its pre-path key, kept for a log_dir saved so
         self._stores = weakref.WeakKeyDictionary()
         # The last moxlite error raised inside a traced call: AutoGraph re-raises it wrapped in
         # its own StagingError, and run() unwraps it so the user sees our one-line message.
@@ -66,7 +65,32 @@ class SharedVariablesModelFn:
     def checkpoint_keys(self):
         """({stable name: variable} for ``variables``, names shared by several variables);
         see ``moxlite.training.state.checkpoint_keys``."""
-        return naming.keyed(self.variables, self._made_up_names, self._paths)
+        keyed, ambiguous = naming.keyed(self.variables, self._made_up_names, self._paths)
+        if self._kept_legacy:
+            keyed = {self._kept_legacy.get(id(v), key): v for key, v in keyed.items()}
+        return keyed, ambiguous
+
+    def legacy_keys(self):
+        """{checkpoint key: the key moxlite gave the same variable before keys were Keras paths},
+        where they differ (``naming.legacy_keys``): what a restore reads where a checkpoint lacks
+        the path."""
+        return {key: old for key, _, old in self._path_and_legacy_keys()}
+
+    def keep_saved_keys(self, saved):
+        """Key this run's variables as checkpoint ``saved`` (its model keys) does where it holds
+        a variable under its pre-path key and not under its path: a log_dir written before keys
+        were Keras paths resumes and goes on saving the keys it has, with each optimizer slot
+        (saved by position in key order) on its own variable. Returns the keys kept."""
+        self._kept_legacy = {id(v): old for key, v, old in self._path_and_legacy_keys()
+                             if key not in saved and old in saved}
+        self._names_by_identity = None
+        return sorted(self._kept_legacy.values())
+
+    def _path_and_legacy_keys(self):
+        """(key, variable, pre-path key) for each variable whose two keys differ."""
+        keyed, _ = naming.keyed(self.variables, self._made_up_names, self._paths)
+        old = naming.legacy_keys(self.variables, self._made_up_names, self._paths)
+        return [(key, v, old[id(v)]) for key, v in keyed.items() if id(v) in old]
 
     def stable_name(self, variable):
         """``variable``'s checkpoint key (it, a component of it or the Keras variable around it),
@@ -105,29 +129,34 @@ class SharedVariablesModelFn:
     def build(self, inputs, mode, **kwargs):
         """First call: create the variables and find the ones model_fn uses but did not create.
 
-        Trainable variables read while computing the outputs are found by a gradient tape;
-        non-trainable state of a Keras model closed over (BatchNorm statistics) is found through
-        the Keras layers that model_fn references by name.
+        The variables model_fn uses but did not create (a Keras model built before ``run`` and
+        closed over, reached by name, through a dict, a helper or a method) are those a traced
+        call reads or assigns (``traced_variables``), BatchNorm's moving statistics included;
+        a gradient tape over the first call adds any trainable one that only the eager call read.
+        A later build (another mode) adds what it finds to what earlier builds found.
         """
         names_before = naming.keras_name_counters()
         seen = _LayersSeen()
         with tf.GradientTape() as tape, interception.intercepting(seen):
             spec = self(inputs, mode, **kwargs)
-        self._made_up_names = naming.made_up_names(names_before, naming.keras_name_counters())
+        counters_after = naming.keras_name_counters()
+        self._made_up_names = naming.made_up_names(names_before, counters_after)
         self._paths = seen.variable_paths()
         self._names_by_identity = None
+        traced = traced_variables.read_by(lambda structure: self(structure, mode, **kwargs), inputs)
+        _refuse_unreported(traced, mode)
         known = set()
         for variable in self._variables:
             known.update(_identities(variable))
         external = []
-        for variable in list(tape.watched_variables()) + _referenced_keras_variables(self._model_fn):
+        for variable in list(self._external_variables) + list(traced.variables) + list(tape.watched_variables()):
             variable = prebuilt.container_of(variable) or variable   # made in strategy_scope(): the mirrored one
             if id(variable) not in known:
                 known.update(_identities(variable))
                 external.append(variable)
         self._external_variables = external
-        names = [naming.variable_name(v) for v in self.variables]
-        self._made_up_names = naming.made_up_before(names, naming.keras_name_counters(), self._made_up_names)
+        names = [naming.candidate_name(v, self._paths) for v in self.variables]
+        self._made_up_names = naming.made_up_before(names, counters_after, self._made_up_names)
         return spec
 
     @property
@@ -163,7 +192,7 @@ class SharedVariablesModelFn:
 
         def creator(next_creator, **kwargs):
             if not self._built:
-                variable = next_creator(**kwargs)
+                variable = next_creator(**averaged_state.with_replica_mean(kwargs))
                 self._variables.append(variable)
                 return variable
             return self._reuse(cursor, kwargs)
@@ -279,17 +308,14 @@ def _identities(variable):
     return {id(variable)} | {id(component) for component in wrapped}
 
 
-def _referenced_keras_variables(function):
-    """tf.Variables of the Keras layers and models that ``function`` names in its closure or globals."""
-    try:
-        names = inspect.getclosurevars(function)
-    except (TypeError, ValueError):
-        return []
-    found = []
-    for value in list(names.nonlocals.values()) + list(names.globals.values()):
-        if isinstance(value, keras.layers.Layer):
-            found.extend(_backing_variable(v) for v in value.variables)
-    return found
+def _refuse_unreported(traced, mode):
+    """A variable the trace reads only through its handle cannot be saved: an error now, not a
+    checkpoint that silently lacks it."""
+    if traced.unreported:
+        raise errors.ModelFnError(
+            f"model_fn reads {len(traced.unreported)} variable(s) in {mode} mode through their resource handle "
+            f"alone (a raw op on variable.handle), so moxlite cannot checkpoint, restore or export them; "
+            f"read the variable itself (variable.value(), tf.identity(variable), a Keras layer)")
 
 
 def _backing_variable(variable):

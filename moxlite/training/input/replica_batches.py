@@ -4,7 +4,8 @@
 of an iterator's ``get_next()`` (MoXing's TF1 form: the iterator's data set, see
 ``iterator_input``), or arrays / tensors whose first dimension indexes samples.
 With ``auto_batch=True`` the dataset yields single samples and moxlite batches
-them per replica; with ``auto_batch=False`` it yields ready per-replica batches.
+them per replica; with ``auto_batch=False`` it yields ready per-replica batches, and
+tensors or arrays are one batch as they are (``one_batch``).
 Without ``batch_size`` (MoXing's Getting Started) there is nothing to batch by:
 the elements are the batches, whatever ``auto_batch`` says, and their size is
 read from the first one. Each input pipeline (one per worker) reads its own
@@ -50,6 +51,8 @@ def call_input_fn(input_fn, mode, batch_size=None, auto_batch=True):
     read_on = iterator_input.read_on(produced, reads, mode)
     if read_on is not None:
         return read_on
+    if not auto_batch:
+        return one_batch(produced, mode)
     if batch_size is None:
         raise errors.ArgumentError(
             f"input_fn returned {errors.describe(produced)} in mode {mode}: samples, and run() has no "
@@ -61,6 +64,19 @@ def call_input_fn(input_fn, mode, batch_size=None, auto_batch=True):
         raise errors.ArgumentTypeError(
             f"input_fn returned {errors.describe(produced)} in mode {mode}; it must return a "
             f"tf.data.Dataset or arrays of equal length ({error})") from None
+
+
+def one_batch(produced, mode):
+    """``auto_batch=False``'s tensors or arrays: one batch as they are (MoXing's meaning), not
+    cut into samples. As a TF1 graph evaluated them at every step, TRAIN reads that batch at
+    every step; EVAL and PREDICT read it once (evaluating it again gives the same values)."""
+    try:
+        batch = tf.data.Dataset.from_tensors(_as_structure(produced))
+    except (TypeError, ValueError) as error:
+        raise errors.ArgumentTypeError(
+            f"input_fn returned {errors.describe(produced)} in mode {mode}; with auto_batch=False it must "
+            f"return a tf.data.Dataset of batches or the tensors of one batch ({error})") from None
+    return batch.repeat() if mode == ModeKeys.TRAIN else batch
 
 
 def _columns(produced, mode, batch_size, auto_batch):

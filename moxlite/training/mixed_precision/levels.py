@@ -150,10 +150,11 @@ def _is_data_layer(layer):
 class PolicyHandler:
     """The interception handler of one plan (``moxlite.training.capture.interception``).
 
-    At a layer's first call in the run it gets its policy: float32 when the plan keeps it,
-    or when it is a sub-layer of a kept layer (every sub-layer, found by structure at the
-    kept layer's first call and by the call chain after, so a MultiHeadAttention's
-    projections and an LSTM's cell compute in float32 with it); else the level's. Its
+    At a layer's first call in the run it gets its policy, and its sub-layers (found by
+    structure) get theirs with it: float32 when the plan keeps it, or when it is a sub-layer
+    of a kept layer (by structure at the kept layer's first call and by the call chain after,
+    so a MultiHeadAttention's projections and an LSTM's cell compute in float32 with it);
+    else the level's. Its
     previous policy is kept and put back by ``restore``. At O0 only layers with the mixed
     global policy the user had set (``overridden``: a model built under it) are set to
     float32; a layer given fp16 compute on purpose (MoXing's ``tf.cast(images, tf.float16)``
@@ -188,9 +189,14 @@ class PolicyHandler:
         target = self._target(layer, kept)
         if target is not None and layer.dtype_policy.name != target:
             layer.dtype_policy = target
-        if kept:
-            for child in _sublayers(layer):
-                self._configure(child, True)
+        # The sub-layers get theirs now, not at their own first call: a layer may read a
+        # sub-layer's dtype before calling it. An RNN makes its initial state in its cell's
+        # compute dtype and then, with a mask, selects between that state and the cell's
+        # output; a cell still float32 from a model built before the run made a float32 state
+        # against float16 outputs ("SelectV2 ... expected to be a half tensor").
+        for child in _sublayers(layer):
+            if id(child) not in self._state and not _is_data_layer(child):
+                self._configure(child, kept or self.plan.keeps(child))
 
     def kept(self, layer):
         return self._state.get(id(layer))

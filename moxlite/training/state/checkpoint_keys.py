@@ -1,14 +1,18 @@
 """Stable checkpoint keys for model_fn's variables.
 
-A checkpoint keys each variable by its name without ``:0``: the name given to
-``get_variable`` under its ``variable_scope`` (``net/W``), or the Keras layer
-path (``head/kernel``, ``encoder/block/dense/kernel``). TensorFlow names every
-variable of a composite layer after the outer layer (``block0/kernel`` six
-times); those are keyed by the Keras path of the Keras variable around each
-(``block0/attention/query/kernel``). Names the user gave
-are kept as they are. Names Keras made up for unnamed layers (``dense``,
-``dense_3``) depend on how many layers the process created before, so they
-differ between a TRAIN and an EVAL run in one process; each such name is
+A checkpoint keys each variable by a name without ``:0``: a Keras variable by
+its Keras path (``variable.path``: ``head/kernel``, ``block_0/dense/kernel``,
+``encoder/block/attention/query/kernel``), anything else by the name given to
+``get_variable`` under its ``variable_scope`` (``net/W``) or to ``tf.Variable``.
+The Keras path is the key even where TensorFlow's own name would be unique:
+TensorFlow names every variable of a custom block after the outer layer
+(``block_0/kernel``), so that name changes when the block gains a second
+sub-layer (then both would be ``block_0/kernel``), while the path of the first
+``Dense`` stays ``block_0/dense/kernel`` whatever else the block holds.
+
+Names the user gave are kept as they are. Names Keras made up for unnamed layers
+(``dense``, ``dense_3``) depend on how many layers the process created before,
+so they differ between a TRAIN and an EVAL run in one process; each such name is
 replaced by the one a fresh process would give (the first ``dense`` made by
 model_fn is ``dense``, the next ``dense_1``...), which the same model_fn
 reproduces in every run. Names Keras made up before model_fn's first call (a
@@ -19,6 +23,10 @@ those made during the call come after them, as in a fresh process that built the
 closed-over model first. A layer inserted before others shifts those made-up
 names: name the layers a warm start must find.
 
+Checkpoints written before keys were Keras paths hold a custom block's only
+``Dense`` as ``block_0/kernel`` (the TensorFlow name); ``legacy_keys`` gives that
+form, and a restore reads it where the path is missing (``checkpoints``).
+
 Optimizers get their variables sorted by these keys (``in_key_order``): Keras
 saves slots (momentum, Adam m/v, accumulators) by position in that list, so a
 position must mean a name, not a creation order.
@@ -28,6 +36,30 @@ import collections
 import re
 
 _AUTO_NAME = re.compile(r"^(?P<prefix>.+?)(?:_(?P<index>\d+))?$")
+
+# Keras wrappers that copy the layer they wrap name each copy after it: Bidirectional's
+# ``forward_<name>`` and ``backward_<name>`` (``forward_lstm_4``). The wrapped layer's name is
+# made up from the process counter like any other, so a copy's name follows the wrapped one's
+# fresh-process form (``forward_lstm``). TimeDistributed and the like wrap the layer itself.
+_COPY_PREFIXES = ("forward_", "backward_")
+
+
+def _copied_name(part):
+    """(copy prefix, the wrapped layer's name) of a Bidirectional copy's name, else ("", part)."""
+    for prefix in _COPY_PREFIXES:
+        if part.startswith(prefix) and len(part) > len(prefix):
+            return prefix, part[len(prefix):]
+    return "", part
+
+
+def _renamed_part(part, renamed):
+    """One path component in its fresh-process form: a made-up name, or a copy named after one."""
+    if part in renamed:
+        return renamed[part]
+    prefix, wrapped = _copied_name(part)
+    if prefix and wrapped in renamed:
+        return prefix + renamed[wrapped]
+    return part
 
 
 def keras_name_counters():
@@ -62,6 +94,7 @@ def made_up_before(names, counters, renamed):
     earlier = collections.defaultdict(set)
     for name in names:
         for part in name.split("/"):
+            part = _copied_name(part)[1] if part not in renamed else part
             match = _AUTO_NAME.match(part)
             prefix, index = match.group("prefix"), int(match.group("index") or 0)
             if part not in renamed and prefix in counters and index < counters[prefix] and \
@@ -101,28 +134,28 @@ def variable_name_text(name):
 
 def stable_key(name, renamed):
     """``name`` with each made-up path component replaced by its fresh-process form."""
-    return "/".join(renamed.get(part, part) for part in name.split("/"))
+    return "/".join(_renamed_part(part, renamed) for part in name.split("/"))
+
+
+def candidate_name(variable, paths):
+    """The name a variable's key is made from: the Keras path of the Keras variable around it
+    (``paths``: {id of a variable: that path}), else its own name without ``:0``."""
+    return paths.get(id(variable)) or variable_name(variable)
 
 
 def keyed(variables, renamed, paths=None):
     """(ordered {key: variable}, sorted names shared by several variables).
 
-    ``paths``: {id of a variable: the Keras path of the Keras variable around it}. Where
-    several variables share a TensorFlow name (TensorFlow names every variable of a
-    composite layer after the outer layer) each is keyed by its Keras path
-    (``block0/attention/query/kernel``); elsewhere the name is kept.
+    ``paths``: {id of a variable: the Keras path of the Keras variable around it}, as seen on
+    model_fn's first call. A variable with a path is keyed by it (``block_0/dense/kernel``), one
+    without by its own name; made-up components are replaced by ``renamed``.
 
     A name shared by several variables (unnamed ``tf.Variable`` s, two layers given the
     same name) cannot say which is which: each gets ``name~k`` by creation order, and
     the name is reported as ambiguous so that a warm start refuses to guess.
     """
     paths = paths or {}
-    names = [stable_key(variable_name(v), renamed) for v in variables]
-    shared = collections.Counter(names)
-    # A Keras path only where TensorFlow's name is shared: a Keras variable around a reused
-    # variable (a layer rebuilt on a later call) carries the new layer's path, the name does not.
-    keys = [stable_key(paths[id(v)], renamed) if shared[name] > 1 and paths.get(id(v)) else name
-            for v, name in zip(variables, names)]
+    keys = [stable_key(candidate_name(v, paths), renamed) for v in variables]
     counts = collections.Counter(keys)
     seen = collections.Counter()
     result = {}
@@ -132,6 +165,25 @@ def keyed(variables, renamed, paths=None):
             key = f"{key}~{seen[key] - 1}"
         result[key] = variable
     return result, sorted(k for k, n in counts.items() if n > 1)
+
+
+def legacy_keys(variables, renamed, paths=None):
+    """{id of a variable: the key moxlite gave it before keys were Keras paths}, for the
+    variables whose key differs.
+
+    Then a Keras path was the key only where TensorFlow's name was shared by several
+    variables; a unique TensorFlow name (a custom block's only ``Dense``: ``block_0/kernel``)
+    was the key. A restore reads that key where a checkpoint lacks the path.
+    """
+    paths = paths or {}
+    names = [stable_key(variable_name(v), renamed) for v in variables]
+    shared = collections.Counter(names)
+    old = {}
+    for variable, name in zip(variables, names):
+        key = stable_key(candidate_name(variable, paths), renamed)
+        if shared[name] == 1 and name != key:
+            old[id(variable)] = name
+    return old
 
 
 def in_key_order(variables, keys_by_id):

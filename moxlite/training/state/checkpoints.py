@@ -137,17 +137,25 @@ def split_patterns(patterns):
     return [p.strip() for p in patterns if p and p.strip()]
 
 
-def _raw_names_where_saved(wanted, saved):
-    """``wanted`` keyed by the variables' own names where only those are in the checkpoint:
-    one written before Keras names made up ahead of model_fn (a model closed over) were
-    given their fresh-process form (see ``naming.made_up_before``); it is read as it is."""
+def _raw_names_where_saved(wanted, saved, legacy=None):
+    """``wanted`` keyed by an older form of a key where only that is in the checkpoint.
+
+    Two older forms: the key moxlite gave before keys were Keras paths (``legacy``: {key: that
+    key}; a custom block's only ``Dense`` was ``block_0/kernel``, see ``naming.legacy_keys``),
+    and the variable's own name, as a checkpoint holds it that was written before Keras names
+    made up ahead of model_fn (a model closed over) were given their fresh-process form (see
+    ``naming.made_up_before``). Either is read as it is.
+    """
+    legacy = legacy or {}
     renamed = {}
     for key, variable in wanted.items():
-        raw = naming.variable_name(variable)
-        if key not in saved and raw != key and raw in saved and raw not in wanted:
-            renamed[raw] = variable
-        else:
-            renamed[key] = variable
+        found = key
+        if key not in saved:
+            for older in (legacy.get(key), naming.variable_name(variable)):
+                if older and older != key and older in saved and older not in wanted and older not in renamed:
+                    found = older
+                    break
+        renamed[found] = variable
     return renamed
 
 
@@ -156,13 +164,14 @@ class Checkpointer:
 
     def __init__(self, log_dir, global_step, variables, optimizers=(), iterator=None,
                  save_model_secs=None, save_model_steps=None, keep_checkpoint_max=5,
-                 is_chief=True, ambiguous=(), slots_by_name=True, setup=None):
+                 is_chief=True, ambiguous=(), slots_by_name=True, setup=None, legacy_keys=None):
         """``variables``: {stable key: variable} (see ``SharedVariablesModelFn.checkpoint_keys``), or a
         list keyed by the variables' own names; ``ambiguous``: keys shared by several;
         ``slots_by_name``: the optimizers were built with their variables in key order (False
         only to keep resuming a log_dir whose slots are in creation order, see ``legacy_slot_order``);
         ``setup``: this run's ``resume_setup.TrainingSetup``, recorded in each checkpoint and
-        compared with the record of the one resumed before anything is restored."""
+        compared with the record of the one resumed before anything is restored; ``legacy_keys``:
+        {key: the key an earlier moxlite gave that variable}, read where a checkpoint lacks the key."""
         self.log_dir = log_dir
         self._training = bool(optimizers)
         self.global_step = global_step
@@ -170,6 +179,7 @@ class Checkpointer:
             self._variables, self._ambiguous = dict(variables), list(ambiguous)
         else:
             self._variables, self._ambiguous = naming.keyed(list(variables), {})
+        self._legacy_keys = dict(legacy_keys or {})
         self._names = {key: v.name for key, v in self._variables.items()}
         order = _KeyList(list(self._variables))
         self._global_step_trackables = dict(global_step=global_step)
@@ -266,7 +276,7 @@ class Checkpointer:
                 f"checkpoint {prefix!r}: several variables of this model_fn are named {_listed(ambiguous)}, "
                 f"so a warm start cannot tell which is which; name them apart (Keras name=..., "
                 f"get_variable scopes) or exclude them with checkpoint_exclude_patterns")
-        wanted = _raw_names_where_saved(wanted, saved)
+        wanted = _raw_names_where_saved(wanted, saved, self._legacy_keys)
         missing = [k for k in wanted if k not in saved]
         reshaped = [f"{k} {tuple(wanted[k].shape)} vs {saved[k]}" for k in wanted
                     if k in saved and tuple(wanted[k].shape) != saved[k]]
