@@ -274,6 +274,38 @@ def outside_stateless_scope():
         state.set_global_attribute("stateless_scope", scope)
 
 
+def in_keras_symbolic_scope():
+    """True while Keras works out a layer's output shapes by calling it in a scratch graph
+    (``compute_output_spec`` under a ``keras.SymbolicScope``), as it does when it builds a
+    layer without a ``build`` of its own (a custom block) at its first call; Keras exports the
+    scope's class but not the test of whether one is in force."""
+    return keras_global_state().get_global_attribute("symbolic_scope") is not None
+
+
+def variable_handle_in(graph, variable):
+    """The tensor that stands for ``variable``'s handle inside ``graph`` (a function graph
+    being traced): its capture of the handle, directly or through the function graphs around
+    it; None when ``graph`` has not captured it. TensorFlow has no public map from a variable
+    to its capture (``FuncGraph.captures`` and ``outer_graph`` are internal to its function graphs)."""
+    handle = getattr(variable, "handle", None)
+    return _captured_in(graph, handle) if handle is not None else None
+
+
+def _captured_in(graph, tensor):
+    if graph is None or not hasattr(graph, "captures"):
+        return None
+    if getattr(tensor, "graph", None) is graph:
+        return tensor
+    captures = graph.captures
+    for outside, inside in captures:
+        if outside is tensor:
+            return inside
+    outer = _captured_in(getattr(graph, "outer_graph", None), tensor)
+    if outer is None:
+        return None
+    return next((inside for outside, inside in captures if outside is outer), None)
+
+
 def initialize_deferred_keras_variable(variable):
     """Create now the tf.Variable of a Keras variable whose creation a stateless scope deferred
     (its ``_initializer`` kept, ``_value`` None), through the variable creators in force: what

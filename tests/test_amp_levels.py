@@ -184,3 +184,19 @@ def test_use_fp16_is_o3_in_float16_and_contradictions_are_refused(tmp_path):
     mox.set_flag("amp_level", "O1")
     mox.set_flag("compute_dtype", "bfloat16")
     assert precision.from_flags().loss_scale is None     # bfloat16 needs no loss scaling
+
+
+@pytest.mark.parametrize("flag, value", [("keep_batchnorm_fp32", "true"), ("keep_fp32", "Softmax")])
+def test_a_keep_setting_at_o0_trains_in_float32_with_one_warning_line(tmp_path, capsys, flag, value):
+    """At O0 every layer is float32 already: the setting changes nothing, and one line says so."""
+    mox.set_flag(flag, value)
+    train(tmp_path / "o0", runlib.softmax_model_fn)
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "has no effect at amp_level O0" in line]
+    assert warnings == [f"WARNING:moxlite:--{flag}={value.lower() if flag == 'keep_batchnorm_fp32' else value} "
+                        f"(a recipe's precision.{flag}) has no effect at amp_level O0, where every layer "
+                        f"computes in float32; drop it, or set amp_level to O1, O2 or O3"]
+    mox.set_flag(flag, "")
+    train(tmp_path / "plain", runlib.softmax_model_fn)
+    assert "has no effect" not in capsys.readouterr().out
+    for a, b in zip(runlib.checkpoint_variables(tmp_path / "o0"), runlib.checkpoint_variables(tmp_path / "plain")):
+        np.testing.assert_array_equal(a, b)

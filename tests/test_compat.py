@@ -422,3 +422,52 @@ def test_is_variable_handle_tells_a_variables_handle_from_other_resources():
     assert not compat.is_variable_handle(table.resource_handle)
     assert not compat.is_variable_handle(iterator._iterator_resource)
     assert not compat.is_variable_handle(tf.constant(1.0))
+
+
+def test_in_keras_symbolic_scope_is_true_only_while_keras_infers_a_blocks_shapes():
+    seen = []
+
+    class Block(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(2)
+
+        def call(self, x):
+            seen.append(compat.in_keras_symbolic_scope())
+            return self.dense(x)
+
+    @tf.function
+    def step(x):
+        return Block()(x)
+
+    step(tf.ones([3, 4]))
+    # (traced twice: the first trace creates the variables) the first call of each trace is Keras's
+    assert seen[:2] == [True, False] and not compat.in_keras_symbolic_scope()
+
+
+def test_variable_handle_in_is_the_capture_each_read_of_the_variable_takes():
+    variable, other = tf.Variable([1.0, 2.0]), tf.Variable(3.0)
+    found = {}
+
+    @tf.function
+    def step():
+        graph = tf.compat.v1.get_default_graph()
+        value = variable + 1.0
+
+        def branch():
+            inner = tf.compat.v1.get_default_graph()
+            doubled = variable * 2.0
+            handle = compat.variable_handle_in(inner, variable)
+            reads = [op for op in inner.get_operations() if op.type == "ReadVariableOp"]
+            found["branch"] = [op.inputs[0].name for op in reads] == [handle.name]
+            return doubled
+
+        result = tf.cond(tf.constant(True), branch, lambda: value)
+        handle = compat.variable_handle_in(graph, variable)
+        reads = [op for op in graph.get_operations() if op.type == "ReadVariableOp"]
+        found["outer"] = [op.inputs[0].name for op in reads] == [handle.name]
+        found["unread"] = compat.variable_handle_in(graph, other)
+        return result
+
+    step()
+    assert found == {"branch": True, "outer": True, "unread": None}

@@ -87,3 +87,34 @@ def test_stable_name_answers_from_the_run_in_progress():
         assert interception.stable_name(variable) == "block0/attention/query/kernel"
         assert interception.stable_name(tf.Variable(2.0, name="w"), default="fallback") == "fallback"
     assert interception.stable_name(variable) == "made_up_7"
+
+
+def test_a_layer_class_named_with_a_leading_underscore_trains_as_the_same_class_named_without(tmp_path):
+    """Keras names an instance of ``_Block`` '__block', which TensorFlow refused as the root name
+    scope of a traced step ("not a valid root scope name"); its checkpoint key is Keras's path."""
+    import moxlite as mox
+    from tests import runlib
+
+    def block_class(name):
+        def __init__(self, **kwargs):
+            keras.layers.Layer.__init__(self, **kwargs)
+            self.dense = keras.layers.Dense(10, kernel_initializer=keras.initializers.GlorotUniform(seed=2))
+
+        return type(name, (keras.layers.Layer,), {"__init__": __init__, "call": lambda self, x: self.dense(x)})
+
+    images, labels = runlib.mnist_rows(32)
+    trained = {}
+    for name in ("_Block", "Block"):
+        cls = block_class(name)
+
+        def model_fn(inputs, mode):
+            x, y = inputs
+            return runlib.spec_for(x, y, cls()(x))
+
+        mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
+                optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=0.1), run_mode=mox.ModeKeys.TRAIN,
+                batch_size=16, log_dir=str(tmp_path / name), max_number_of_steps=2)
+        trained[name] = runlib.checkpoint_by_name(str(tmp_path / name))
+    assert list(trained["_Block"]) == ["__" + key for key in trained["Block"]]   # the same keys, Keras's name
+    for a, b in zip(trained["_Block"].values(), trained["Block"].values()):
+        np.testing.assert_array_equal(a, b)

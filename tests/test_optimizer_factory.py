@@ -206,11 +206,29 @@ def absl_warnings(caplog):
     wrapper_lib._reset_sync_replicas_warning()
 
 
-def test_moxing_warning_is_logged_once_when_sync_replicas(absl_warnings):
+def test_moxing_warning_is_logged_once_on_a_synchronous_cluster(absl_warnings):
     flags.set_flag("sync_replicas", True)
+    flags.set_flag("worker_hosts", "host0:2222,host1:2222")
     for _ in range(3):
         get_optimizer_wrapper_fn("lars", get_optimizer_fn("sgd", 0.1))()
     assert len(absl_warnings()) == 1
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_moxing_warning_follows_the_workers_of_the_run_in_progress(absl_warnings, workers):
+    from moxlite import context
+
+    flags.set_flag("worker_hosts", "host0:2222,host1:2222")   # the run's own count wins
+    with context.activate(context.RunContext(global_step=None, global_batch_size=8, num_workers=workers)):
+        get_optimizer_wrapper_fn("lars", get_optimizer_fn("sgd", 0.1))()
+    assert len(absl_warnings()) == (workers > 1)
+
+
+def test_no_moxing_warning_on_one_process(absl_warnings):
+    """sync_replicas is true by default: on one process there is no cluster to warn about."""
+    flags.set_flag("sync_replicas", True)
+    get_optimizer_wrapper_fn("lars", get_optimizer_fn("sgd", 0.1))()
+    assert absl_warnings() == []
 
 
 def test_no_moxing_warning_in_asynchronous_mode(absl_warnings):

@@ -98,3 +98,10 @@ def test_an_argument_that_is_neither_an_option_nor_a_cluster_flag_exits_2(capsys
     err = capsys.readouterr().err
     assert code == 2 and "unrecognized argument '--steps=5'" in err and "--worker_hosts" in err
     assert not (tmp_path / "never").exists()
+
+
+def test_dry_run_warns_that_keep_batchnorm_fp32_does_nothing_at_o0(capsys, tmp_path):
+    code, out = dry_run(capsys, "recipes/mnist_mlp.yaml", "--set", f"run.log_dir={tmp_path / 'never'}",
+                        "--set", "precision.keep_batchnorm_fp32=true")
+    assert code == 0
+    assert "precision.keep_batchnorm_fp32) has no effect at amp_level O0" in out

@@ -53,7 +53,8 @@ def test_interrupted_mid_accumulation_resumes_to_the_same_weights(tmp_path):
         np.testing.assert_allclose(a, b, atol=1e-6)
 
 
-def test_wrapper_with_sync_replicas_logs_moxings_warning_once(tmp_path, caplog):
+def test_a_wrapper_on_one_process_logs_no_cluster_warning(tmp_path, caplog):
+    """MoXing's sync_replicas warning is about a cluster of workers, not one process."""
     from moxlite.optimizers import wrapper as wrapper_lib
 
     wrapper_lib._reset_sync_replicas_warning()
@@ -65,4 +66,4 @@ def test_wrapper_with_sync_replicas_logs_moxings_warning_once(tmp_path, caplog):
     finally:
         logs.get_logger().removeHandler(caplog.handler)
     message = "Using OptimizerWrapper when sync_replicas is True may cause performance loss."
-    assert sum(message in record.getMessage() for record in caplog.records) == 1
+    assert sum(message in record.getMessage() for record in caplog.records) == 0

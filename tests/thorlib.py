@@ -217,3 +217,72 @@ def numpy_conv_loss(weights, images, labels, padding="same"):
     hidden = np.maximum(patches @ conv_k.reshape(-1, FILTERS) + conv_b, 0).reshape(len(labels), -1)
     p = runlib.softmax_probabilities(hidden @ dense_k + dense_b)
     return float(-np.mean(np.log(p[np.arange(len(labels)), labels])))
+
+
+def position_model_fn(tiled):
+    """embedding_model_fn plus a position Embedding(6, 5) looked up with the ids 0..5 as [1, 6]
+    (broadcast over the batch by the add, as keras-hub's ViT does) or tiled to [B, 6]."""
+    def model_fn(inputs, mode):
+        tokens, y = inputs
+        e = keras.layers.Embedding(16, 5, embeddings_initializer=keras.initializers.RandomNormal(seed=4))(tokens)
+        ids = tf.range(tokens.shape[1])[tf.newaxis]
+        if tiled:
+            ids = tf.tile(ids, [tf.shape(tokens)[0], 1])
+        p = keras.layers.Embedding(tokens.shape[1], 5, embeddings_initializer=keras.initializers.RandomNormal(seed=5))(ids)
+        h = tf.reduce_mean(e + p, axis=1)
+        logits = keras.layers.Dense(10, kernel_initializer=keras.initializers.GlorotUniform(seed=2))(h)
+        loss = runlib.cross_entropy(logits, y)
+        return mox.ModelSpec(loss=loss, log_info={"loss": loss})
+    return model_fn
+
+
+def initial_position_weights(length=6):
+    return [np.asarray(keras.initializers.RandomNormal(seed=4)((16, 5))),
+            np.asarray(keras.initializers.RandomNormal(seed=5)((length, 5))),
+            np.asarray(keras.initializers.GlorotUniform(seed=2)((5, 10))),
+            np.zeros(10, np.float32)]
+
+
+def numpy_thor_positions(tokens, labels, weights, batch, steps, lr, momentum, damping, frequency):
+    """position_model_fn in numpy, THOR(momentum), full inverses. Every sample looks up every
+    position once, so the position table's rows are per sample: B·T rows, each position counted
+    B times (the tiled ids' statistics, whatever shape the ids were given in)."""
+    table, positions, dense_k, dense_b = [w.astype(np.float64) for w in weights]
+    params = [table, positions, dense_k, dense_b]
+    velocity = [np.zeros_like(p) for p in params]
+    length, width = tokens.shape[1], table.shape[1]
+    sq = np.sqrt(damping)
+    inverses = {}
+
+    def embedding_inverses(ids, ds, vocabulary):
+        counts = np.bincount(ids, minlength=vocabulary) / len(ids)
+        return 1.0 / (counts + sq), np.linalg.inv(ds.T @ ds / len(ids) + sq * np.eye(width))
+
+    for step in range(steps):
+        index = np.arange(step * batch, (step + 1) * batch) % len(labels)
+        t, y = tokens[index], labels[index]
+        hidden = (table[t] + positions[np.newaxis]).mean(1)
+        logits = hidden @ dense_k + dense_b
+        d_logits = softmax_cross_entropy_grad(logits, y)
+        g_dense_k, g_dense_b = hidden.T @ d_logits, d_logits.sum(0)
+        d_rows = np.repeat((d_logits @ dense_k.T)[:, None, :] / length, length, axis=1)   # [B, T, D]
+        g_table = np.zeros_like(table)
+        np.add.at(g_table, t.reshape(-1), d_rows.reshape(-1, width))
+        g_positions = d_rows.sum(0)
+        if step % frequency == 0:
+            ds = d_rows.reshape(-1, width) * batch            # per-sample rows (the loss is a mean)
+            inverses["table"] = embedding_inverses(t.reshape(-1), ds, len(table))
+            inverses["positions"] = embedding_inverses(np.tile(np.arange(length), batch), ds, length)
+            ds_dense = d_logits * batch
+            inverses["dense"] = (np.linalg.inv(hidden.T @ hidden / batch + sq * np.eye(width)),
+                                 np.linalg.inv(ds_dense.T @ ds_dense / batch + sq * np.eye(10)))
+        a_inv, g_inv = inverses["table"]
+        g_table = a_inv[:, None] * g_table @ g_inv
+        a_inv, g_inv = inverses["positions"]
+        g_positions = a_inv[:, None] * g_positions @ g_inv
+        a_inv, g_inv = inverses["dense"]
+        g_dense_k = a_inv @ g_dense_k @ g_inv
+        for i, (p, g) in enumerate(zip(params, [g_table, g_positions, g_dense_k, g_dense_b])):
+            velocity[i] = momentum * velocity[i] - lr * g
+            p += velocity[i]
+    return params

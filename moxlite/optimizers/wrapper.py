@@ -113,17 +113,21 @@ class LayerStatisticsRequest:
     collecting: Optional[Callable[[], Any]] = None
 
 
-def _sync_replicas():
+def _synchronous_cluster():
+    """True when several workers train in sync: the only set-up MoXing's warning is about (a
+    single process has no replicas to synchronise across machines)."""
     run_context = context.current()
     if run_context is not None:
-        return bool(run_context.sync_replicas)
-    return bool(flags.get_flag("sync_replicas"))
+        return bool(run_context.sync_replicas) and run_context.num_workers > 1
+    workers = [host for host in flags.get_flag("worker_hosts").split(",") if host]
+    return bool(flags.get_flag("sync_replicas")) and len(workers) > 1
 
 
 def _warn_if_sync_replicas():
-    """MoXing's warning, once per process: wrappers are meant for asynchronous training."""
+    """MoXing's warning, once per process, on a synchronous cluster of several workers only:
+    wrappers are meant for asynchronous training."""
     global _warned
-    if not _sync_replicas():
+    if not _synchronous_cluster():
         return
     with _warning_lock:
         if _warned:

@@ -69,7 +69,7 @@ import sys
 import keras
 import tensorflow as tf
 
-from moxlite import compat, context, logs, stable_names
+from moxlite import compat, context, errors, logs, stable_names
 from moxlite.optimizers import exclusion, schedules
 from moxlite.optimizers import recipe_tables as catalog
 from moxlite.optimizers.thor import damping as thor_damping
@@ -286,7 +286,9 @@ class THOR(wrapper_lib.OptimizerWrapper):
             self._slot_for(record)
 
     def create_layer_state(self):
-        """Eagerly: every slot's variables, in the order ``_collect`` creates them."""
+        """Eagerly: every slot's variables, in the order ``_collect`` creates them. An ``include``
+        pattern that matched none of the layers seen is refused here, before the first step."""
+        self._check_include()
         for slot in self._in_creation_order(self._slots):
             self._ensure_slot_state(slot)
 
@@ -312,6 +314,16 @@ class THOR(wrapper_lib.OptimizerWrapper):
         """
         self._forced_refresh = int(self._updates.numpy())
         return self._forced_refresh
+
+    def _check_include(self):
+        """Raise OptimizerError for the first ``include`` pattern that matches no recorded layer's
+        name (a typo would otherwise precondition nothing, silently)."""
+        seen = sorted({slot.name for slot in self._slots} | set(self._skipped))
+        for pattern in self.include:
+            if not any(re.search(pattern, name) for name in seen):
+                raise errors.OptimizerError(
+                    f"thor: include={list(self.include)!r}: {pattern!r} matches no layer of model_fn; "
+                    f"use a part of one of these names: {', '.join(seen) or 'none (no layer THOR records)'}")
 
     def _chosen(self, path):
         """include/exclude, matched against the kernel's stable name (its checkpoint key, the same

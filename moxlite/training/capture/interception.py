@@ -39,6 +39,7 @@ import threading
 from typing import Any, Callable, Optional, Tuple
 
 import keras
+import tensorflow as tf
 
 from moxlite import compat, stable_names
 
@@ -121,13 +122,25 @@ def _run_chain(handlers, original, layer, args, kwargs):
             if index == len(handlers):
                 stack.append(layer)
                 try:
-                    return original(layer, *args, **kwargs)
+                    with _scope_for_an_underscore_name(layer):
+                        return original(layer, *args, **kwargs)
                 finally:
                     stack.pop()
             return handlers[index].around(call, args, kwargs, proceed_from(index + 1))
         return proceed
 
     return proceed_from(0)(args, kwargs)
+
+
+def _scope_for_an_underscore_name(layer):
+    """A TensorFlow name scope around the call of a layer whose name starts with '_' (Keras names
+    an instance of ``class _Block`` '__block') at the root scope of a traced function: TensorFlow
+    refuses such a root scope name ("not a valid root scope name"), inside a scope it takes it.
+    Only op names change; Keras's variable paths, hence checkpoint keys, do not."""
+    name = getattr(layer, "name", "") or ""
+    if not name.startswith("_") or tf.executing_eagerly() or tf.compat.v1.get_default_graph().get_name_scope():
+        return contextlib.nullcontext()
+    return tf.name_scope(name.lstrip("_") or "layer")
 
 
 def _share(key, entry):

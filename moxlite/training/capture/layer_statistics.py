@@ -18,7 +18,11 @@ A call the recorder cannot use is recorded as ``unseen`` with the reason, so tha
 wrapper gives that layer the plain gradient and names it at start-up: a layer called
 inside a loop or branch of its own (an RNN cell runs in a ``tf.while_loop``, whose
 tensors the step cannot read), one whose ``call`` never applied ``self.activation``, or a
-``ReversibleEmbedding`` called with ``reverse=True`` (``embedding_calls``).
+``ReversibleEmbedding`` called with ``reverse=True`` (``embedding_calls``), an Embedding
+whose table model_fn also reads outside its layer calls (a tied output written by hand), and
+one looked up with ids [1, ...] whose output is not added to the batch (``broadcast_ids``;
+one that is gets the per-sample rows of the add). Calls Keras makes in a scratch graph to
+infer a block's shapes (``keras.SymbolicScope``) are not the step's and are not recorded.
 
 Records are keyed by the layer's kernel variable, never by layer name (a layer built
 inside model_fn gets a new name on each trace but the same variables), and named by
@@ -33,6 +37,7 @@ import keras
 import tensorflow as tf
 
 from moxlite import compat
+from moxlite.training.capture import broadcast_ids
 from moxlite.training.capture import embedding_calls
 from moxlite.training.capture import interception
 
@@ -52,6 +57,13 @@ KIND_ATTRIBUTE = "moxlite_layer_kind"
 # under the table (the layer's ``moxlite_tied_table()``) with its input and the logits'
 # gradient, for an optimizer that preconditions both uses of the table (thor's tied_embedding).
 DECLARED_KINDS = ("EmbeddingOutput",)
+# Kinds whose kernel is a lookup table: a read of it outside their calls makes it unseen.
+_TABLE_KINDS = ("Embedding", "EmbeddingOutput")
+# The ops that read a variable through its handle.
+_READ_OPS = ("ReadVariableOp", "ResourceGather", "ResourceGatherNd")
+_READ_ELSEWHERE = ("its table is also read outside its layer calls (e.g. a tied output written by "
+                   "hand, tf.matmul(h, table, transpose_b=True)), whose gradient the lookup's factors "
+                   "do not describe")
 
 
 @dataclasses.dataclass
@@ -121,12 +133,16 @@ def _symbolic(structure):
 class _Recorder:
     """The interception handler of one traced step on one thread."""
 
-    def __init__(self, tape, kinds):
+    def __init__(self, tape, kinds, batch_size=None):
         self.tape = tape
+        self.batch_size = batch_size   # the step's static batch, or None
         self.kinds = set(kinds)
         self.records: List[LayerRecord] = []
         self.graph = tf.compat.v1.get_default_graph()
         self._empty = None
+        self._first_op = len(self.graph.get_operations())
+        self._table_calls = {}   # id(table) -> [(first op, end op)] of the calls recorded on it
+        self._broadcast = []     # (record, the call's output) of lookups whose ids have a leading 1
 
     def probe(self, tensor):
         probe = tf.zeros_like(tensor)
@@ -140,6 +156,53 @@ class _Recorder:
                 self._empty = tf.zeros([0])
         return self._empty
 
+    def _noting_table_reads(self, table, original):
+        """``original``, noting which of the graph's ops its call makes (its reads of ``table``)."""
+        def noted(*args, **kwargs):
+            start = len(self.graph.get_operations())
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._table_calls.setdefault(id(table), []).append((start, len(self.graph.get_operations())))
+        return noted
+
+    def finish(self):
+        """After model_fn's forward pass: lookups whose ids broadcast over the batch get their
+        per-sample statistics (``broadcast_ids``), tables read outside their recorded calls and
+        kernels with one unseen call become unseen in all their calls. The first two read the
+        traced graph; a recording run eagerly (a test of the recorder alone) has none."""
+        if not self.graph.building_function:
+            self.unseen_everywhere()
+            return
+        for record, outputs in self._broadcast:
+            reason = broadcast_ids.follow(record, outputs)
+            if reason is not None:
+                record.inputs, record.probe, record.unseen = self.empty(), None, reason
+        self._unseen_where_read_elsewhere()
+        self.unseen_everywhere()
+
+    def _unseen_where_read_elsewhere(self):
+        """An Embedding table that model_fn also reads outside the table's own layer calls (a
+        tied output written by hand, ``tf.matmul(h, table, transpose_b=True)``) gets a gradient
+        the lookups' factors do not describe: it is unseen, as a keras-hub reverse call is."""
+        tables = {id(record.kernel): record for record in self.records
+                  if record.kind in _TABLE_KINDS and not record.unseen}
+        if not tables:
+            return
+        operations = self.graph.get_operations()
+        for key, record in tables.items():
+            handle = compat.variable_handle_in(self.graph, record.kernel)
+            if handle is None:
+                continue
+            inside = self._table_calls.get(key, [])
+            for index in range(self._first_op, len(operations)):
+                operation = operations[index]
+                if operation.type not in _READ_OPS or any(start <= index < end for start, end in inside):
+                    continue
+                if any(tensor.name == handle.name for tensor in operation.inputs):
+                    record.inputs, record.probe, record.unseen = self.empty(), None, _READ_ELSEWHERE
+                    break
+
     def unseen_everywhere(self):
         """A kernel with one unseen call is unseen in all: Keras's RNN calls its cell once before
         its while loop (for the output structure), and that call alone would be half a statistic."""
@@ -151,7 +214,15 @@ class _Recorder:
     def around(self, call, args, kwargs, proceed):
         layer = call.layer
         kind = kind_of(layer)
-        if kind is None or kind not in self.kinds or _symbolic((args, kwargs)):
+        if kind == "EmbeddingOutput" and kind not in self.kinds and not _symbolic((args, kwargs)):
+            # A declared tied head that is not recorded still reads its table inside a layer call.
+            table = _kernel_of(layer, kind)
+            if table is not None and tf.compat.v1.get_default_graph() is self.graph:
+                return self._noting_table_reads(table, proceed)(args, kwargs)
+        if (kind is None or kind not in self.kinds or _symbolic((args, kwargs))
+                or compat.in_keras_symbolic_scope()):
+            # A symbolic call (a functional model being built) or Keras's shape inference in a
+            # scratch graph (a custom block built at its first call) computes no step tensors.
             return proceed(args, kwargs)
         recorder = self
 
@@ -166,6 +237,8 @@ class _Recorder:
         kernel = _kernel_of(layer, kind)
         if kernel is None:
             return original(inputs, *args, **kwargs)
+        if kind in _TABLE_KINDS and tf.compat.v1.get_default_graph() is self.graph:
+            original = self._noting_table_reads(kernel, original)
         name = interception.stable_name(kernel)
         if tf.compat.v1.get_default_graph() is not self.graph:
             self.records.append(LayerRecord(kind, layer, kernel, self.empty(), name=name, unseen=(
@@ -185,7 +258,10 @@ class _Recorder:
                 record.inputs = embedding_calls.position_ids(inputs, args, kwargs)
             outputs = original(inputs, *args, **kwargs)
             record.probe = self.probe(outputs)
-            return outputs + record.probe
+            outputs = outputs + record.probe
+            if kind == "Embedding" and self.batch_size != 1 and broadcast_ids.leading_one(record.inputs):
+                self._broadcast.append((record, outputs))
+            return outputs
         activation = interception.unrouted(layer, "activation")
 
         def probed_activation(x):
@@ -201,13 +277,14 @@ class _Recorder:
 
 
 @contextlib.contextmanager
-def recording(tape, kinds):
+def recording(tape, kinds, batch_size=None):
     """Within this block, calls of layers of ``kinds`` on this thread append LayerRecords
-    to the yielded list; probes are watched by ``tape``."""
-    recorder = _Recorder(tape, kinds)
+    to the yielded list; probes are watched by ``tape``. ``batch_size``: the step's static
+    batch size if known (1: no lookup's ids can broadcast over the batch)."""
+    recorder = _Recorder(tape, kinds, batch_size)
     with interception.intercepting(recorder, threads="this"):
         yield recorder.records
-    recorder.unseen_everywhere()
+    recorder.finish()
 
 
 def probes_of(records):

@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 from typing import Optional, Union
 
-from moxlite import errors, flags
+from moxlite import errors, flags, logs
 from moxlite.optimizers import pipeline
 from moxlite.training.mixed_precision import levels as amp
 from moxlite.optimizers import clipping
@@ -75,10 +75,22 @@ def _amp_plan(values):
             f"--keep_batchnorm_fp32={values['keep_batchnorm_fp32']!r} is not valid; use true, "
             f"false or '' (the level's default)")
     keep_batchnorm = {"": None, "true": True, "false": False}[batchnorm_text]
+    if level == "O0":
+        _warn_no_effect_at_o0(keep_text, batchnorm_text)
     try:
         return amp.plan_for(level, compute_dtype, keep, keep_batchnorm)
     except errors.ArgumentError as error:
         raise errors.ArgumentError(f"--{error}") from None
+
+
+def _warn_no_effect_at_o0(keep_text, batchnorm_text):
+    """One warning line per fp32 keep setting given at O0, where every layer is float32 already."""
+    given = [(name, value) for name, value in (("keep_fp32", keep_text), ("keep_batchnorm_fp32", batchnorm_text))
+             if value]
+    for name, value in given:
+        logs.get_logger().warning(
+            "--%s=%s (a recipe's precision.%s) has no effect at amp_level O0, where every layer computes "
+            "in float32; drop it, or set amp_level to O1, O2 or O3", name, value, name)
 
 
 def from_flags():

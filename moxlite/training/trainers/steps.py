@@ -166,7 +166,7 @@ class TrainStep:
             ps_compilation.watch_values(tape)
             # At the top-level name scope, so that summaries written by model_fn keep the tags
             # the user gave them instead of the loop's "while/cond/" prefixes.
-            recording = self._recording(tape) if record else contextlib.nullcontext([])
+            recording = self._recording(tape, inputs) if record else contextlib.nullcontext([])
             with tf.compat.v1.name_scope(None), recording as records:
                 spec = self.template(as_model_inputs(inputs), ModeKeys.TRAIN)
             losses = [tf.cast(loss, tf.float32) for loss in spec.losses]
@@ -199,11 +199,16 @@ class TrainStep:
             return True
         return tf.reduce_any(tf.stack([tf.convert_to_tensor(request.collecting()) for request in requests]))
 
-    def _recording(self, tape):
+    def _recording(self, tape, inputs):
         kinds = set()
         for request in self._requests():
             kinds.update(request.layer_types if request else ())
-        return layer_statistics.recording(tape, kinds) if kinds else contextlib.nullcontext([])
+        if not kinds:
+            return contextlib.nullcontext([])
+        # The batch's static size (None when unknown): a batch of 1 has no ids to broadcast over it.
+        flat = tf.nest.flatten(inputs)
+        batch = tf.TensorShape(getattr(flat[0], "shape", None) if flat else None)
+        return layer_statistics.recording(tape, kinds, batch[0] if batch.rank else None)
 
     def records_layers(self):
         """True when some pipeline reads per-layer records (THOR)."""
@@ -213,7 +218,7 @@ class TrainStep:
         """Replica context, in a trace that never runs: model_fn's forward pass on ``inputs``,
         recorded, its records handed to the pipelines that read them (``Link.see_layers``)."""
         with tf.GradientTape() as tape:
-            with self._recording(tape) as records, tf.compat.v1.name_scope(None):
+            with self._recording(tape, inputs) as records, tf.compat.v1.name_scope(None):
                 self.template(as_model_inputs(inputs), ModeKeys.TRAIN)
         for pipeline, request in zip(self.pipelines, self._requests()):
             if request is not None:
