@@ -85,6 +85,30 @@ def test_async_batch_gradients_on_one_worker_equals_a_single_process_run_at_the_
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_a_tf1_rate_of_the_global_step_follows_it_on_a_parameter_server_worker(launches, tmp_path):
+    """optimizer_fn's piecewise rate of TF1's global step, on 1 worker and 1 ps (asynchronous):
+    the same weights as one process (whose rates equal a TF1 Session's, test_tf1_step_rates),
+    and not those of the step-0 rate held for the whole run."""
+    steps, batch = 8, 16
+    run = launches(["--workers=1", "--ps=1", "--async"],
+                   MNIST + ["--model=softmax", "--optimizer=tf1_step_rate", f"--log_dir={tmp_path / 'cluster'}",
+                            f"--steps={steps}", f"--batch={batch}", f"--save_steps={steps}", "--log_every=4"],
+                   timeout=120)
+    assert run.wait() == 0, run.output()
+    train_mnist.train(str(tmp_path / "single"), steps, batch, model="softmax", save_steps=steps,
+                      optimizer="tf1_step_rate")
+    train_mnist.LEARNING_RATE, saved_rate = 0.3, train_mnist.LEARNING_RATE
+    try:
+        train_mnist.train(str(tmp_path / "frozen"), steps, batch, model="softmax", save_steps=steps)
+    finally:
+        train_mnist.LEARNING_RATE = saved_rate
+    cluster, single, frozen = (runlib.checkpoint_variables(str(tmp_path / name))
+                               for name in ("cluster", "single", "frozen"))
+    for got, want in zip(cluster, single):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert max(np.abs(got - held).max() for got, held in zip(cluster, frozen)) > 1e-3
+
+
 def _mlp_loss(checkpoint_prefix):
     """Mean cross-entropy of a saved ``runlib.mlp_model_fn`` on the training rows, in numpy."""
     kernel1, bias1, kernel2, bias2 = (v.astype(np.float64) for v in runlib.checkpoint_variables(checkpoint_prefix))

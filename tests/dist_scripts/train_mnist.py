@@ -8,7 +8,8 @@ tools/launch_local.py) and, imported, for the single-process reference run.
         + MoXing cluster flags
 
 ``--optimizer=momentum_lars`` trains with momentum -> lars; ``--num_batches=N`` (N > 1) adds
-batch_gradients(N) outermost: momentum -> lars -> batch_gradients. ``--model=tf1``: softmax
+batch_gradients(N) outermost: momentum -> lars -> batch_gradients. ``--optimizer=tf1_step_rate``: a TF1
+GradientDescentOptimizer on a piecewise rate of the global step. ``--model=tf1``: softmax
 regression on ``tf.compat.v1.get_variable`` variables (TF1 style, no Keras variable).
 """
 
@@ -29,9 +30,20 @@ MOMENTUM = 0.9
 LARS_RATIO = 0.01
 
 
+def tf1_step_rate_fn():
+    """MoXing's TF1 idiom: a rate built from the global step inside optimizer_fn."""
+    import tensorflow as tf
+
+    step = tf.compat.v1.train.get_or_create_global_step()
+    return tf.compat.v1.train.GradientDescentOptimizer(
+        tf.compat.v1.train.piecewise_constant(step, [3, 6], [0.3, 0.1, 0.02]))
+
+
 def optimizer_fn_for(optimizer="sgd", num_batches=1):
     """The optimizer factory ``--optimizer`` and ``--num_batches`` ask for."""
-    if optimizer == "sgd":
+    if optimizer == "tf1_step_rate":
+        optimizer_fn = tf1_step_rate_fn
+    elif optimizer == "sgd":
         optimizer_fn = mox.get_optimizer_fn("sgd", LEARNING_RATE)
     elif optimizer == "momentum":
         optimizer_fn = mox.get_optimizer_fn("momentum", LEARNING_RATE, momentum=MOMENTUM)
@@ -61,7 +73,7 @@ def add_own_arguments(parser):
     parser.add_argument("--model", default="mlp", choices=["mlp", "softmax", "tf1"])
     parser.add_argument("--save_steps", type=int, default=10)
     parser.add_argument("--log_every", type=int, default=5)
-    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum", "momentum_lars"])
+    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum", "momentum_lars", "tf1_step_rate"])
     parser.add_argument("--num_batches", type=int, default=1)
     parser.add_argument("--nan_row", type=int, default=None)
 
