@@ -29,6 +29,8 @@ have to join, and only the chief saves.
 
 import tensorflow as tf
 
+from moxlite import compat
+
 _MIRRORED = (tf.distribute.MirroredStrategy,)
 _NO_AGGREGATION = (None, tf.VariableAggregation.NONE, "none")
 _ON_WRITE = (None, tf.VariableSynchronization.AUTO, tf.VariableSynchronization.ON_WRITE)
@@ -67,7 +69,7 @@ def replica_averaged(variables):
     """Those of ``variables`` that ``with_replica_mean`` made on-read (their tf.Variables)."""
     found = []
     for variable in variables:
-        variable = getattr(variable, "value", variable) if not isinstance(variable, tf.Variable) else variable
+        variable = compat.backing_variable(variable)
         if (getattr(variable, "synchronization", None) == tf.VariableSynchronization.ON_READ
                 and getattr(variable, "aggregation", None) == tf.VariableAggregation.MEAN):
             found.append(variable)
