@@ -11,7 +11,9 @@ one difference is grappler (TensorFlow's graph optimiser) off, as in the pytest
 processes (tests/conftest.py): it rewrites each ResNet-50 graph a port traces, about a
 fifth of such a port's CPU, for graphs that run a few steps, and changes no op's
 semantics. ``MOXLITE_TEST_GRAPPLER=1`` keeps it on here too. ``MOXLITE_TEST_RATE_LOG=<file>``
-records the learning rates the script's optimizers read (``tests/rate_probe.py``).
+records the learning rates the script's optimizers read (``tests/rate_probe.py``);
+``MOXLITE_TEST_SEED=<int>`` seeds Python, numpy and TensorFlow before the script runs
+(``keras.utils.set_random_seed``), for a test whose check depends on the initial weights.
 """
 
 import os
@@ -29,6 +31,9 @@ _AS_MAIN = (
     "if os.environ.get('MOXLITE_TEST_RATE_LOG'):\n"
     "    import tests.rate_probe\n"
     "    tests.rate_probe.install(os.environ['MOXLITE_TEST_RATE_LOG'])\n"
+    "if os.environ.get('MOXLITE_TEST_SEED'):\n"
+    "    import keras\n"
+    "    keras.utils.set_random_seed(int(os.environ['MOXLITE_TEST_SEED']))\n"
     "sys.argv = sys.argv[1:]\n"
     "sys.path[0] = os.path.dirname(sys.argv[0])\n"
     "runpy.run_path(sys.argv[0], run_name='__main__')\n")
