@@ -62,11 +62,14 @@ def test_n_micro_batches_equal_one_large_batch_on_two_devices(
     assert int(trainer.optimizer.iterations.numpy()) == CYCLES
 
 
-def _count_executed_reductions(strategy):
+def _count_executed_reductions(strategy, monkeypatch):
     """Patch the strategy so every executed batch_reduce_to/reduce_to adds 1 to a counter.
 
     The increment is an op inside whatever branch performs the reduction, so it
-    counts reductions run, not reductions traced.
+    counts reductions run, not reductions traced. The patch goes with the test (monkeypatch):
+    the strategy is the one moxlite.run caches for these devices, and a counter left on it was
+    read by the traces of later tests' runs in this process, which then refused it as a
+    variable made outside the strategy.
     """
     counter = tf.Variable(0, dtype=tf.int64, trainable=False)
     extended = strategy.extended
@@ -77,24 +80,24 @@ def _count_executed_reductions(strategy):
             counter.assign_add(1)
             return _original(*args, **kwargs)
 
-        setattr(extended, method, counting)
+        monkeypatch.setattr(extended, method, counting)
     return counter
 
 
 @pytest.mark.parametrize("sync_on_apply, per_cycle", [(True, 1), (False, NUM_BATCHES)])
-def test_reductions_per_cycle(mnist_arrays, two_device_strategy, sync_on_apply, per_cycle):
+def test_reductions_per_cycle(mnist_arrays, two_device_strategy, monkeypatch, sync_on_apply, per_cycle):
     images, labels = _data(mnist_arrays)
     trainer = Trainer(two_device_strategy, _accumulating_fn("momentum_lars", sync_on_apply=sync_on_apply))
-    counter = _count_executed_reductions(two_device_strategy)
+    counter = _count_executed_reductions(two_device_strategy, monkeypatch)
     trainer.train(images, labels, MICRO_BATCH)
     assert int(counter.numpy()) == per_cycle * CYCLES
 
 
-def test_plain_optimizer_reduces_every_step_as_counted(mnist_arrays, two_device_strategy):
+def test_plain_optimizer_reduces_every_step_as_counted(mnist_arrays, two_device_strategy, monkeypatch):
     # The counter also sees Keras's own all-reduce: one per step without a wrapper.
     images, labels = _data(mnist_arrays)
     trainer = Trainer(two_device_strategy, _inner_fn("momentum"))
-    counter = _count_executed_reductions(two_device_strategy)
+    counter = _count_executed_reductions(two_device_strategy, monkeypatch)
     trainer.train(images[:3 * MICRO_BATCH], labels[:3 * MICRO_BATCH], MICRO_BATCH)
     assert int(counter.numpy()) == 3
 
