@@ -88,6 +88,39 @@ def _fresh_flags_and_keras():
     flags.reset_flags()
 
 
+def _patched_methods(strategy):
+    """Names of ``strategy``'s methods (its own or its ``extended``'s) replaced on the instance by
+    something other than the method itself (monkeypatch's undo leaves the bound method there)."""
+    patched = []
+    for owner in (strategy, strategy.extended):
+        for name, value in vars(owner).items():
+            method = getattr(type(owner), name, None)
+            if callable(value) and callable(method):
+                if getattr(value, "__func__", None) is method and getattr(value, "__self__", None) is owner:
+                    continue
+                patched.append(f"{type(owner).__name__}.{name}")
+    return sorted(patched)
+
+
+@pytest.fixture(autouse=True)
+def _cached_strategies_left_as_found(request):
+    """A test that patches one of moxlite's cached MirroredStrategies must put it back (monkeypatch).
+
+    ``mirrored_strategy`` hands every run in the process the same strategy per device set; a
+    counter once left patched on one was read by the traces of later tests in the same worker,
+    which failed far from the cause. This fails the test that left it instead.
+    """
+    from moxlite.distribute import strategy as strategy_lib
+
+    before = {key: _patched_methods(s) for key, s in strategy_lib._MIRRORED_STRATEGIES.items()}
+    yield
+    for key, cached in strategy_lib._MIRRORED_STRATEGIES.items():
+        left = sorted(set(_patched_methods(cached)) - set(before.get(key, [])))
+        if left:
+            pytest.fail(f"{request.node.nodeid} left {', '.join(left)} patched on the cached strategy over "
+                        f"{list(key)}; patch it with monkeypatch so it is put back", pytrace=False)
+
+
 @pytest.fixture(autouse=True)
 def _grappler_as_marked(request):
     """Grappler on for a test marked `grappler`, off again after it (see GRAPPLER_ON above)."""
