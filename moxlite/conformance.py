@@ -317,8 +317,8 @@ EXAMPLES = [
      "lars under batch_gradients; the tf.cond warm-up rate of the global step follows it, update by update"),
     ("moxing_doc_dgc_resnet50.py", "docs/moxing_api_doc/MoXing_API_MoreExamples.md", "different",
      "the script's epoch-string rate (tf.cond of warm-up and piecewise_constant) follows the step, export and "
-     "EVAL as documented; deep gradient compression itself is not in moxlite: --variable_update and the "
-     "--dgc_* flags are unknown flags"),
+     "EVAL as documented; deep gradient compression itself is not in moxlite: run() warns that --variable_update "
+     "and each --dgc_* flag are ignored, one line each"),
     ("moxing_doc_introduction_mnist.py", "docs/moxing_api_doc/MoXing_API_Introduction.md", "same",
      "no batch_size, an endless generator, max_number_of_steps=1000"),
     ("moxing_doc_compare_native_mnist.py", "docs/moxing_api_doc/obsolete/MoXing_API.md", "same",

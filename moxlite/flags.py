@@ -6,6 +6,7 @@ on the command line (``python train.py --num_gpus=2``). Flags that moxlite
 does not know are left for the script's own parser.
 """
 
+import difflib
 import json
 import math
 import os
@@ -193,6 +194,52 @@ def _ensure_parsed():
         FLAGS(known)
     except absl_flags.Error as error:
         raise errors.ArgumentError(f"command-line flag: {error}") from None
+
+
+# MoXing flags that moxlite does not implement, and what a script that passes one gets instead.
+# A key ending in "_" stands for every flag it begins (MoXing's --dgc_* family).
+NOT_IMPLEMENTED = {
+    "variable_update": "the distribution comes from --num_gpus, --worker_hosts/--ps_hosts (or TF_CONFIG) "
+                       "and --sync_replicas",
+    "dgc_": "deep gradient compression is not in moxlite; gradients are reduced uncompressed",
+    "clone_on_cpu": "replicas run on the local devices --num_gpus gives; there is no CPU clone",
+}
+# Flags absl's app handles itself, defined only once absl.app is imported.
+_ABSL_APP_FLAGS = ("help", "helpfull", "helpshort", "helpxml", "flagfile", "undefok", "only_check_args",
+                   "pdb", "pdb_post_mortem", "run_with_pdb", "run_with_profiling", "profile_file",
+                   "use_cprofile_for_profiling")
+
+
+def unheeded_command_line_flags(argv=None):
+    """One line for each command-line flag that nothing here will read and that looks meant for
+    moxlite: a MoXing flag moxlite does not implement, or a near miss of a moxlite flag.
+
+    ``tf.compat.v1.app.run`` tolerates flags nobody defined, so ``--num_gpu=2`` or MoXing's
+    ``--variable_update`` would otherwise train as if not passed, without a word. A flag the
+    script defines through absl is its own; one its argparse reads is not seen here, so other
+    unknown names are left alone. ``argv``: the arguments after the program (default sys.argv's).
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    lines = []
+    for argument in argv:
+        if argument == "--":
+            break
+        if not argument.startswith("-") or _flag_name(argument) is not None:
+            continue
+        name = argument.lstrip("-").split("=", 1)[0]
+        bare = name[2:] if name.startswith("no") else None
+        if not name or name in FLAGS or (bare and bare in FLAGS) or name in _ABSL_APP_FLAGS:
+            continue
+        instead = next((why for key, why in NOT_IMPLEMENTED.items()
+                        if name == key or (key.endswith("_") and name.startswith(key))), None)
+        if instead:
+            lines.append(f"{argument}: a MoXing flag moxlite does not implement, ignored; {instead}")
+            continue
+        close = difflib.get_close_matches(name, FLAG_TABLE, n=1, cutoff=0.8)
+        if close:
+            lines.append(f"{argument}: not a moxlite flag, and the script defines no absl flag of that name; "
+                         f"moxlite ignores it (did you mean --{close[0]}?)")
+    return lines
 
 
 def flag_value(name):

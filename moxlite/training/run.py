@@ -10,7 +10,7 @@ can fail on user input runs before anything is written to ``log_dir``.
 
 import dataclasses
 
-from moxlite import distribute, errors, process_exit
+from moxlite import distribute, errors, flags, logs, process_exit
 from moxlite.contract import ModeKeys
 from moxlite.file import training_cache
 from moxlite.training.state import checkpoints
@@ -46,7 +46,20 @@ def run(input_fn=None, output_fn=None, model_fn=None, optimizer_fn=None, run_mod
             f"gives it no meaning, and moxlite has no session fetches); drop it")
     if training_cache.needs_local_cache(locals()):  # s3:// / obs:// log_dir: run in a local cache
         return training_cache.run_through_local_cache(run, locals())
+    _tell_unheeded_flags()
     return _run_checked(config_lib.from_run_arguments(locals()))
+
+
+_told_flags = set()
+
+
+def _tell_unheeded_flags():
+    """A warning line, once per process, for each command-line flag meant for moxlite that it will
+    not read (``flags.unheeded_command_line_flags``): a second run() in the process says nothing new."""
+    for line in flags.unheeded_command_line_flags():
+        if line not in _told_flags:
+            _told_flags.add(line)
+            logs.get_logger().warning(line)
 
 
 def run_config(config):
