@@ -181,6 +181,36 @@ def test_moxing_doc_early_stopping_stops_by_the_documented_rule(tmp_path):
     assert runlib.checkpoint_step(str(tmp_path / "log")) == stop
 
 
+def _resnet50_predicting_checkpoint(directory, images, seed=0):
+    """A 1000-class ResNet-50 checkpoint in moxlite's format (the zoo's network: Keras's ResNet-50
+    features, average pooling, a Dense named logits, built by plain Keras); its logits on ``images``.
+
+    Seeded initializers leave every image the same top class (their features differ by ~25 %), so
+    the logits layer gets a seeded normal kernel and the bias that centres ``images``' logits: each
+    digit then has classes of its own. Keras draws an unseeded initializer's seed from Python's
+    ``random``, seeded here for the build alone and put back after, so later tests in this process
+    see the state they would have.
+    """
+    import random
+
+    import keras
+    from moxlite.training.state.checkpoints import Checkpointer
+    state = random.getstate()
+    try:
+        random.seed(seed)
+        backbone = keras.applications.ResNet50(include_top=False, weights=None, input_shape=images.shape[1:],
+                                               pooling="avg")
+        model = keras.Model(backbone.input, keras.layers.Dense(1000, name="logits")(backbone.output))
+    finally:
+        random.setstate(state)
+    features = backbone(images, training=False).numpy().astype(np.float64)
+    kernel = np.random.RandomState(seed).normal(size=(features.shape[1], 1000))
+    bias = -(features @ kernel).mean(axis=0)
+    model.get_layer("logits").set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
+    Checkpointer(directory, tf.Variable(1, dtype=tf.int64), [w.value for w in model.weights]).save(1)
+    return features @ kernel + bias
+
+
 @pytest.mark.slow   # ResNet-50 predictions at 224x224, in a subprocess and here
 def test_moxing_doc_predict_output_fn_writes_a_dataframe_to_obs(s3, tmp_path):
     import re
@@ -188,36 +218,34 @@ def test_moxing_doc_predict_output_fn_writes_a_dataframe_to_obs(s3, tmp_path):
     from tests.test_moxing_raw_images import write_digit_folders
     write_digit_folders(str(tmp_path / "eval"), per_class=2, classes=(0, 1, 2), size=(40, 40))
     meta = mox.ImageClassificationRawMetadata(base_dir=str(tmp_path / "eval"))
-
-    def model_fn(inputs, mode):   # the script's, with a loss for the one TRAIN step that writes a checkpoint
-        logits, _ = mox.get_model_fn(name="resnet_v1_50", run_mode=mode, num_classes=1000, weight_decay=0.0001)(inputs[0])
-        if mode != mox.ModeKeys.TRAIN:
-            return mox.ModelSpec(output_info={"prediction": tf.argmax(logits, axis=1)})
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=inputs[1], logits=logits))
-        return mox.ModelSpec(loss=loss, log_info={"loss": loss})
-
-    small = lambda mode: mox.ImageClassificationRawDataset(meta).as_dataset(["image", "label"]).map(  # noqa: E731
-        lambda image, label: (tf.image.resize(tf.cast(image, tf.float32), [32, 32]), label))
-    mox.run(input_fn=small, model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 1e-3),
-            run_mode=mox.ModeKeys.TRAIN, batch_size=2, log_dir=str(tmp_path / "checkpoint"), max_number_of_steps=1)
+    # Reference: each file decoded and resized as the script's input_fn does, through plain Keras
+    # with the weights of the checkpoint the script predicts from.
+    paths = sorted(meta.file_paths)
+    images = np.stack([tf.squeeze(tf.image.resize(tf.expand_dims(
+        tf.io.decode_png(tf.io.read_file(path), channels=3), 0), [224, 224]), 0).numpy() for path in paths])
+    logits = _resnet50_predicting_checkpoint(str(tmp_path / "checkpoint"), images)
+    top2 = np.sort(logits, axis=1)[:, -2:]
+    assert len(set(np.argmax(logits, axis=1))) >= 3 and np.all(top2[:, 1] - top2[:, 0] > 1e-2)
+    predicted = dict(zip(paths, np.argmax(logits, axis=1)))
 
     bucket = s3.new_bucket()
     run_port("moxing_doc_predict_output_fn.py", f"--data_url={tmp_path / 'eval'}",
              f"--output_url=obs://{bucket}/outputs.txt", f"--checkpoint_url={tmp_path / 'checkpoint'}",
              "--batch_size=2")
 
-    # Reference: the same checkpoint and images through a plain tf.data input (no per-sample tracing).
-    def plain(mode):
-        return mox.ImageClassificationRawDataset(meta).as_dataset(["image"]).map(
-            lambda image: tf.squeeze(tf.image.resize(tf.expand_dims(image, 0), [224, 224]), 0))
-    expected = []
-    mox.run(input_fn=plain, model_fn=model_fn, output_fn=expected.extend, output_every_n_steps=10, batch_size=2,
-            run_mode=mox.ModeKeys.PREDICT, max_number_of_steps=10, checkpoint_path=str(tmp_path / "checkpoint"))
+    # The images in the order the script's run reads them: the raw data set shuffled every pass
+    # (seed 0, no global seed, as in the script's fresh process; a fresh graph has none that
+    # earlier tests in this process set), 10 steps of 2, repeating over the 6 images.
+    with tf.Graph().as_default():
+        names = mox.ImageClassificationRawDataset(meta).as_dataset(["image_name"]).batch(2).take(10)
+        next_names = tf.compat.v1.data.make_one_shot_iterator(names).get_next()[0]
+        with tf.compat.v1.Session() as session:
+            order = [[name.decode() for name in session.run(next_names)] for _ in range(10)]
     table = pd.read_csv(io.BytesIO(s3.client().get_object(Bucket=bucket, Key="outputs.txt")["Body"].read()))
     # MoXing's documented outputs: one dict per step, {'prediction': ndarray of the batch}
     got = [[int(v) for v in re.findall(r"\d+", cell.split("array(")[1])] for cell in table.iloc[:, 1]]
     assert len(got) == 10
-    assert got == [list(step["prediction"]) for step in expected]
+    assert got == [[int(predicted[name]) for name in step] for step in order]
 
 
 @pytest.mark.slow   # an fp16 ResNet-50 fine-tuned in a subprocess
