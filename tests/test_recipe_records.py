@@ -65,7 +65,7 @@ BILLION_LAUGHS = "\n".join(
     + ["input: {name: mnist}", "model: {name: mlp}", "optimizer: {name: sgd, kwargs: {x: *i}}"]) + "\n"
 
 
-def test_nested_aliases_fail_in_under_a_second_with_one_line(tmp_path, capsys):
+def test_nested_aliases_fail_in_seconds_with_one_line(tmp_path, capsys):
     log_dir = tmp_path / "never"
     path = tmp_path / "laughs.yaml"
     path.write_text(BILLION_LAUGHS.replace("LOG_DIR", str(log_dir)))
@@ -73,15 +73,17 @@ def test_nested_aliases_fail_in_under_a_second_with_one_line(tmp_path, capsys):
 
     # CPU seconds of this thread, not wall time or the whole process's CPU, so neither other load on
     # the machine nor threads an earlier test in this process left running count: expanding the 387
-    # million strings would take minutes of CPU, refusing them a few milliseconds.
+    # million strings would take minutes of CPU, refusing them a few milliseconds. The bound is 5 s:
+    # cli.main took 1.47 s of this thread's CPU in a worker that had run 800 tests (a collection of
+    # its heap, the CLI's set-up), which a 1 s bound failed; an expansion still fails 5 s by far.
     started = time.thread_time()
     with pytest.raises(loader.errors.RecipeError, match="expands to more than 20000 values through YAML aliases"):
         loader.load([str(path)])
-    assert time.thread_time() - started < 1.0
+    assert time.thread_time() - started < 5.0
 
     started = time.thread_time()
     code = cli.main([str(path)])
-    assert time.thread_time() - started < 1.0
+    assert time.thread_time() - started < 5.0
     captured = capsys.readouterr()
     assert code == 2 and captured.out == ""
     lines = captured.err.strip().splitlines()
