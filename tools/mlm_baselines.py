@@ -11,13 +11,16 @@ on: the same seed, so the same masks), and prints:
 - ``sampling_accuracy``: held-out accuracy expected when the prediction is drawn from the
   training unigram p, ``mean over held-out targets of p(y)`` (= sum_y q(y) p(y), q the held-out's
   frequencies; with q = p it is sum p^2);
+- ``train_sum_p_squared`` and ``train_most_frequent_share``: the same two accuracies on the
+  training targets themselves (sum p^2, max p);
 - ``oracle_most_frequent_accuracy``: the share of the held-out's own most frequent token (the
   best a constant prediction could do, chosen in hindsight);
 - ``train_entropy``: the entropy of the training unigram (nats): the training loss of a model
   that has learned only the frequencies;
 - ``heldout_cross_entropy``: ``-mean log p(y)`` over the held-out targets (nats), p smoothed by
   adding ``--alpha`` to every vocabulary entry's count so unseen tokens have a finite cost: the
-  held-out loss of the same model.
+  held-out loss of the same model; ``heldout_unseen_share`` is the share of held-out targets
+  never seen among the training targets.
 
 A model learns context when its held-out accuracy is well above the first and its held-out
 loss well below the last.
@@ -53,6 +56,7 @@ def unigram_baselines(train_ids, heldout_ids, vocab_size, alpha=0.5):
         "most_frequent_accuracy": float(np.mean(heldout_ids == most_frequent)),
         "sampling_accuracy": float(np.mean(p_raw[heldout_ids])),
         "train_sum_p_squared": float(np.sum(p_raw ** 2)),
+        "train_most_frequent_share": float(p_raw[most_frequent]),
         "oracle_most_frequent_accuracy": float(heldout_counts.max() / heldout_ids.size),
         "train_entropy": float(-np.sum(nonzero * np.log(nonzero))),
         "heldout_cross_entropy": float(-np.mean(np.log(smoothed[heldout_ids]))),
