@@ -123,3 +123,38 @@ def test_a_kept_run_made_under_other_schedule_defaults_is_not_reused(tmp_path):
         json.dump({"options": bench_thor_bert.run_options("thor"), "final": 0.1}, file)
     assert bench_thor_bert.stored_run(str(tmp_path), "thor", (0.04, 0.05), 0, 600, False)["final"] == 0.1
     assert bench_thor_bert.run_options("lamb") is None
+
+
+def test_the_grammar_workload_reads_its_recipe_and_schedules_thor_as_mindspore_scaled():
+    """--workload grammar: Lamb's first point is grammar_mlm_lamb.yaml's own schedule, the run its steps,
+    batch and model; THOR's first point is MindSpore's BERT schedules (shared/reference/thor.md) over
+    those steps, refreshing every 10; configure("bert_tiny") puts the BERT-tiny constants back."""
+    from moxlite.recipes import builders, loader
+
+    recipe = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes",
+                          "grammar_mlm_lamb.yaml")
+    loaded = loader.load([recipe], [])
+    plan = builders.build_plan(loaded)
+    before = (bench_thor_bert.SEQ_LENGTH, bench_thor_bert.BATCH, bench_thor_bert.FREQUENCY, bench_thor_bert.THOR_WARMUP)
+    try:
+        reduced, _, _ = bench_thor_bert.configure("grammar")
+        steps = reduced["steps"]
+        assert steps == loaded.recipe.run.steps == 3000 and bench_thor_bert.BATCH == loaded.recipe.run.batch_size
+        assert bench_thor_bert.SEQ_LENGTH == 64 and bench_thor_bert.WORKLOAD["model"]["hidden_dim"] == 128
+        assert bench_thor_bert.WORKLOAD["data"]["vocabulary"].endswith("grammar_corpus/vocab.txt")
+        lamb = bench_thor_bert.optimizer_fn_for("lamb", reduced["sweeps"]["lamb"][0], steps)()
+        recipe_lr = builders._learning_rate(loaded, plan.flags, None)
+        for step in (0, 1000, 2999, 3000):
+            assert abs(float(recipe_lr(step)) - float(lamb._learning_rate(step))) < 1e-9, step
+        assert sorted(reduced["sweeps"]["lamb"]) == [0.005, 0.01, 0.02]
+        thor = bench_thor_bert.optimizer_fn_for("thor", reduced["sweeps"]["thor"][0], steps)()
+        assert thor.frequency == 10
+        assert abs(float(thor.inner_optimizer._learning_rate(0)) - 3.4e-3) < 1e-9
+        assert abs(float(thor.inner_optimizer._learning_rate(steps)) - 3.244e-5) < 1e-9
+        assert (thor.damping.initial_value, thor.damping.total_steps) == (5e-2, steps)
+        assert abs(thor.damping.end_value - 1e-6) < 1e-15
+        assert bench_thor_bert.settings_for(reduced, "thor+bt") == [(0.04, 0.05)]
+    finally:
+        bench_thor_bert.configure("bert_tiny")
+    assert (bench_thor_bert.SEQ_LENGTH, bench_thor_bert.BATCH, bench_thor_bert.FREQUENCY,
+            bench_thor_bert.THOR_WARMUP) == before and "thor+bt" not in bench_thor_bert.THOR_VARIANTS

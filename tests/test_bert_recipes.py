@@ -112,3 +112,36 @@ def test_mindspore_large_pretraining_recipe_runs_shortened_on_synthetic_tokens(c
     assert "step: 3(global step: 3)" in out and "next_sentence_loss" in out
     weights = _model_weights(tmp_path / size)
     assert all(np.all(np.isfinite(w)) for w in weights.values())
+
+
+GRAMMAR_LAMB = os.path.join(REPO, "recipes", "grammar_mlm_lamb.yaml")
+
+
+@pytest.mark.slow   # 16.4 user + 0.9 sys CPU s (2026-12-03, beside the sweep): two runs, each tokenizing the corpus
+def test_grammar_lamb_recipe_equals_the_same_stack_written_in_python(capsys, tmp_path):
+    """grammar_mlm_lamb.yaml shortened (3 steps of 4 sequences of 16 words) through moxlite-run's main, against
+    the same data and model with Lamb built by the Python API: lr 0.01 linear to 0, decoupled decay 0.01."""
+    import keras
+
+    import moxlite as mox
+    from moxlite.recipes import execution
+
+    overrides = ["run.steps=3", "run.batch_size=4", "run.evaluate=false", "run.log_every_n_steps=1",
+                 "run.save_model_steps=3", "input.text.seq_length=16", "input.text.max_predictions=3",
+                 "input.text.num_samples=17347",   # the corpus's 16-word sequences: given, so no run counts them
+                 "input.shuffle_buffer=64", "model.bert_tiny.max_sequence_length=16",
+                 "optimizer.learning_rate.decay_steps=3"]
+    assert cli.main(_arguments(GRAMMAR_LAMB, overrides + [f"run.log_dir={tmp_path / 'recipe'}"])) == 0
+    plan = builders.build_plan(loader.load([GRAMMAR_LAMB], overrides + [f"run.log_dir={tmp_path / 'python'}"]))
+    decay = keras.optimizers.schedules.PolynomialDecay(0.01, 3, end_learning_rate=0.0)
+    execution.apply_flags(plan)
+    keras.utils.set_random_seed(plan.seed)
+    mox.run(**dict(plan.arguments(), optimizer_fn=mox.get_optimizer_fn("lamb", learning_rate=decay, weight_decay=0.01)))
+    recipe, python = _model_weights(tmp_path / "recipe"), _model_weights(tmp_path / "python")
+    assert list(recipe) == list(python) and len(recipe) > 30
+    # The recipe's 128-wide model over the corpus's 689-word vocabulary, and its 512-wide feed-forward.
+    assert any(value.shape == (689, 128) for value in python.values())
+    assert any(value.shape == (128, 512) for value in python.values())
+    for name, value in python.items():
+        np.testing.assert_allclose(recipe[name], value, atol=1e-6, err_msg=name)
+    assert tf.train.load_checkpoint(str(tmp_path / "recipe")).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 3

@@ -423,9 +423,10 @@ def main(argv=None):
     parser.add_argument("--full", action="store_true", help="the full benchmark (more seeds, steps and settings)")
     parser.add_argument("--models", default="cnn,mlp", help="comma-separated: cnn, mlp")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per optimizer (>= 3 for the goals)")
-    parser.add_argument("--workload", default="digits", choices=("digits", "bert_tiny"),
+    parser.add_argument("--workload", default="digits", choices=("digits", "bert_tiny", "grammar"),
                         help="digits: the CNN and MLP against momentum and Adam; bert_tiny: masked-LM pre-training "
-                             "on the bundled corpus against Lamb and AdamW (tools/bench_thor_bert.py)")
+                             "on the bundled corpus against Lamb and AdamW (tools/bench_thor_bert.py); grammar: the "
+                             "same on recipes/grammar_mlm_lamb.yaml's corpus and model (2x128, 3000 steps)")
     parser.add_argument("--quick", action="store_true", help="bert_tiny: a few steps, one seed (a check that it runs)")
     parser.add_argument("--plot", default=None, help="plot file (default tools/bench_thor.png, bert_tiny: "
                                                      "tools/figures/bench_thor_bert_tiny.png)")
@@ -473,10 +474,11 @@ def main(argv=None):
     from moxlite.training import reporting
 
     reporting.get_logger().setLevel(logging.WARNING)
-    if args.workload == "bert_tiny":
+    if args.workload in ("bert_tiny", "grammar"):
         import bench_thor_bert
 
-        args.plot = args.plot or os.path.join(REPO, "tools", "figures", "bench_thor_bert_tiny.png")
+        figure = "bench_thor_bert_tiny.png" if args.workload == "bert_tiny" else "bench_thor_grammar.png"
+        args.plot = args.plot or os.path.join(REPO, "tools", "figures", figure)
         os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
         bench_thor_bert.main(args)
         return 0

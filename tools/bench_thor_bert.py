@@ -93,6 +93,80 @@ FULL = dict(steps=2000, seeds=5, eval_every=25, sweeps={
 })
 QUICK = dict(steps=50, seeds=1, eval_every=25, sweeps={"thor": [(0.05, 0.05)], "lamb": [1e-2], "adamw": [3e-3]})
 
+# The workload: "bert_tiny" (the constants above, the bundled corpus, bert_tiny's own sizes) or
+# "grammar" (configure("grammar"): recipes/grammar_mlm_lamb.yaml's data, model, batch and steps).
+WORKLOAD = dict(name="bert_tiny", data={}, model={})
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRAMMAR_RECIPE = os.path.join(REPO, "recipes", "grammar_mlm_lamb.yaml")
+# MindSpore's BERT schedules (shared/reference/thor.md: lr 3.4e-3 -> 3.244e-5 and damping 5e-2 -> 1e-6,
+# polynomial power 1, no warm-up, frequency 100), the refresh interval scaled with the run's length
+# (100 over 30,000 steps -> 10 over the grammar run's 3,000: the same 300 refreshes).
+MINDSPORE_LR, MINDSPORE_LR_END, MINDSPORE_DAMPING, MINDSPORE_DAMPING_END = 3.4e-3, 3.244e-5, 5e-2, 1e-6
+GRAMMAR_EVAL_EVERY = 100
+# thor+bt: the BERT-tiny recipe's form (bert_tiny_mlm_thor.yaml: lr 0.04 -> 1/10 after a 50-step
+# warm-up, damping 0.05 -> 1/50), swept as its own kind beside MindSpore's form.
+GRAMMAR_VARIANTS = {"thor+bt": {"warmup": 50, "lr_end": 1 / 10, "damping_end": 1 / 50}}
+_BERT_TINY_DEFAULTS = None
+
+
+def grammar_workload(recipe=GRAMMAR_RECIPE):
+    """The grammar workload's settings, read from its Lamb recipe: (data, model, batch, steps, Lamb's lr)."""
+    import yaml
+
+    with open(recipe) as file:
+        loaded = yaml.safe_load(file)
+    text = loaded["input"]["text"]
+    data = dict(train_files=[os.path.join(REPO, path) for path in text["train_files"]],
+                eval_files=[os.path.join(REPO, path) for path in text["eval_files"]],
+                vocabulary=os.path.join(REPO, text["vocabulary"]),
+                seq_length=int(text["seq_length"]), max_predictions=int(text["max_predictions"]))
+    model = dict(loaded["model"]["bert_tiny"])
+    return dict(data=data, model=model, batch=int(loaded["run"]["batch_size"]), steps=int(loaded["run"]["steps"]),
+                lamb_lr=float(loaded["optimizer"]["learning_rate"]["initial_learning_rate"]))
+
+
+def configure(name):
+    """Set the module's workload ("bert_tiny" or "grammar"); returns the (REDUCED, FULL, QUICK) configs."""
+    global SEQ_LENGTH, MAX_PREDICTIONS, BATCH, FREQUENCY, THOR_LR_END, THOR_DAMPING_END, THOR_WARMUP, _BERT_TINY_DEFAULTS
+    if _BERT_TINY_DEFAULTS is None:
+        _BERT_TINY_DEFAULTS = dict(SEQ_LENGTH=SEQ_LENGTH, MAX_PREDICTIONS=MAX_PREDICTIONS, BATCH=BATCH,
+                                   FREQUENCY=FREQUENCY, THOR_LR_END=THOR_LR_END, THOR_DAMPING_END=THOR_DAMPING_END,
+                                   THOR_WARMUP=THOR_WARMUP)
+    globals().update(_BERT_TINY_DEFAULTS)
+    for kind in GRAMMAR_VARIANTS:
+        THOR_VARIANTS.pop(kind, None)
+    if name == "bert_tiny":
+        WORKLOAD.update(name="bert_tiny", data={}, model={})
+        return REDUCED, FULL, QUICK
+    if name != "grammar":
+        raise ValueError(f"workload {name!r}: choose bert_tiny or grammar")
+    grammar = grammar_workload()
+    WORKLOAD.update(name="grammar", data=grammar["data"], model=grammar["model"])
+    SEQ_LENGTH, MAX_PREDICTIONS, BATCH = grammar["data"]["seq_length"], grammar["data"]["max_predictions"], grammar["batch"]
+    FREQUENCY = 10
+    THOR_LR_END, THOR_DAMPING_END, THOR_WARMUP = (MINDSPORE_LR_END / MINDSPORE_LR,
+                                                  MINDSPORE_DAMPING_END / MINDSPORE_DAMPING, 0)
+    THOR_VARIANTS.update(GRAMMAR_VARIANTS)
+    lamb = grammar["lamb_lr"]
+    sweeps = {
+        # MindSpore's BERT lr and damping first; then its form at 10x the lr
+        "thor": [(MINDSPORE_LR, MINDSPORE_DAMPING), (10 * MINDSPORE_LR, MINDSPORE_DAMPING)],
+        "thor+bt": [(0.04, 0.05)],
+        "lamb": [lamb, lamb / 2, lamb * 2],   # the recipe's 0.01, 0.005, 0.02
+        "adamw": [3e-3, 1e-3, 1e-2],
+    }
+    reduced = dict(steps=grammar["steps"], seeds=3, eval_every=GRAMMAR_EVAL_EVERY, sweeps=sweeps)
+    quick = dict(steps=20, seeds=1, eval_every=10,
+                 sweeps={"thor": [sweeps["thor"][0]], "thor+bt": sweeps["thor+bt"], "lamb": [lamb], "adamw": [3e-3]})
+    return reduced, reduced, quick
+
+
+def settings_for(config, kind):
+    """The settings swept for ``kind``: its own list, else THOR's for a THOR variant."""
+    if kind in config["sweeps"]:
+        return config["sweeps"][kind]
+    return config["sweeps"]["thor"]
+
 
 def is_thor(kind):
     return kind in THOR_VARIANTS
@@ -150,13 +224,18 @@ class Corpus:
         from moxlite.contract import ModeKeys
         from moxlite.data import text_checks, text_datasets, wordpiece
 
-        data = text_datasets.text(seq_length=SEQ_LENGTH, max_predictions=MAX_PREDICTIONS, seed=0)
+        files = WORKLOAD["data"]
+        train_files = files.get("train_files", [wordpiece.BUNDLED_TRAIN])
+        vocabulary = files.get("vocabulary", wordpiece.BUNDLED_VOCABULARY)
+        data = text_datasets.text(train_files=files.get("train_files", ()), eval_files=files.get("eval_files", ()),
+                                  vocabulary=files.get("vocabulary"), seq_length=SEQ_LENGTH,
+                                  max_predictions=MAX_PREDICTIONS, seed=0)
         self.vocab_size = data.text.vocab_size
         self.held_out = [{key: np.asarray(value) for key, value in batch.items()}
                          for batch in data.input_fn(ModeKeys.EVAL).batch(256)]
-        vocab = text_datasets.text_vocabulary([wordpiece.BUNDLED_TRAIN], wordpiece.BUNDLED_VOCABULARY)
+        vocab = text_datasets.text_vocabulary(train_files, vocabulary)
         self._ids = vocab.ids
-        packed = text_datasets.pack_sequences(text_datasets._lines([wordpiece.BUNDLED_TRAIN]), vocab.tokenize,
+        packed = text_datasets.pack_sequences(text_datasets._lines(train_files), vocab.tokenize,
                                               SEQ_LENGTH, vocab.ids[text_checks.CLS], vocab.ids[text_checks.SEP])
         self.train_sequences = np.stack([np.asarray(sequence) for sequence in packed])
 
@@ -296,7 +375,8 @@ def train_once(kind, setting, seed, config, corpus, results, log_root, timed=Fal
     from moxlite.models import bert
 
     keras.utils.set_random_seed(seed)
-    inner = bert.bert_model_fn("tiny", vocabulary_size=corpus.vocab_size, max_sequence_length=SEQ_LENGTH)
+    model = dict(dict(max_sequence_length=SEQ_LENGTH), **WORKLOAD["model"])
+    inner = bert.bert_model_fn("tiny", vocabulary_size=corpus.vocab_size, **model)
     recorder = Recorder(inner.network, corpus.held_out)
 
     def model_fn(inputs, mode):
@@ -309,7 +389,7 @@ def train_once(kind, setting, seed, config, corpus, results, log_root, timed=Fal
         return made[-1]
 
     # A fresh directory per run: a log_dir holding a checkpoint would resume instead of training.
-    log_dir = tempfile.mkdtemp(prefix=f"bert_tiny_{kind}_{seed}_", dir=log_root)
+    log_dir = tempfile.mkdtemp(prefix=f"{WORKLOAD['name']}_{kind}_{seed}_", dir=log_root)
     mox.run(input_fn=corpus.input_fn_for(seed), model_fn=model_fn, optimizer_fn=optimizer_fn,
             run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=log_dir, max_number_of_steps=steps,
             log_every_n_steps=interval, save_summary_steps=10 ** 9, save_model_steps=10 ** 9)
@@ -339,7 +419,7 @@ def sweep(config, kinds, corpus, results, log_root, print_fn=print, timed=False)
     """{optimizer: (best setting, [one run per seed])}, the sweep on seed 0 (highest final accuracy);
     the runs it makes are kept as timed with ``timed``."""
     def settings_of(kind):
-        return config["sweeps"]["thor" if is_thor(kind) else kind]
+        return settings_for(config, kind)
 
     def train(kind, setting, seed):
         return train_once(kind, setting, seed, config, corpus, results, log_root, timed=timed)
@@ -363,7 +443,7 @@ def kept_best(config, kinds, results):
     best = {}
     for kind in kinds:
         tried = [(-run["final"], str(setting), setting, run) for setting in
-                 config["sweeps"]["thor" if is_thor(kind) else kind] for run in [kept(kind, setting, 0)] if run]
+                 settings_for(config, kind) for run in [kept(kind, setting, 0)] if run]
         if tried:
             setting = min(tried, key=lambda t: t[:2])[2]
             best[kind] = (setting, [run for run in (kept(kind, setting, seed) for seed in range(config["seeds"]))
@@ -502,7 +582,7 @@ def plot(best, path, print_fn=print):
         axis.set_xlabel(unit)
         axis.set_ylabel("held-out masked-LM accuracy")
         axis.legend(loc="lower right", fontsize=8)
-    axes[0, 0].set_title(f"bert_tiny: accuracy vs steps (median of {len(best[kinds[0]][1])} seeds)", fontsize=9)
+    axes[0, 0].set_title(f"{WORKLOAD['name']}: accuracy vs steps (median of {len(best[kinds[0]][1])} seeds)", fontsize=9)
     axes[0, 1].set_title(f"accuracy vs CPU seconds (dotted: target, {baseline}'s lowest final)" if baseline
                          else "accuracy vs CPU seconds (no baseline's runs: no target)", fontsize=9)
     figure.tight_layout()
@@ -514,7 +594,9 @@ def plot(best, path, print_fn=print):
 def main(args, print_fn=print):
     """The bert_tiny workload of tools/bench_thor.py (its --full, --quick, --seeds, --plot, --log-root, --results,
     --optimizers, --thor-variant, --thor-settings, --steps, --no-timing, --timing-only, --timed-seeds)."""
-    config = dict(QUICK if args.quick else FULL if args.full else REDUCED)
+    reduced, full, quick = configure(getattr(args, "workload", "bert_tiny"))
+    name = WORKLOAD["name"]
+    config = dict(quick if args.quick else full if args.full else reduced)
     config["sweeps"] = dict(config["sweeps"])
     if args.seeds:
         config["seeds"] = args.seeds
@@ -529,8 +611,8 @@ def main(args, print_fn=print):
         if getattr(args, f"{kind}_settings"):
             config["sweeps"][kind] = [float(v) for v in getattr(args, f"{kind}_settings").split(",")]
     kinds = ([k.strip() for k in args.optimizers.split(",")] if args.optimizers
-             else list(config["sweeps"]) + [k for k in THOR_VARIANTS if k != "thor"])
-    results = args.results or os.path.join(args.log_root, "bert_tiny_results")
+             else list(config["sweeps"]) + [k for k in THOR_VARIANTS if k != "thor" and k not in config["sweeps"]])
+    results = args.results or os.path.join(args.log_root, f"{name}_results")
     os.makedirs(results, exist_ok=True)
     os.makedirs(args.log_root, exist_ok=True)
     print_fn(f"{'Quick' if args.quick else 'Full' if args.full else 'Reduced'} run: {config['seeds']} seed(s), "
@@ -538,11 +620,11 @@ def main(args, print_fn=print):
              f"held-out accuracy every {config['eval_every']} steps; runs kept in {results}")
     started = time.time()
     corpus = LazyCorpus(print_fn)
-    print_fn(f"\n## bert_tiny: {config['steps']} steps of batch {BATCH} x {SEQ_LENGTH} tokens")
+    print_fn(f"\n## {name}: {config['steps']} steps of batch {BATCH} x {SEQ_LENGTH} tokens")
     if args.run_seeds:   # the first setting of each optimizer on these seeds only: no sweep, no report
         for seed in (int(s) for s in args.run_seeds.split(",")):
             for kind in kinds:
-                setting = config["sweeps"]["thor" if is_thor(kind) else kind][0]
+                setting = settings_for(config, kind)[0]
                 run = train_once(kind, setting, seed, config, corpus, results, args.log_root)
                 print_fn(f"   {kind} {setting} seed {seed}: final held-out accuracy {run['final']:.4f}")
         return None
