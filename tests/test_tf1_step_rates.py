@@ -10,6 +10,7 @@ where optimizer_fn returns a TF1 optimizer, else the rate tensor evaluated at ea
 
 import functools
 import logging
+import threading
 
 import keras
 import numpy as np
@@ -18,6 +19,7 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite import logs
+from moxlite.optimizers import tf1_adapter
 from tests import runlib
 
 STEPS = 8          # updates compared per run
@@ -287,3 +289,43 @@ def test_a_python_number_read_from_the_step_is_constant_and_says_so(tmp_path, ca
     lines = [r.getMessage() for r in caplog.records if "constant for the whole run" in r.getMessage()]
     assert len(lines) == 1, lines
     assert "global step 0" in lines[0]
+
+
+def test_overlapping_runs_on_two_threads_each_see_their_step_and_leave_tf1_as_it_was():
+    """Two runs in one process may call their optimizer_fn at the same time on two threads
+    (tests/test_amp_levels.py runs two at once). Forced here into the order that once leaked:
+    A opens, B opens, A closes, B closes. Each thread reads its own step while open, and
+    afterwards TF1's getters and decay functions behave as TF1's own again: in a graph, a graph
+    variable and a graph tensor; eagerly, TF2's callable."""
+    steps = {"a": tf.Variable(3, dtype=tf.int64), "b": tf.Variable(7, dtype=tf.int64)}
+    a_open, b_open, a_closed = threading.Event(), threading.Event(), threading.Event()
+    read, failures = {}, []
+
+    def run(name, wait_before, signal, wait_inside, signal_after):
+        try:
+            if wait_before is not None:
+                assert wait_before.wait(30)
+            with tf1_adapter.run_global_step_as_tf1_global_step(steps[name]):
+                signal.set()
+                assert wait_inside.wait(30)
+                read[name] = int(tf.compat.v1.train.get_global_step().numpy())
+            if signal_after is not None:
+                signal_after.set()
+        except BaseException as error:   # reported on the test's thread
+            failures.append(error)
+            for event in (a_open, b_open, a_closed):
+                event.set()
+
+    threads = [threading.Thread(target=run, args=("a", None, a_open, b_open, a_closed)),
+               threading.Thread(target=run, args=("b", a_open, b_open, a_closed, None))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failures, failures
+    assert read == {"a": 3, "b": 7}
+    with tf.Graph().as_default() as graph:
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        assert global_step.graph is graph
+        assert tf.compat.v1.train.exponential_decay(0.2, global_step, 3, 0.5).graph is graph
+    assert callable(tf.compat.v1.train.exponential_decay(0.2, steps["a"], 3, 0.5))

@@ -27,6 +27,7 @@ step too: ``call_optimizer_fn`` hands such an ``optimizer_fn`` to
 
 import contextlib
 import functools
+import threading
 
 import tensorflow as tf
 
@@ -153,10 +154,65 @@ def _valued_now(decay_function):
     return valued
 
 
+# The steps that TF1's getters return on this thread: one (step, reads) entry per open
+# run_global_step_as_tf1_global_step, innermost last. Thread-local, because runs on two threads
+# (two runs in one process) must each see their own step.
+_overrides = threading.local()
+_install_lock = threading.Lock()
+_installed = []
+
+
+def _active_override():
+    entries = getattr(_overrides, "entries", None)
+    return entries[-1] if entries else None
+
+
+def _install_dispatchers():
+    """Replace TF1's global-step getters and decay functions, once per process, by functions that
+    behave as TF1's own unless run_global_step_as_tf1_global_step is open on the calling thread.
+
+    Installed once and never taken back: saving and restoring the module's attributes around
+    each run leaked the patch when two runs on two threads overlapped (the later one restored
+    what the earlier one had patched in).
+    """
+    with _install_lock:
+        if _installed:
+            return
+        train = tf.compat.v1.train
+        for name in ("get_or_create_global_step", "get_global_step"):
+            setattr(train, name, _getter_dispatcher(getattr(train, name)))
+        for name in TF1_DECAY_FUNCTIONS:
+            setattr(train, name, _decay_dispatcher(getattr(train, name)))
+        _installed.append(True)
+
+
+def _getter_dispatcher(original):
+    @functools.wraps(original)
+    def getter(graph=None):
+        entry = _active_override()
+        if entry is None:
+            return original(graph)
+        step, reads = entry
+        reads[:] = [True]
+        return step
+
+    return getter
+
+
+def _decay_dispatcher(original):
+    valued = _valued_now(original)
+
+    @functools.wraps(original)
+    def decay(*args, **kwargs):
+        return (original if _active_override() is None else valued)(*args, **kwargs)
+
+    return decay
+
+
 @contextlib.contextmanager
 def run_global_step_as_tf1_global_step(step=None):
     """Make TF1's global-step getters return ``step`` (default: the run's global step) in the body,
-    and TF1's decay functions return tensors eagerly as in a graph (``_valued_now``).
+    on this thread, and TF1's decay functions return tensors eagerly as in a graph (``_valued_now``).
 
     Yields a list that holds True once a getter was called (optimizer_fn read the step).
     """
@@ -166,22 +222,13 @@ def run_global_step_as_tf1_global_step(step=None):
         yield reads
         return
     step = run_context.global_step if step is None else step
-    train = tf.compat.v1.train
-    saved = {name: getattr(train, name)
-             for name in ("get_or_create_global_step", "get_global_step") + TF1_DECAY_FUNCTIONS}
-
-    def run_global_step(graph=None):
-        del graph
-        reads[:] = [True]
-        return step
-
+    _install_dispatchers()
+    entries = _overrides.__dict__.setdefault("entries", [])
+    entries.append((step, reads))
     try:
-        for name in saved:
-            setattr(train, name, run_global_step if name.startswith("get_") else _valued_now(saved[name]))
         yield reads
     finally:
-        for name, function in saved.items():
-            setattr(train, name, function)
+        entries.pop()
 
 
 def call_optimizer_fn(factory):
