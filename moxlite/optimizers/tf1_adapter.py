@@ -159,7 +159,7 @@ def _valued_now(decay_function):
 # (two runs in one process) must each see their own step.
 _overrides = threading.local()
 _install_lock = threading.Lock()
-_installed = []
+_installed = False
 
 
 def _active_override():
@@ -175,6 +175,7 @@ def _install_dispatchers():
     each run leaked the patch when two runs on two threads overlapped (the later one restored
     what the earlier one had patched in).
     """
+    global _installed
     with _install_lock:
         if _installed:
             return
@@ -183,7 +184,7 @@ def _install_dispatchers():
             setattr(train, name, _getter_dispatcher(getattr(train, name)))
         for name in TF1_DECAY_FUNCTIONS:
             setattr(train, name, _decay_dispatcher(getattr(train, name)))
-        _installed.append(True)
+        _installed = True
 
 
 def _getter_dispatcher(original):
