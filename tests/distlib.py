@@ -5,17 +5,75 @@ here) and ``Launch.kill()`` removes the whole process group, so a failing
 test leaves no TensorFlow server behind.
 """
 
+import atexit
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "tools", "launch_local.py")
 SCRIPTS = os.path.join(ROOT, "tests", "dist_scripts")
+WARMSTART = os.path.join(ROOT, "tests", "warmstart.py")
+
+
+# ---- tasks forked warm (tests/warmstart.py) ---------------------------------------------------
+
+_servers = {}   # import-time environment -> (server Popen, socket path)
+
+
+def _stop_servers():
+    for process, _ in _servers.values():
+        process.stdin.close()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    _servers.clear()
+
+
+atexit.register(_stop_servers)
+
+
+def _server_address(environ):
+    """The socket of a warmstart server started with ``environ`` (started now if needed)."""
+    from tests import warmstart
+
+    key = tuple(warmstart.import_time_environment(environ))
+    if key in _servers and _servers[key][0].poll() is not None:
+        del _servers[key]
+    if key not in _servers:
+        path = os.path.join(tempfile.mkdtemp(prefix="warmstart-"), "socket")
+        process = subprocess.Popen([sys.executable, WARMSTART, "--serve", path], env=environ, cwd=ROOT,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
+        if process.stdout.readline() != b"ready\n":
+            process.kill()
+            process.wait()
+            raise RuntimeError("tests/distlib.py: the warmstart server did not start")
+        _servers[key] = (process, path)
+    return _servers[key][1]
+
+
+def warm(command, environ):
+    """(command, environ) that run a training script of tests/dist_scripts through tests/warmstart.py
+    (forked from a server that has imported TensorFlow); any other command as it is.
+    ``MOXLITE_TEST_FORK=0`` in the environment: always as it is."""
+    is_python = bool(command) and os.path.basename(command[0]) in ("python", "python3", os.path.basename(sys.executable))
+    script = command[1] if len(command) > 1 else ""
+    if (not is_python or environ.get("MOXLITE_TEST_FORK") == "0" or os.path.dirname(script) != SCRIPTS
+            or not os.path.basename(script).startswith("train_")):
+        return command, environ
+    environ = dict(environ)
+    from tests import warmstart
+
+    environ[warmstart.ADDRESS_VARIABLE] = _server_address(environ)
+    return [sys.executable, WARMSTART, *command[1:]], environ
 
 
 def script(name):
@@ -34,6 +92,7 @@ class Launch:
         environ.pop("TF_CONFIG", None)
         environ.update(extra_env or {})
         self.timeout = timeout
+        command, environ = warm(command, environ)
         shell = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"] if sigint_ignored else []
         self.process = subprocess.Popen(
             [*shell, sys.executable, LAUNCHER, *launcher_args, f"--timeout={timeout}", "--", *command],
@@ -161,9 +220,10 @@ class Tasks:
         self.logs = [os.path.join(str(output_dir), f"task{index}.log") for index in range(len(environments))]
         self.processes = []
         for log, environment in zip(self.logs, environments):
+            task_command, task_environ = warm(command, dict(base, **environment))
             with open(log, "w") as stream:
                 self.processes.append(subprocess.Popen(
-                    command, stdout=stream, stderr=subprocess.STDOUT, env=dict(base, **environment), cwd=ROOT,
+                    task_command, stdout=stream, stderr=subprocess.STDOUT, env=task_environ, cwd=ROOT,
                     start_new_session=True))
 
     def wait(self, count=None):
