@@ -80,6 +80,22 @@ from moxlite.optimizers import wrapper as wrapper_lib
 from moxlite.optimizers.lars import variable_path
 
 
+# The name scopes of THOR's own ops in a traced step: tools/profile_thor_step.py sums a profile's
+# op times by them (factor sums and their all-reduce, the refresh's inverses, the preconditioning).
+STATISTICS_SCOPE, REFRESH_SCOPE, PRECONDITION_SCOPE = "thor_statistics", "thor_refresh", "thor_precondition"
+
+
+def _named(scope):
+    """Build the decorated function's ops under the name scope ``scope`` (names only; no effect eagerly)."""
+    def decorate(function):
+        @functools.wraps(function)
+        def named(*args, **kwargs):
+            with tf.name_scope(scope):
+                return function(*args, **kwargs)
+        return named
+    return decorate
+
+
 TRACKED_KINDS = ("Dense", "Conv2D", "Embedding", "EinsumDense", "LayerNormalization")
 # The output projection of a head tied to an Embedding's table (``tied_embedding`` 'output', 'sum').
 TIED_OUTPUT_KIND = "EmbeddingOutput"
@@ -458,6 +474,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
     def _packed_size(slot):
         return sum(math.prod(shape) for _, shapes in slot.pieces() for shape in shapes)
 
+    @_named(STATISTICS_SCOPE)
     def _local_sums(self, slots, tensors):
         """Replica context: this replica's factor sums of every slot, packed into one vector,
         then 1 if this replica's gradients overflowed (the step will not apply), else 0."""
@@ -500,6 +517,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
             self._ensure_slot_state(slot)
         collecting = self._is_collecting()
 
+        @_named(STATISTICS_SCOPE)
         def reduced():
             destination = slots[0].state["rows"]
             total = distribution.extended.reduce_to(tf.distribute.ReduceOp.SUM, packed(),
@@ -565,6 +583,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
                 if key in slot.state:
                     slot.state[key].assign(tf.zeros_like(slot.state[key].value))
 
+    @_named(REFRESH_SCOPE)
     def _refresh(self, slots, sums):
         """Cross-replica context: each slot's factors from its sums, their guarded inverses."""
         damping = self._damping()
@@ -651,6 +670,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
             return tf.constant(False)
         return tf.equal(self._updates.value, self._forced_refresh)
 
+    @_named(PRECONDITION_SCOPE)
     def _precondition(self, grads, variables):
         """Replica context: each gradient preconditioned (or not), then weight decay."""
         damping_sqrt = tf.sqrt(self._damping())
