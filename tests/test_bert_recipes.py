@@ -145,3 +145,42 @@ def test_grammar_lamb_recipe_equals_the_same_stack_written_in_python(capsys, tmp
     for name, value in python.items():
         np.testing.assert_allclose(recipe[name], value, atol=1e-6, err_msg=name)
     assert tf.train.load_checkpoint(str(tmp_path / "recipe")).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 3
+
+
+GRAMMAR_THOR = os.path.join(REPO, "recipes", "grammar_mlm_thor.yaml")
+
+
+@pytest.mark.slow   # two short runs, each tokenizing the corpus
+def test_grammar_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_path):
+    """grammar_mlm_thor.yaml shortened (4 steps of 4 sequences of 16 words, a refresh every 2 updates: both
+    branches of the update) through moxlite-run's main, against thor(momentum) built by the Python API with
+    MindSpore's BERT schedules over those 4 steps."""
+    import keras
+
+    import moxlite as mox
+    from moxlite.optimizers.thor import schedules as thor_schedules
+    from moxlite.recipes import execution
+
+    overrides = ["run.steps=4", "run.batch_size=4", "run.evaluate=false", "run.log_every_n_steps=1",
+                 "run.save_model_steps=4", "input.text.seq_length=16", "input.text.max_predictions=3",
+                 "input.text.num_samples=17347",   # the corpus's 16-word sequences: given, so no run counts them
+                 "input.shuffle_buffer=64", "model.bert_tiny.max_sequence_length=16",
+                 "optimizer.learning_rate.total_steps=4", "optimizer.wrappers.0.damping.total_steps=4",
+                 "optimizer.wrappers.0.frequency=2"]
+    assert cli.main(_arguments(GRAMMAR_THOR, overrides + [f"run.log_dir={tmp_path / 'recipe'}"])) == 0
+    assert "thor: preconditioning" in capsys.readouterr().out
+    plan = builders.build_plan(loader.load([GRAMMAR_THOR], overrides + [f"run.log_dir={tmp_path / 'python'}"]))
+    learning_rate = thor_schedules.ThorPolynomialDecay(3.4e-3, 3.244e-5, total_steps=4, power=1.0)
+    damping = thor_schedules.ThorPolynomialDecay(5e-2, 1e-6, total_steps=4, power=1.0)
+    optimizer_fn = mox.get_optimizer_wrapper_fn(
+        "thor", mox.get_optimizer_fn("momentum", learning_rate, momentum=0.9), damping=damping, frequency=2,
+        block_size=128, weight_decay=5e-4, weight_decay_exclude=["layernorm", "layer_norm", "bias"])
+    execution.apply_flags(plan)
+    keras.utils.set_random_seed(plan.seed)
+    mox.run(**dict(plan.arguments(), optimizer_fn=optimizer_fn))
+    recipe, python = _model_weights(tmp_path / "recipe"), _model_weights(tmp_path / "python")
+    assert list(recipe) == list(python) and len(recipe) > 30
+    assert any(value.shape == (689, 128) for value in python.values())
+    for name, value in python.items():
+        np.testing.assert_allclose(recipe[name], value, atol=1e-6, err_msg=name)
+    assert tf.train.load_checkpoint(str(tmp_path / "recipe")).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 4
