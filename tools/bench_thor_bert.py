@@ -149,9 +149,9 @@ def configure(name):
     THOR_VARIANTS.update(GRAMMAR_VARIANTS)
     lamb = grammar["lamb_lr"]
     sweeps = {
-        # MindSpore's BERT lr and damping first; then its form at 2x, 4x and 10x the lr
+        # MindSpore's BERT lr and damping first; then its form at 2x, 4x, 6x and 10x the lr
         "thor": [(MINDSPORE_LR, MINDSPORE_DAMPING), (0.0068, MINDSPORE_DAMPING), (0.0136, MINDSPORE_DAMPING),
-                 (10 * MINDSPORE_LR, MINDSPORE_DAMPING)],
+                 (0.0204, MINDSPORE_DAMPING), (10 * MINDSPORE_LR, MINDSPORE_DAMPING)],
         "thor+bt": [(0.04, 0.05)],
         "lamb": [lamb, lamb / 2, lamb * 2],   # the recipe's 0.01, 0.005, 0.02
         # 3e-3 stayed at the most frequent token on seed 0, so the third value is below, not above
