@@ -38,9 +38,14 @@ def test_op_times_are_summed_by_scope_without_counting_a_branch_twice(tmp_path):
     for name, seconds in events:
         by_scope.setdefault(profile_thor_step.scope_of(name), []).append((name, seconds))
     # Three preconditioning matmuls, two refreshes' matmuls (the If's branch ran twice), the rest.
-    assert sum(name.endswith(":MatMul") for name, _ in by_scope["thor_precondition"]) == 3
-    assert sum(name.endswith(":MatMul") for name, _ in by_scope["thor_refresh"]) == 2
-    assert any(name.endswith(":Relu") for name, _ in by_scope["rest"])
+    # Matched by node name ("name:Type"): the type may be a rewritten kernel (oneDNN runs MatMul
+    # as _MklMatMul on CPUs with AVX-512).
+    def count(scope, node):
+        return sum(name.rsplit(":", 1)[0].endswith(node) for name, _ in by_scope[scope])
+
+    assert count("thor_precondition", "/MatMul") == 3
+    assert count("thor_refresh", "/MatMul") == 2
+    assert count("rest", "Relu") == 3
     assert not any(name.rsplit(":", 1)[1] in profile_thor_step.CALLERS for name, _ in events)
     # Each op once: the sum of op times fits in the calls' wall time (one executor thread here or not).
     assert sum(seconds for _, seconds in events) <= wall * os.cpu_count()
