@@ -126,10 +126,54 @@ def test_the_compiled_step_trains_as_the_uncompiled_one(tmp_path, compiled_funct
     if num_gpus > 1:   # and the Keras optimizer's updates compiled on each device
         assert len(set(compiled_update_devices)) == num_gpus, compiled_update_devices
     output = capsys.readouterr().out
-    assert f"jit_compile=true: the {'whole step' if num_gpus == 1 else 'per-replica forward and backward'}" in output
+    one_device = compilation.FORWARD_BACKWARD if optimizer == "thor" else compilation.WHOLE_STEP
+    assert f"jit_compile=true: the {one_device if num_gpus == 1 else compilation.PER_REPLICA}" in output
     assert "training without XLA" not in output
     assert_weights_close(compiled, plain)
     assert result["loss"] == pytest.approx(plain_result["loss"], rel=RTOL)
+
+
+@pytest.fixture
+def xla_op_types(monkeypatch):
+    """The op types of each XLA function the runs trace (read where its kernels are checked)."""
+    seen = []
+    original = compilation.ops_without_xla_kernel
+
+    def check(graph_def):
+        types = {node.op for node in graph_def.node}
+        for function in graph_def.library.function:
+            types.update(node.op for node in function.node_def)
+        seen.append(types)
+        return original(graph_def)
+
+    monkeypatch.setattr(compilation, "ops_without_xla_kernel", check)
+    return seen
+
+
+@pytest.mark.parametrize("whole_step", [False, True])
+def test_thor_on_one_device_keeps_its_refresh_out_of_xla(tmp_path, monkeypatch, xla_op_types, whole_step, capsys):
+    """On one device a THOR stack gets XLA on forward and backward only: its inverses (Cholesky)
+    ran 3x slower compiled on the CPU. The whole-step placement, as for any other stack, puts
+    them in the XLA function, which shows the check can see them. Both train as without XLA."""
+    _, plain = train(tmp_path / "plain", False, optimizer="thor")
+    if whole_step:
+        original = compilation.placement
+        monkeypatch.setattr(compilation, "placement", lambda strategy, preconditioned=False: original(strategy))
+    _, compiled = train(tmp_path / "xla", True, optimizer="thor")
+    assert len(xla_op_types) == 1
+    assert "MatMul" in xla_op_types[0]                      # forward and backward are compiled
+    assert ("Cholesky" in xla_op_types[0]) == whole_step     # the refresh only in the whole step
+    assert ("AssignVariableOp" in xla_op_types[0]) == whole_step   # and the updates
+    where = compilation.WHOLE_STEP if whole_step else compilation.FORWARD_BACKWARD
+    assert f"jit_compile=true: the {where} compiled by XLA" in capsys.readouterr().out
+    assert_weights_close(compiled, plain)
+
+
+def test_a_stack_without_thor_compiles_its_whole_step_on_one_device(tmp_path, xla_op_types):
+    """The optimizer's updates are in the XLA function."""
+    train(tmp_path / "xla", True, optimizer="lars_batch_gradients")
+    assert len(xla_op_types) == 1
+    assert {"AssignVariableOp", "MatMul"} <= xla_op_types[0]
 
 
 # ---- auto ---------------------------------------------------------------------------------------

@@ -22,8 +22,10 @@ over rounds of moxlite auto's ratio to the faster hand-written loop and to model
 ``--quick`` (40 steps, warmup 10, one round) only checks that every contender runs.
 
 ``--models thor`` (with ``--thor_frequency``, default 20) compares, on the MLP with THOR
-around momentum, moxlite's one XLA program per step against a prototype of two (refresh
-and plain, see ``thor_two_programs``) and against no XLA.
+around momentum: moxlite's placement for THOR (XLA on forward and backward only, the
+refresh and preconditioning uncompiled), the whole step as one XLA program (moxlite's
+placement before), a prototype of two whole-step programs (refresh and plain, see
+``thor_two_programs``), and no XLA.
 """
 
 import argparse
@@ -103,7 +105,22 @@ def time_fit(model, images, labels, steps, n):
     return fit_times(network, dataset(images, labels, BATCH), steps, n, clock), None
 
 
-THOR_CONTENDERS = ("thor one program", "thor two programs", "thor no XLA")
+THOR_CONTENDERS = ("thor forward-backward", "thor one program", "thor two programs", "thor no XLA")
+
+
+@contextlib.contextmanager
+def whole_step_placement():
+    """The one-device placement moxlite gave THOR before: the whole step, THOR included, in XLA."""
+    original = compilation.placement
+
+    def placement(strategy, preconditioned=False):
+        return original(strategy, False)
+
+    compilation.placement = placement
+    try:
+        yield
+    finally:
+        compilation.placement = original
 
 
 @contextlib.contextmanager
@@ -143,13 +160,15 @@ def thor_two_programs():
 
 
 def time_thor(images, labels, steps, n, name, frequency):
-    """moxlite on the MLP with THOR (frequency ``frequency``) around momentum: one XLA program,
-    the two-program prototype, or no XLA."""
+    """moxlite on the MLP with THOR (frequency ``frequency``) around momentum: forward and
+    backward in XLA (moxlite's placement), one whole-step XLA program, the two-program
+    prototype, or no XLA."""
     optimizer_fn = mox.get_optimizer_wrapper_fn(
         "thor", mox.get_optimizer_fn("momentum", LEARNING_RATE, momentum=MOMENTUM), frequency=frequency)
     network, options = MODELS["mlp"]
     split = thor_two_programs() if name == "thor two programs" else contextlib.nullcontext()
-    with split:
+    whole = whole_step_placement() if name in ("thor one program", "thor two programs") else contextlib.nullcontext()
+    with whole, split:
         times, _ = moxlite_times(
             images, labels, clock, model_fn=build_model_fn(network, 10, **options), optimizer_fn=optimizer_fn,
             batch_size=BATCH, max_number_of_steps=steps, log_every_n_steps=n, steps_per_loop=n,
@@ -215,14 +234,17 @@ def print_model(model, rates, choices, options):
 
 
 def print_thor(rates, options):
-    """THOR's table: median steps/sec and the two-program prototype's ratio to one program."""
+    """THOR's table: median steps/sec, and the ratios of moxlite's placement and of the
+    two-program prototype to one whole-step program."""
     print(f"\nthor (MLP, frequency {options.thor_frequency}): batch {BATCH}, steps {options.warmup}->{options.steps}, "
           f"steps per call {options.steps_per_loop}, rounds {options.rounds}, clock {options.clock}")
-    print("| " + " | ".join(THOR_CONTENDERS) + " | two programs / one program |")
-    print("|---|" + "---|" * len(THOR_CONTENDERS))
-    ratios = [two / one for two, one in zip(rates["thor two programs"], rates["thor one program"])]
+    print("| " + " | ".join(THOR_CONTENDERS) + " | forward-backward / one program | two programs / one program |")
+    print("|---|" + "---|" * (len(THOR_CONTENDERS) + 1))
+    one = rates["thor one program"]
+    ratios = {name: spread([value / base for value, base in zip(rates[name], one)])
+              for name in ("thor forward-backward", "thor two programs")}
     print("| " + " | ".join(f"{statistics.median(rates[name]):.0f}" for name in THOR_CONTENDERS)
-          + f" | {spread(ratios)} |")
+          + f" | {ratios['thor forward-backward']} | {ratios['thor two programs']} |")
     for name, values in rates.items():
         print(f"thor {name:18s} rounds: {', '.join(f'{v:.0f}' for v in values)}")
     sys.stdout.flush()

@@ -14,8 +14,10 @@ rotated round by round; the first ``--skip`` steps (tracing) are dropped. A THOR
 step when its update rebuilds the factors (global steps 1, 11, 21, ...), else a plain
 (preconditioned) step. The ratios are taken within a round (so a change of load cancels out) and
 printed as median [min-max] over the rounds. Contenders: Lamb and THOR with ``jit_compile`` off
-and on (XLA compiles the whole train step, a refresh's branch included), so each is compared
-like with like.
+and on, so each is compared like with like. With XLA on one device, Lamb's whole train step is
+compiled; THOR's forward and backward are, its refresh and preconditioning not (moxlite's
+placement for a THOR stack, ``jit_choice.placement``). ``thor+whole`` is THOR with the whole step
+compiled, a refresh's branch included (the placement before), against Lamb with XLA.
 
 The profile: one more THOR and Lamb run each, uncompiled, with TensorFlow's profiler on over
 ``--profile-steps`` steps after the skipped ones. Every executed op's time is summed by the name
@@ -30,6 +32,7 @@ Run it alone on the machine (``flock /tmp/bench.lock``): the step times are wall
 """
 
 import argparse
+import contextlib
 import glob
 import os
 import shutil
@@ -41,7 +44,7 @@ import time
 import sweeplib
 
 SCOPES = ("thor_statistics", "thor_refresh", "thor_precondition")
-CONTENDERS = ("lamb", "thor", "lamb+xla", "thor+xla")
+CONTENDERS = ("lamb", "thor", "lamb+xla", "thor+xla", "thor+whole")
 
 
 def _bench():
@@ -83,8 +86,9 @@ class StepClock:
         self._left = (time.perf_counter(), time.process_time())
 
 
-def train(bench, corpus, kind, steps, log_root, jit_compile, profile=None, profile_dir=None):
-    """One run of ``steps`` steps; returns its StepClock."""
+def train(bench, corpus, kind, steps, log_root, jit_compile, profile=None, profile_dir=None, whole_step=False):
+    """One run of ``steps`` steps; returns its StepClock. ``whole_step``: XLA compiles THOR's whole
+    step, its refresh included, as it does for any other stack on one device."""
     import dataclasses
 
     import keras
@@ -104,14 +108,29 @@ def train(bench, corpus, kind, steps, log_root, jit_compile, profile=None, profi
     # The schedules of the benchmark's whole run, so the rates are the ones its steps take.
     optimizer_fn = bench.optimizer_fn_for(name, setting, bench.grammar_workload()["steps"])
     log_dir = tempfile.mkdtemp(prefix=f"profile_{kind}_", dir=log_root)
+    whole = whole_step_placement() if whole_step else contextlib.nullcontext()
     try:
-        mox.run(input_fn=corpus.input_fn_for(0), model_fn=model_fn, optimizer_fn=optimizer_fn,
-                run_mode=mox.ModeKeys.TRAIN, batch_size=bench.BATCH, log_dir=log_dir, max_number_of_steps=steps,
-                log_every_n_steps=1, steps_per_loop=1, jit_compile=jit_compile,
-                save_summary_steps=10 ** 9, save_model_steps=10 ** 9)
+        with whole:
+            mox.run(input_fn=corpus.input_fn_for(0), model_fn=model_fn, optimizer_fn=optimizer_fn,
+                    run_mode=mox.ModeKeys.TRAIN, batch_size=bench.BATCH, log_dir=log_dir,
+                    max_number_of_steps=steps, log_every_n_steps=1, steps_per_loop=1, jit_compile=jit_compile,
+                    save_summary_steps=10 ** 9, save_model_steps=10 ** 9)
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
     return clock
+
+
+@contextlib.contextmanager
+def whole_step_placement():
+    """XLA on THOR's whole one-device step, as for any other stack (``jit_choice.placement``)."""
+    from moxlite.training.compiled import jit_choice
+
+    original = jit_choice.placement
+    jit_choice.placement = lambda strategy, preconditioned=False: original(strategy, False)
+    try:
+        yield
+    finally:
+        jit_choice.placement = original
 
 
 def is_refresh(bench, global_step):
@@ -137,8 +156,8 @@ def timing_lines(rounds, steps, skip):
              f"rotated order; ratios within each round, median [min-max] over the rounds"]
     for clock_name in ("wall", "cpu"):
         lines.append(f"   {'wall clock' if clock_name == 'wall' else 'process CPU time'}:")
-        for compiled in ("", "+xla"):
-            lamb, thor = "lamb" + compiled, "thor" + compiled
+        for compiled in ("", "+xla", "+whole"):
+            lamb, thor = ("lamb" + compiled if compiled != "+whole" else "lamb+xla"), "thor" + compiled
             if lamb not in rounds[0] or thor not in rounds[0]:
                 continue
             lamb_ms = [r[lamb][(clock_name, "plain")] * 1e3 for r in rounds]
@@ -146,7 +165,7 @@ def timing_lines(rounds, steps, skip):
             refresh_ms = [r[thor][(clock_name, "refresh")] * 1e3 for r in rounds if (clock_name, "refresh") in r[thor]]
             plain_ratio = [p / b for p, b in zip(plain_ms, lamb_ms)]
             refresh_ratio = [p / b for p, b in zip(refresh_ms, lamb_ms)]
-            label = "XLA" if compiled else "no XLA"
+            label = {"": "no XLA", "+xla": "XLA", "+whole": "XLA, THOR's whole step"}[compiled]
             lines.append(f"      {label:<7} Lamb step {sweeplib.median_range(lamb_ms, '{:.1f}')} ms; THOR plain step "
                          f"{sweeplib.median_range(plain_ms, '{:.1f}')} ms = "
                          f"{sweeplib.median_range(plain_ratio, '{:.2f}')}x Lamb; refresh step "
@@ -256,7 +275,8 @@ def main(argv=None):
         for number in range(args.rounds):
             measured = {}
             for kind in sweeplib.rotated(contenders, number):
-                clock = train(bench, corpus, kind.split("+")[0], args.steps, log_root, kind.endswith("+xla"))
+                clock = train(bench, corpus, kind.split("+")[0], args.steps, log_root, kind.endswith(("+xla", "+whole")),
+                              whole_step=kind.endswith("+whole"))
                 measured[kind] = step_medians(bench, kind, clock, args.skip)
             rounds.append(measured)
             print(f"   round {number + 1}: " + "; ".join(

@@ -189,6 +189,13 @@ def links_of(optimizer):
     return links, None
 
 
+def layer_preconditioners(optimizer):
+    """The links of ``optimizer``'s stack that precondition from per-layer records (THOR),
+    outermost first."""
+    links, _ = links_of(optimizer)
+    return [link for link in links if "layer_records" in link.READS]
+
+
 def handles_overflow(optimizer):
     """True when ``optimizer``'s stack skips overflowing steps itself: a link says it
     ``handles_overflow`` (loss scaling), or a Keras ``LossScaleOptimizer`` is on top."""

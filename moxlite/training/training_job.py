@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from moxlite import context, errors
 from moxlite.contract import ExportKeys, ModeKeys
-from moxlite.optimizers import tf1_adapter
+from moxlite.optimizers import pipeline, tf1_adapter
 from moxlite.training import controller, reporting, validation
 from moxlite.training.state import checkpoints
 from moxlite.training.compiled import jit_choice as compilation
@@ -152,9 +152,9 @@ class TrainingJob:
                 f"Keras optimizer, e.g. lambda: keras.optimizers.SGD(0.1)")
         # nonfinite_policy=skip: the shared apply-if-finite link on top (loss scaling holds one).
         guard = ApplyIfFinite() if self.config.nonfinite_policy.action == "skip" else None
-        pipeline = precision.optimizer_pipeline(optimizer, self.config.precision, guard)
-        pipeline.optimizer.build(variables)
-        return pipeline
+        stack = precision.optimizer_pipeline(optimizer, self.config.precision, guard)
+        stack.optimizer.build(variables)
+        return stack
 
     def _overflow_monitors(self, optimizers):
         """A monitor per loss-scaled optimizer: scale changes, skipped steps, their scalars."""
@@ -170,7 +170,7 @@ class TrainingJob:
         if self.async_mode:
             from moxlite.training.trainers.async_trainer import AsyncTrainer
             return AsyncTrainer(self.setup.coordinator, self.strategy, dataset_fn, train_step, global_step, log_keys,
-                                jit_compile=self._jit_choice(global_step))
+                                jit_compile=self._jit_choice(global_step, train_step))
         from moxlite.training.trainers.sync_trainer import SyncTrainer
         trainer = SyncTrainer(self.strategy, dataset_fn, train_step, global_step, log_keys,
                               log_first_clone=self.config.log_first_clone, summaries=summaries.train,
@@ -178,16 +178,20 @@ class TrainingJob:
                               nonfinite_policy=self.config.nonfinite_policy,
                               state_variables=self.task.state_variables(train_step.optimizers),
                               global_batch_size=self.task.global_batch_size,
-                              jit_compile=self._jit_choice(global_step, lambda flag: trainer.any_worker(flag)))
+                              jit_compile=self._jit_choice(global_step, train_step,
+                                                           lambda flag: trainer.any_worker(flag)))
         return trainer
 
-    def _jit_choice(self, global_step, any_worker=None):
+    def _jit_choice(self, global_step, train_step, any_worker=None):
         """The run's ``compilation.JitChoice`` (XLA or not, measured under jit_compile=auto), for
-        the steps left to train when it starts (None: until the input ends)."""
+        the steps left to train when it starts (None: until the input ends); a THOR stack keeps
+        its refresh out of XLA."""
         target = self.config.max_number_of_steps * (self.setup.num_workers if self.async_mode else 1)
         return compilation.JitChoice(self.config.jit_compile, self.strategy,
                                   lambda: target - int(global_step.numpy()) if target else None, self.logger,
-                                  agree=any_worker if self.setup.num_workers > 1 else None)
+                                  agree=any_worker if self.setup.num_workers > 1 else None,
+                                  preconditioned=any(pipeline.layer_preconditioners(optimizer)
+                                                     for optimizer in train_step.optimizers))
 
     def _make_checkpointer(self, global_step, optimizers, iterator):
         config = self.config

@@ -4,6 +4,12 @@ Where XLA can take the step depends on the strategy (``placement``):
 
 - one device in one process (the default strategy, ``OneDeviceStrategy``): the whole
   replica step, forward, backward and the whole optimizer stack, is one XLA function;
+  except with THOR (a stack link that preconditions from layer records) in the stack: then
+  only forward and backward (``FORWARD_BACKWARD``). XLA ran THOR's refresh, the batched
+  inverses of its factors, 3.2x slower than TensorFlow's kernels on the CPU (513 against
+  161 ms a step on the grammar masked LM, tools/README.md), which outweighed what it saves
+  on the other nine steps of ten; compiled without the stack, a refresh step costs what it
+  does without XLA and a plain step keeps most of XLA's gain;
 - several replicas (Mirrored, MultiWorkerMirrored): each replica's forward and backward
   (model_fn, the loss, its gradients, THOR's layer records) is compiled on its own
   device; the cross-replica part (gradient all-reduce, the optimizer stack's
@@ -47,6 +53,7 @@ from moxlite.training.validation import jit_compile_mode
 
 WHOLE_STEP = "whole step"             # forward, backward and the optimizer stack
 PER_REPLICA = "per-replica forward and backward"
+FORWARD_BACKWARD = "forward and backward (THOR's refresh and preconditioning run uncompiled)"
 PER_WORKER = "per-worker forward and backward on values read from the parameter servers"
 
 TPU_COMPILES = "TPUStrategy compiles every step with XLA itself"
@@ -64,15 +71,16 @@ class Budget:
     trial_seconds: float = 2.0    # per variant, timed calls only
 
 
-def placement(strategy):
-    """(what XLA compiles, or None; why not, when None) for ``strategy``."""
+def placement(strategy, preconditioned=False):
+    """(what XLA compiles, or None; why not, when None) for ``strategy``; ``preconditioned``:
+    the optimizer stack holds THOR, whose refresh stays out of XLA (module docstring)."""
     if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
         return PER_WORKER, None
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return None, TPU_COMPILES
     if isinstance(strategy, tf.distribute.OneDeviceStrategy) \
             or type(strategy).__name__ == "_DefaultDistributionStrategy":
-        return WHOLE_STEP, None
+        return (FORWARD_BACKWARD if preconditioned else WHOLE_STEP), None
     return PER_REPLICA, None
 
 
@@ -245,16 +253,16 @@ class JitChoice:
     steps, seconds)`` tells what it did. ``decided`` is None while measuring.
     """
 
-    def __init__(self, mode, strategy, steps_left, logger, budget=Budget(), agree=None):
+    def __init__(self, mode, strategy, steps_left, logger, budget=Budget(), agree=None, preconditioned=False):
         """``steps_left()``: the steps this run will train (None: until the input ends), asked
         at the first call (after a resume has restored the global step). ``agree(flag)``:
         with several synchronous workers, True on every worker when any worker passes True
         (all must run the same variant: each variant's traced collectives are its own);
-        None in one process."""
+        None in one process. ``preconditioned``: the stack holds THOR (see ``placement``)."""
         self.mode = jit_compile_mode(mode)
         self.budget = budget
         self.logger = logger
-        self.where, self._reason = placement(strategy)
+        self.where, self._reason = placement(strategy, preconditioned)
         self._steps_left = steps_left
         self._agree = agree
         self.decided = None

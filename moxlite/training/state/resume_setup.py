@@ -38,12 +38,6 @@ def _member_name(member):
     return getattr(member, "NAME", None) or type(member).__name__
 
 
-def _thor_members(optimizer):
-    """The links of the stack that precondition with per-layer records (THOR), outermost first."""
-    links, _ = pipeline.links_of(optimizer)
-    return [link for link in links if "layer_records" in link.READS]
-
-
 def _precision_text(settings):
     plan = settings.amp_plan if settings is not None else None
     if plan is None or not plan.mixed:
@@ -80,7 +74,7 @@ class TrainingSetup:
             lines.append(f"{prefix}optimizer_stack={' > '.join(_member_name(m) for m in stack)}")
             scale = _loss_scale_of(stack)
             lines.append(f"{prefix}loss_scale={_loss_scale_text(scale)}")
-            for depth, thor in enumerate(_thor_members(optimizer)):
+            for depth, thor in enumerate(pipeline.layer_preconditioners(optimizer)):
                 key = f"{prefix}thor" if depth == 0 else f"{prefix}thor_{depth}"
                 lines.append(f"{key}.block_size={thor.block_size}")
                 lines.append(f"{key}.include={list(thor.include)}")
@@ -124,7 +118,7 @@ class TrainingSetup:
         index = int(head[0][len("optimizer_"):]) if head[0].startswith("optimizer_") else 0
         name = head[1] if index else head[0]
         depth = int(name.split("_")[1]) if "_" in name else 0
-        return _thor_members(self.optimizers[index])[depth]
+        return pipeline.layer_preconditioners(self.optimizers[index])[depth]
 
 
 def read(prefix):
