@@ -122,11 +122,12 @@ def test_the_compiled_step_trains_as_the_uncompiled_one(tmp_path, compiled_funct
     plain_result, plain = train(tmp_path / "plain", False, optimizer=optimizer, num_gpus=num_gpus)
     assert not compiled_functions and not compiled_update_devices
     result, compiled = train(tmp_path / "xla", True, optimizer=optimizer, num_gpus=num_gpus)
-    assert len(compiled_functions) == num_gpus   # one XLA function per replica, and it was kept
+    # One XLA function per replica, and it was kept; THOR on one device: a plain and a refresh program.
+    assert len(compiled_functions) == (2 if optimizer == "thor" and num_gpus == 1 else num_gpus)
     if num_gpus > 1:   # and the Keras optimizer's updates compiled on each device
         assert len(set(compiled_update_devices)) == num_gpus, compiled_update_devices
     output = capsys.readouterr().out
-    one_device = compilation.FORWARD_BACKWARD if optimizer == "thor" else compilation.WHOLE_STEP
+    one_device = compilation.WHOLE_STEP_BUT_REFRESH if optimizer == "thor" else compilation.WHOLE_STEP
     assert f"jit_compile=true: the {one_device if num_gpus == 1 else compilation.PER_REPLICA}" in output
     assert "training without XLA" not in output
     assert_weights_close(compiled, plain)
@@ -152,21 +153,60 @@ def xla_op_types(monkeypatch):
 
 @pytest.mark.parametrize("whole_step", [False, True])
 def test_thor_on_one_device_keeps_its_refresh_out_of_xla(tmp_path, monkeypatch, xla_op_types, whole_step, capsys):
-    """On one device a THOR stack gets XLA on forward and backward only: its inverses (Cholesky)
-    ran 3x slower compiled on the CPU. The whole-step placement, as for any other stack, puts
-    them in the XLA function, which shows the check can see them. Both train as without XLA."""
-    _, plain = train(tmp_path / "plain", False, optimizer="thor")
+    """On one device a THOR stack's plain updates are one XLA program, and a refresh runs with
+    only forward and backward compiled: THOR's inverses (Cholesky) ran 3x slower compiled on
+    the CPU. The whole-step placement, as for any other stack, puts them in its one program,
+    which shows that the check sees them. Both train as without XLA."""
+    _, plain = train(tmp_path / "plain", False, optimizer="thor", steps=5)
     if whole_step:
         original = compilation.placement
         monkeypatch.setattr(compilation, "placement", lambda strategy, preconditioned=False: original(strategy))
-    _, compiled = train(tmp_path / "xla", True, optimizer="thor")
-    assert len(xla_op_types) == 1
-    assert "MatMul" in xla_op_types[0]                      # forward and backward are compiled
-    assert ("Cholesky" in xla_op_types[0]) == whole_step     # the refresh only in the whole step
-    assert ("AssignVariableOp" in xla_op_types[0]) == whole_step   # and the updates
-    where = compilation.WHOLE_STEP if whole_step else compilation.FORWARD_BACKWARD
+    # Which program ran at each step: a counter per program, counted outside XLA.
+    calls = {}
+    original_call = compilation.Compiled.__call__
+
+    def counted(self, *args):
+        name = getattr(self._function, "__name__", "whole step")   # the step itself, or a partial of it
+        if name not in calls:
+            with tf.init_scope():   # made eagerly, out of the loop being traced
+                calls[name] = tf.Variable(0, dtype=tf.int64, trainable=False)
+        counter = calls[name]
+        counter.assign_add(1)
+        return original_call(self, *args)
+
+    monkeypatch.setattr(compilation.Compiled, "__call__", counted)
+    _, compiled = train(tmp_path / "xla", True, optimizer="thor", steps=5)
+    if whole_step:
+        assert len(xla_op_types) == 1 and {"MatMul", "AssignVariableOp", "Cholesky"} <= xla_op_types[0]
+        assert {name: int(counter.numpy()) for name, counter in calls.items()} == {"whole step": 5}
+    else:
+        plain_program, forward_backward = xla_op_types     # traced in this order
+        assert {"MatMul", "AssignVariableOp"} <= plain_program and "Cholesky" not in plain_program
+        assert "MatMul" in forward_backward and not {"AssignVariableOp", "Cholesky"} & forward_backward
+        # frequency 100: update 0 refreshes, updates 1-4 do not
+        counts = {name: int(counter.numpy()) for name, counter in calls.items()}
+        assert counts == {"whole step": 4, "_forward_backward": 1}
+    where = compilation.WHOLE_STEP if whole_step else compilation.WHOLE_STEP_BUT_REFRESH
     assert f"jit_compile=true: the {where} compiled by XLA" in capsys.readouterr().out
     assert_weights_close(compiled, plain)
+
+
+@pytest.mark.parametrize("frequency", [2, 3])
+def test_thor_on_one_device_compiled_equals_uncompiled_across_refreshes(tmp_path, frequency):
+    """Plain and refresh programs alternate as THOR's own schedule says: 7 steps with a refresh
+    every 2 or 3 updates train to the uncompiled weights (a refresh run as a plain update
+    would keep stale inverses)."""
+    optimizer_fn = mox.get_optimizer_wrapper_fn("thor", mox.get_optimizer_fn("momentum", 0.05, momentum=0.9),
+                                                frequency=frequency)
+
+    def run_with(log_dir, jit_compile):
+        images, labels = _rows()
+        mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=tiny_model_fn, optimizer_fn=optimizer_fn,
+                run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=7,
+                log_every_n_steps=7, save_summary_steps=0, jit_compile=jit_compile, steps_per_loop=3)
+        return [np.asarray(value) for value in runlib.checkpoint_variables(str(log_dir))]
+
+    assert_weights_close(run_with(tmp_path / "xla", True), run_with(tmp_path / "plain", False))
 
 
 def test_a_stack_without_thor_compiles_its_whole_step_on_one_device(tmp_path, xla_op_types):

@@ -241,6 +241,10 @@ class Pipeline:
         """Every ``StepInputs`` field some link reads."""
         return frozenset().union(*(link.READS for link in self._receivers))
 
+    def layer_preconditioners(self):
+        """The links that precondition from per-layer records (THOR), outermost first."""
+        return [link for link in self._receivers if "layer_records" in link.READS]
+
     def layer_statistics_request(self):
         """The request of the first link that reads per-layer records (None: none does)."""
         for link in self._receivers:

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from moxlite import context, errors
 from moxlite.contract import ExportKeys, ModeKeys
-from moxlite.optimizers import pipeline, tf1_adapter
+from moxlite.optimizers import tf1_adapter
 from moxlite.training import controller, reporting, validation
 from moxlite.training.state import checkpoints
 from moxlite.training.compiled import jit_choice as compilation
@@ -190,8 +190,7 @@ class TrainingJob:
         return compilation.JitChoice(self.config.jit_compile, self.strategy,
                                   lambda: target - int(global_step.numpy()) if target else None, self.logger,
                                   agree=any_worker if self.setup.num_workers > 1 else None,
-                                  preconditioned=any(pipeline.layer_preconditioners(optimizer)
-                                                     for optimizer in train_step.optimizers))
+                                  preconditioned=any(stack.layer_preconditioners() for stack in train_step.pipelines))
 
     def _make_checkpointer(self, global_step, optimizers, iterator):
         config = self.config

@@ -61,6 +61,7 @@ applied updates, the clock of the learning-rate schedules. Per-layer variables a
 (only then are the layers known).
 """
 
+import contextlib
 import functools
 import math
 import re
@@ -143,6 +144,15 @@ def _dense_with_static_shape(gradient, variable):
     return tf.reshape(gradient, tuple(int(d) for d in variable.shape))
 
 
+def _on_refresh(refreshing, refresh, otherwise):
+    """``tf.cond`` on a refresh decision; a decision known when traced (``THOR.assuming_refresh``)
+    traces only its own side, so a plain update's program holds no inverse."""
+    known = tf.get_static_value(refreshing)
+    if known is not None:
+        return refresh() if known else otherwise()
+    return tf.cond(refreshing, refresh, otherwise)
+
+
 class _Slot:
     """One preconditioned layer: its geometry, variables it covers, and (once built) its state."""
 
@@ -210,6 +220,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         run_context = context.current()
         self._global_step = run_context.global_step if run_context is not None else None
         self._forced_refresh = None  # an update that refreshes whatever its count (a resume's carried change)
+        self._assumed_refresh = None  # while a step is traced under assuming_refresh: its constant decision
         # Which layers a refresh inverts (thor_refresh): None = every one, MindSpore's rule.
         self._trace_rule = (thor_refresh.TraceRefresh(self.trace_threshold, self.interval_growth)
                             if self.refresh == "trace" else None)
@@ -316,10 +327,28 @@ class THOR(wrapper_lib.OptimizerWrapper):
 
     def _is_collecting(self):
         """This update rebuilds the factors (the first, then one every ``frequency``, and a forced one)."""
+        if self._assumed_refresh is not None:
+            return tf.constant(self._assumed_refresh)
         collecting = tf.equal(self._updates.value % self.frequency, 0)
         if self._forced_refresh is not None:
             collecting = tf.logical_or(collecting, tf.equal(self._updates.value, self._forced_refresh))
         return collecting
+
+    @contextlib.contextmanager
+    def assuming_refresh(self, refresh):
+        """While a step is traced in it: this update refreshes (True) or not (False), a constant,
+        so the trace holds one side of each of THOR's refresh conds. For a caller that traces a
+        program per side and picks one by ``refreshes_now()``, read before the step (the update
+        count moves only at the end of the apply, after every read of the decision)."""
+        self._assumed_refresh = refresh
+        try:
+            yield
+        finally:
+            self._assumed_refresh = None
+
+    def refreshes_now(self):
+        """Whether the next applied update rebuilds the factors and inverses (a boolean tensor)."""
+        return self._is_collecting()
 
     def refresh_at_next_update(self):
         """Make the next applied update rebuild the factors and inverses, whatever its count.
@@ -460,7 +489,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
             return None
         self._summed_slots = slots
         size = sum(self._packed_size(slot) for slot in slots) + 1
-        return tf.cond(self._is_collecting(), lambda: self._local_sums(slots, tensors), lambda: tf.zeros([size]))
+        return _on_refresh(self._is_collecting(), lambda: self._local_sums(slots, tensors), lambda: tf.zeros([size]))
 
     def _take_record_sums(self, sums):
         """Replica context: the total of ``_summed_records`` over this update's micro-batches."""
@@ -533,10 +562,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
                     for key, part in sums.items():
                         if key in slot.state:
                             slot.state[key].assign_add(part)
-            tf.cond(collecting, reduce_and_add, lambda: None)
+            _on_refresh(collecting, reduce_and_add, lambda: None)
             return None
         size = sum(self._packed_size(slot) for slot in slots) + 1
-        total = tf.cond(collecting, reduced, lambda: tf.zeros([size]))
+        total = _on_refresh(collecting, reduced, lambda: tf.zeros([size]))
         return slots, collecting, total
 
     @staticmethod
@@ -733,9 +762,9 @@ class THOR(wrapper_lib.OptimizerWrapper):
         if received is not None:
             # This step's own batch, collected when its statistics arrived (same decision).
             slots, collecting, total = received
-            tf.cond(collecting, lambda: self._refresh(slots, self._unpacked(slots, total)), lambda: None)
+            _on_refresh(collecting, lambda: self._refresh(slots, self._unpacked(slots, total)), lambda: None)
         elif self._accumulating and any(slot.state is not None for slot in self._slots):
-            tf.cond(self._is_collecting(), self._refresh_from_accumulators, lambda: None)
+            _on_refresh(self._is_collecting(), self._refresh_from_accumulators, lambda: None)
         preconditioned = distribution.extended.call_for_each_replica(self._precondition, args=(grads, variables))
         rest(distribution, preconditioned, variables, True)
         # On the tf.Variable itself: a Keras variable's assign_add reads, then writes, and loses

@@ -3,13 +3,14 @@
 Where XLA can take the step depends on the strategy (``placement``):
 
 - one device in one process (the default strategy, ``OneDeviceStrategy``): the whole
-  replica step, forward, backward and the whole optimizer stack, is one XLA function;
-  except with THOR (a stack link that preconditions from layer records) in the stack: then
-  only forward and backward (``FORWARD_BACKWARD``). XLA ran THOR's refresh, the batched
-  inverses of its factors, 3.2x slower than TensorFlow's kernels on the CPU (513 against
-  161 ms a step on the grammar masked LM, tools/README.md), which outweighed what it saves
-  on the other nine steps of ten; compiled without the stack, a refresh step costs what it
-  does without XLA and a plain step keeps most of XLA's gain;
+  replica step, forward, backward and the whole optimizer stack, is one XLA function.
+  With THOR in the stack (a link that preconditions from layer records), only its plain
+  updates are (``WHOLE_STEP_BUT_REFRESH``): an update that refreshes THOR's factors runs
+  with its forward and backward compiled and the stack, THOR's inverses with it, on
+  TensorFlow's kernels. XLA ran those batched inverses 3.2x slower on the CPU (513 against
+  161 ms a step on the grammar masked LM, tools/README.md), more than it saved on the other
+  nine steps of ten. The two programs are picked per step by a ``tf.cond`` outside XLA on
+  THOR's own decision, read before the step;
 - several replicas (Mirrored, MultiWorkerMirrored): each replica's forward and backward
   (model_fn, the loss, its gradients, THOR's layer records) is compiled on its own
   device; the cross-replica part (gradient all-reduce, the optimizer stack's
@@ -43,6 +44,7 @@ trains without XLA (logged).
 import contextlib
 import copy
 import dataclasses
+import functools
 import time
 from typing import Optional
 
@@ -53,7 +55,7 @@ from moxlite.training.validation import jit_compile_mode
 
 WHOLE_STEP = "whole step"             # forward, backward and the optimizer stack
 PER_REPLICA = "per-replica forward and backward"
-FORWARD_BACKWARD = "forward and backward (THOR's refresh and preconditioning run uncompiled)"
+WHOLE_STEP_BUT_REFRESH = "whole step (a THOR refresh's: forward and backward)"
 PER_WORKER = "per-worker forward and backward on values read from the parameter servers"
 
 TPU_COMPILES = "TPUStrategy compiles every step with XLA itself"
@@ -80,7 +82,7 @@ def placement(strategy, preconditioned=False):
         return None, TPU_COMPILES
     if isinstance(strategy, tf.distribute.OneDeviceStrategy) \
             or type(strategy).__name__ == "_DefaultDistributionStrategy":
-        return (FORWARD_BACKWARD if preconditioned else WHOLE_STEP), None
+        return (WHOLE_STEP_BUT_REFRESH if preconditioned else WHOLE_STEP), None
     return PER_REPLICA, None
 
 
@@ -213,6 +215,7 @@ class CompiledStep:
         self.where = where
         self.refused: Optional[str] = None
         self._compiled = {}   # one per replica: each reads its own replica's variables
+        self._programs = None  # WHOLE_STEP_BUT_REFRESH: (THOR links, plain program, forward and backward)
 
     def tracing(self):
         """The context the compiled variant's ``strategy.run`` is traced in: with several
@@ -226,6 +229,8 @@ class CompiledStep:
     def replica_step(self, batch):
         if self.refused is not None:
             return self.train_step(batch)
+        if self.where == WHOLE_STEP_BUT_REFRESH:
+            return self._plain_or_refresh(batch)
         replica = tf.distribute.get_replica_context()
         key = int(tf.get_static_value(replica.replica_id_in_sync_group)) if replica is not None else 0
         compiled = self._compiled.get(key)
@@ -241,6 +246,27 @@ class CompiledStep:
 
     def _forward_backward(self, batch):
         return self.train_step.compiled_gradients(batch)
+
+    def _plain_or_refresh(self, batch):
+        """One device, THOR in the stack: a plain update as one XLA program, the whole step traced
+        with every THOR assuming no refresh; a refresh with only forward and backward compiled."""
+        if self._programs is None:
+            thors = [link for stack in self.train_step.pipelines for link in stack.layer_preconditioners()]
+            plain = Compiled(functools.partial(self._without_refresh, thors))
+            gradients = Compiled(self._forward_backward)
+            self.refused = plain.refusal(batch) or gradients.refusal(batch)
+            if self.refused is not None:
+                return self.train_step(batch)
+            self._programs = (thors, plain, gradients)
+        thors, plain, gradients = self._programs
+        refresh = tf.reduce_any(tf.stack([thor.refreshes_now() for thor in thors]))
+        return tf.cond(refresh, lambda: self.train_step(batch, gradients=gradients), lambda: plain(batch))
+
+    def _without_refresh(self, thors, batch):
+        with contextlib.ExitStack() as assumptions:
+            for thor in thors:
+                assumptions.enter_context(thor.assuming_refresh(False))
+            return self.train_step(batch)
 
 
 # ---- which variant runs each call ------------------------------------------------------------
