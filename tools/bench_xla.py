@@ -22,10 +22,10 @@ over rounds of moxlite auto's ratio to the faster hand-written loop and to model
 ``--quick`` (40 steps, warmup 10, one round) only checks that every contender runs.
 
 ``--models thor`` (with ``--thor_frequency``, default 20) compares, on the MLP with THOR
-around momentum: moxlite's placement for THOR (XLA on forward and backward only, the
-refresh and preconditioning uncompiled), the whole step as one XLA program (moxlite's
-placement before), a prototype of two whole-step programs (refresh and plain, see
-``thor_two_programs``), and no XLA.
+around momentum: moxlite's placement for THOR (plain updates as one whole-step XLA
+program, refresh updates with only forward and backward compiled), the whole step as one
+XLA program (moxlite's placement before), a prototype of two whole-step programs (refresh
+and plain, see ``thor_two_programs``), and no XLA.
 """
 
 import argparse
@@ -105,7 +105,7 @@ def time_fit(model, images, labels, steps, n):
     return fit_times(network, dataset(images, labels, BATCH), steps, n, clock), None
 
 
-THOR_CONTENDERS = ("thor forward-backward", "thor one program", "thor two programs", "thor no XLA")
+THOR_CONTENDERS = ("thor moxlite", "thor one program", "thor two programs", "thor no XLA")
 
 
 @contextlib.contextmanager
@@ -160,9 +160,8 @@ def thor_two_programs():
 
 
 def time_thor(images, labels, steps, n, name, frequency):
-    """moxlite on the MLP with THOR (frequency ``frequency``) around momentum: forward and
-    backward in XLA (moxlite's placement), one whole-step XLA program, the two-program
-    prototype, or no XLA."""
+    """moxlite on the MLP with THOR (frequency ``frequency``) around momentum: moxlite's
+    placement, one whole-step XLA program, the two-program prototype, or no XLA."""
     optimizer_fn = mox.get_optimizer_wrapper_fn(
         "thor", mox.get_optimizer_fn("momentum", LEARNING_RATE, momentum=MOMENTUM), frequency=frequency)
     network, options = MODELS["mlp"]
@@ -238,13 +237,13 @@ def print_thor(rates, options):
     two-program prototype to one whole-step program."""
     print(f"\nthor (MLP, frequency {options.thor_frequency}): batch {BATCH}, steps {options.warmup}->{options.steps}, "
           f"steps per call {options.steps_per_loop}, rounds {options.rounds}, clock {options.clock}")
-    print("| " + " | ".join(THOR_CONTENDERS) + " | forward-backward / one program | two programs / one program |")
+    print("| " + " | ".join(THOR_CONTENDERS) + " | moxlite / one program | two programs / one program |")
     print("|---|" + "---|" * (len(THOR_CONTENDERS) + 1))
     one = rates["thor one program"]
     ratios = {name: spread([value / base for value, base in zip(rates[name], one)])
-              for name in ("thor forward-backward", "thor two programs")}
+              for name in ("thor moxlite", "thor two programs")}
     print("| " + " | ".join(f"{statistics.median(rates[name]):.0f}" for name in THOR_CONTENDERS)
-          + f" | {ratios['thor forward-backward']} | {ratios['thor two programs']} |")
+          + f" | {ratios['thor moxlite']} | {ratios['thor two programs']} |")
     for name, values in rates.items():
         print(f"thor {name:18s} rounds: {', '.join(f'{v:.0f}' for v in values)}")
     sys.stdout.flush()
