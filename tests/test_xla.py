@@ -288,6 +288,60 @@ def test_a_variant_out_of_trial_time_is_not_run_again_while_the_other_is_measure
     assert choice.decided is False
 
 
+def test_compiled_calls_before_every_program_has_run_are_not_timed():
+    """THOR's compiled step is two XLA programs, each compiled at its first run: calls until both
+    have run (``warmed``) are not timed, so a compile (here 100 s) does not make XLA look slow;
+    at most ``trial_steps`` steps wait so (a refresh may be far off)."""
+    budget = compilation.Budget(min_steps=4, max_trial_steps=4, trial_seconds=100.0)
+    choice = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"),
+                                   budget=budget)
+    assert choice.plan(10) == (False, 1)
+    choice.record(False, 1, 5.0)                       # the plain variant's traced call
+    for _ in range(2):                                 # compiled calls before the refresh program has run
+        assert choice.plan(10) == (True, 1)
+        choice.record(True, 1, 100.0, warmed=False)
+    assert choice.plan(10) == (True, 1)
+    choice.record(True, 1, 100.0, warmed=True)         # the refresh program ran (and compiled) here
+    assert choice.rate(True) == 0 and choice.decided is None
+    while choice.decided is None:
+        compiled, steps = choice.plan(10)
+        choice.record(compiled, steps, steps * (0.01 if compiled else 0.02))
+    assert choice.decided is True and choice.rate(True) == pytest.approx(100.0)
+    capped = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"),
+                                   budget=budget)
+    capped.plan(10)
+    capped.record(False, 1, 5.0)
+    for _ in range(4):                                 # never warmed: timed after trial_steps (4) steps
+        capped.record(True, 1, 1.0, warmed=False)
+    assert capped._traced[True]
+
+
+def test_thor_under_auto_times_compiled_calls_only_after_both_programs_ran(tmp_path, monkeypatch):
+    """End to end, THOR refreshing every 3 updates: the compiled variant's calls are untimed until
+    its refresh program has run too."""
+    small_budget(monkeypatch, max_trial_steps=6, trial_seconds=100.0, fraction=0.5)   # 6 trial steps
+    seen = []
+    original = compilation.JitChoice.record
+
+    def record(self, compiled, steps, seconds, warmed=True):
+        seen.append((compiled, self._traced[compiled], warmed))
+        return original(self, compiled, steps, seconds, warmed)
+
+    monkeypatch.setattr(compilation.JitChoice, "record", record)
+    images, labels = _rows()
+    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=tiny_model_fn,
+            optimizer_fn=mox.get_optimizer_wrapper_fn("thor", mox.get_optimizer_fn("momentum", 0.05, momentum=0.9),
+                                                      frequency=3),
+            run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=str(tmp_path), max_number_of_steps=40,
+            log_every_n_steps=40, save_summary_steps=0, jit_compile="auto")
+    compiled_calls = [(traced, warmed) for compiled, traced, warmed in seen if compiled]
+    # Global step 1 (update 0, a refresh) runs uncompiled, step 2 compiled (the plain program);
+    # updates 3 and up refresh again: untimed until the compiled variant has run one.
+    assert compiled_calls[0] == (False, False)
+    first_timed = next(index for index, (traced, _) in enumerate(compiled_calls) if traced)
+    assert first_timed >= 2 and compiled_calls[first_timed - 1] == (False, True)
+
+
 def test_the_trial_is_at_most_five_percent_of_the_run():
     choice = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 1000, logging.getLogger("t"))
     choice.start()

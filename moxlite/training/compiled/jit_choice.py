@@ -216,6 +216,7 @@ class CompiledStep:
         self.refused: Optional[str] = None
         self._compiled = {}   # one per replica: each reads its own replica's variables
         self._programs = None  # WHOLE_STEP_BUT_REFRESH: (THOR links, plain program, forward and backward)
+        self._ran = None       # and whether each (plain, refresh) has run: XLA compiles it at its first run
 
     def tracing(self):
         """The context the compiled variant's ``strategy.run`` is traced in: with several
@@ -258,9 +259,26 @@ class CompiledStep:
             if self.refused is not None:
                 return self.train_step(batch)
             self._programs = (thors, plain, gradients)
+            with tf.init_scope():   # made eagerly, out of the loop being traced
+                self._ran = [tf.Variable(False, trainable=False, name=name) for name in ("plain_ran", "refresh_ran")]
         thors, plain, gradients = self._programs
+        ran_plain, ran_refresh = self._ran
+
+        def refresh_update():
+            ran_refresh.assign(True)
+            return self.train_step(batch, gradients=gradients)
+
+        def plain_update():
+            ran_plain.assign(True)
+            return plain(batch)
+
         refresh = tf.reduce_any(tf.stack([thor.refreshes_now() for thor in thors]))
-        return tf.cond(refresh, lambda: self.train_step(batch, gradients=gradients), lambda: plain(batch))
+        return tf.cond(refresh, refresh_update, plain_update)
+
+    def warmed(self):
+        """Whether each XLA program of the step has run once. XLA compiles a program at its first
+        run, so until then a call's time is partly compiling (``JitChoice`` does not time it)."""
+        return self._ran is None or all(bool(flag.numpy()) for flag in self._ran)
 
     def _without_refresh(self, thors, batch):
         with contextlib.ExitStack() as assumptions:
@@ -297,6 +315,7 @@ class JitChoice:
         self._steps = {False: 0, True: 0}
         self._seconds = {False: 0.0, True: 0.0}
         self._traced = {False: False, True: False}
+        self._untimed_steps = 0   # the compiled variant's, until its programs have all run once
         self._next = False
 
     def start(self):
@@ -361,11 +380,15 @@ class JitChoice:
             return True
         return self._agree is None and self._seconds[variant] >= self.budget.trial_seconds
 
-    def record(self, compiled, steps, seconds):
+    def record(self, compiled, steps, seconds, warmed=True):
+        """``warmed``: every program of the compiled step has run once (``CompiledStep.warmed``);
+        until then, or for ``trial_steps`` steps at most, the compiled variant's calls are not timed."""
         if self.decided is not None or steps <= 0:
             return
         if not self._traced[compiled]:
-            self._traced[compiled] = True
+            if compiled:
+                self._untimed_steps += steps
+            self._traced[compiled] = not compiled or warmed or self._untimed_steps >= self.trial_steps
             return
         self._steps[compiled] += steps
         self._seconds[compiled] += seconds

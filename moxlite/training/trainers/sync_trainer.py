@@ -282,7 +282,10 @@ class SyncTrainer(Trainer):
         started = compilation.clock()
         values = self._traced[compiled](self._flat_iterator + [self._step_counts[num_steps], report]).numpy()
         if self._choice is not None:
-            self._choice.record(compiled, int(values[0]), compilation.clock() - started)
+            seconds = compilation.clock() - started
+            warmed = (not compiled or self._choice.decided is not None or self._compiled_step is None
+                      or self._compiled_step.warmed())
+            self._choice.record(compiled, int(values[0]), seconds, warmed)
         return values
 
     def _create_layer_state(self):
