@@ -46,7 +46,7 @@ from moxlite.models import build_model_fn  # noqa: E402
 from moxlite.models.networks import NETWORKS  # noqa: E402
 from moxlite.training.compiled import jit_choice as compilation  # noqa: E402
 from benchlib import (dataset, fit_times, hand_written_times, loss_fn, moxlite_times, quiet_console,  # noqa: E402
-                      spread, steady_rate)
+                      spread, steady_rate, whole_step_placement)
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 clock = CLOCKS["wall"]
@@ -106,21 +106,6 @@ def time_fit(model, images, labels, steps, n):
 
 
 THOR_CONTENDERS = ("thor moxlite", "thor one program", "thor two programs", "thor no XLA")
-
-
-@contextlib.contextmanager
-def whole_step_placement():
-    """The one-device placement moxlite gave THOR before: the whole step, THOR included, in XLA."""
-    original = compilation.placement
-
-    def placement(strategy, preconditioned=False):
-        return original(strategy, False)
-
-    compilation.placement = placement
-    try:
-        yield
-    finally:
-        compilation.placement = original
 
 
 @contextlib.contextmanager

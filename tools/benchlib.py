@@ -6,6 +6,7 @@ The scripts run as ``python tools/<script>.py``, so this module is importable as
 ``benchlib`` from them (Python puts the script's folder first on the path).
 """
 
+import contextlib
 import logging
 import statistics
 import tempfile
@@ -136,3 +137,17 @@ def quiet_console():
     """Keeps moxlite's console at warnings; its records still reach the handlers above."""
     for handler in logs.get_logger().handlers:
         handler.setLevel(logging.WARNING)
+
+
+@contextlib.contextmanager
+def whole_step_placement():
+    """XLA on THOR's whole one-device step, its refresh included, as for any other stack: the
+    placement moxlite gave THOR before its two programs (``jit_choice.placement``)."""
+    from moxlite.training.compiled import jit_choice
+
+    original = jit_choice.placement
+    jit_choice.placement = lambda strategy, preconditioned=False: original(strategy, False)
+    try:
+        yield
+    finally:
+        jit_choice.placement = original

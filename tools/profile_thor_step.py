@@ -15,9 +15,9 @@ step when its update rebuilds the factors (global steps 1, 11, 21, ...), else a 
 (preconditioned) step. The ratios are taken within a round (so a change of load cancels out) and
 printed as median [min-max] over the rounds. Contenders: Lamb and THOR with ``jit_compile`` off
 and on, so each is compared like with like. With XLA on one device, Lamb's whole train step is
-compiled; THOR's forward and backward are, its refresh and preconditioning not (moxlite's
-placement for a THOR stack, ``jit_choice.placement``). ``thor+whole`` is THOR with the whole step
-compiled, a refresh's branch included (the placement before), against Lamb with XLA.
+compiled; THOR's plain updates are too, and its refresh updates compile only forward and backward
+(moxlite's two programs for a THOR stack, ``jit_choice.placement``). ``thor+whole`` is THOR with the
+whole step as one program, a refresh's branch included (the placement before), against Lamb with XLA.
 
 The profile: one more THOR and Lamb run each, uncompiled, with TensorFlow's profiler on over
 ``--profile-steps`` steps after the skipped ones. Every executed op's time is summed by the name
@@ -94,6 +94,7 @@ def train(bench, corpus, kind, steps, log_root, jit_compile, profile=None, profi
     import keras
 
     import moxlite as mox
+    from benchlib import whole_step_placement
     from moxlite.models import bert
 
     name, setting = contender_setting(bench, kind)
@@ -118,19 +119,6 @@ def train(bench, corpus, kind, steps, log_root, jit_compile, profile=None, profi
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
     return clock
-
-
-@contextlib.contextmanager
-def whole_step_placement():
-    """XLA on THOR's whole one-device step, as for any other stack (``jit_choice.placement``)."""
-    from moxlite.training.compiled import jit_choice
-
-    original = jit_choice.placement
-    jit_choice.placement = lambda strategy, preconditioned=False: original(strategy, False)
-    try:
-        yield
-    finally:
-        jit_choice.placement = original
 
 
 def is_refresh(bench, global_step):

@@ -192,7 +192,10 @@ def links_of(optimizer):
 def layer_preconditioners(optimizer):
     """The links of ``optimizer``'s stack that precondition from per-layer records (THOR),
     outermost first."""
-    links, _ = links_of(optimizer)
+    return _reading_layer_records(links_of(optimizer)[0])
+
+
+def _reading_layer_records(links):
     return [link for link in links if "layer_records" in link.READS]
 
 
@@ -243,14 +246,12 @@ class Pipeline:
 
     def layer_preconditioners(self):
         """The links that precondition from per-layer records (THOR), outermost first."""
-        return [link for link in self._receivers if "layer_records" in link.READS]
+        return _reading_layer_records(self._receivers)
 
     def layer_statistics_request(self):
         """The request of the first link that reads per-layer records (None: none does)."""
-        for link in self._receivers:
-            if "layer_records" in link.READS:
-                return link.layer_statistics_request()
-        return None
+        links = self.layer_preconditioners()
+        return links[0].layer_statistics_request() if links else None
 
     def see_layers(self, records):
         """Replica context: hand a forward pass's per-layer records to the links that read them."""
