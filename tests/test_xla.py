@@ -209,6 +209,29 @@ def test_thor_on_one_device_compiled_equals_uncompiled_across_refreshes(tmp_path
     assert_weights_close(run_with(tmp_path / "xla", True), run_with(tmp_path / "plain", False))
 
 
+def test_a_refresh_forced_by_a_resume_runs_compiled_as_without_xla(tmp_path):
+    """A resume with a new THOR block_size forces a refresh at its first update (4, not one of
+    frequency 3's): the compiled step must pick the refresh program there, as THOR's decision
+    says, and end where the same resume without XLA ends."""
+    import shutil
+
+    def run_with(log_dir, steps, block_size, jit_compile):
+        images, labels = runlib.mnist_rows(64)
+        optimizer_fn = mox.get_optimizer_wrapper_fn("thor", mox.get_optimizer_fn("momentum", 0.05, momentum=0.9),
+                                                    frequency=3, block_size=block_size, damping=0.1)
+        mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.mlp_model_fn, optimizer_fn=optimizer_fn,
+                run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=steps,
+                log_every_n_steps=100, save_summary_steps=0, jit_compile=jit_compile)
+
+    run_with(tmp_path / "xla", 4, 128, False)
+    shutil.copytree(tmp_path / "xla", tmp_path / "plain")
+    run_with(tmp_path / "xla", 6, 256, True)
+    run_with(tmp_path / "plain", 6, 256, False)
+    assert runlib.checkpoint_step(str(tmp_path / "xla")) == 6
+    assert_weights_close(runlib.checkpoint_variables(str(tmp_path / "xla")),
+                         runlib.checkpoint_variables(str(tmp_path / "plain")))
+
+
 def test_a_stack_without_thor_compiles_its_whole_step_on_one_device(tmp_path, xla_op_types):
     """The optimizer's updates are in the XLA function."""
     train(tmp_path / "xla", True, optimizer="lars_batch_gradients")
