@@ -4,10 +4,10 @@
     python tools/conformance_table.py mox.file                 # one API
     python tools/conformance_table.py --write docs/reference/conformance.md   # as make_reference_docs.py does
 
-Three parts: the file API (``moxlite.conformance.ROWS``, a section per API with a line of
+Three parts: the file API (``conformance/file_api.py``, a section per API with a line of
 counts, then one row per documented name), the TensorFlow API and data helpers
-(``moxlite.data.conformance_rows``) and the documented examples ported as tests
-(``moxlite.conformance.EXAMPLES``). ``docs/reference/conformance.md`` is this output, written
+(``conformance/tensorflow_api.py``) and the documented examples ported as tests
+(``file_api.EXAMPLES``). ``docs/reference/conformance.md`` is this output, written
 with the other reference pages by ``tools/make_reference_docs.py``; tests/test_conformance_doc.py
 checks that it is current, and the rows' own tests check
 them against the code.
@@ -17,9 +17,11 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOLS = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(TOOLS))   # the checkout's moxlite, which the rows are checked against
+sys.path.insert(0, TOOLS)                    # the conformance package beside this file
 
-from moxlite import conformance  # noqa: E402  (after the path fix, so the checkout's package is used)
+from conformance import file_api  # noqa: E402  (after the path fix)
 
 
 def _cell(text):
@@ -37,9 +39,9 @@ def _test_cell(row):
 def markdown(rows):
     """The markdown text of ``rows``, grouped by API in their order."""
     lines = []
-    totals = conformance.counts(rows)
+    totals = file_api.counts(rows)
     for api, numbers in totals.items():
-        counted = ", ".join(f"{numbers[status]} {status}" for status in conformance.STATUSES)
+        counted = ", ".join(f"{numbers[status]} {status}" for status in file_api.STATUSES)
         lines += [f"### `{api}`", "", f"{sum(numbers.values())} rows: {counted}.", "",
                   "| Name | Kind | Status | Note | Test |", "| --- | --- | --- | --- | --- |"]
         for row in rows:
@@ -51,15 +53,15 @@ def markdown(rows):
 
 
 def _counted(rows):
-    numbers = {status: sum(row.status == status for row in rows) for status in conformance.STATUSES}
-    return f"{len(rows)} rows: " + ", ".join(f"{numbers[status]} {status}" for status in conformance.STATUSES) + "."
+    numbers = {status: sum(row.status == status for row in rows) for status in file_api.STATUSES}
+    return f"{len(rows)} rows: " + ", ".join(f"{numbers[status]} {status}" for status in file_api.STATUSES) + "."
 
 
 def tensorflow_markdown():
     """The TensorFlow-API and data rows: MoXing's name, where it is in moxlite, kind, status, note."""
-    from moxlite.data import conformance_rows
+    from conformance import tensorflow_api
 
-    rows = conformance_rows.ROWS
+    rows = tensorflow_api.ROWS
     lines = ["### The TensorFlow API, data helpers and import paths", "", _counted(rows), "",
              "| MoXing | moxlite | Kind | Status | Note | Test |", "| --- | --- | --- | --- | --- | --- |"]
     lines += [f"| `{_cell(row.api)}` | `{_cell(row.name)}` | {row.kind} | {row.status} | {_cell(row.note)} | "
@@ -70,12 +72,12 @@ def tensorflow_markdown():
 def examples_markdown():
     """The documented examples, each ported under tests/moxing_ports/ and checked by a test."""
     lines = ["### The documented examples, ported as tests", "",
-             _counted([conformance.Row("examples", port, "case", status, note)
-                       for port, _, status, note in conformance.EXAMPLES]), "",
+             _counted([file_api.Row("examples", port, "case", status, note)
+                       for port, _, status, note in file_api.EXAMPLES]), "",
              "| Port (tests/moxing_ports/) | Source (huaweicloud/ModelArts-Lab unless named) | Status | Note |",
              "| --- | --- | --- | --- |"]
     lines += [f"| `{port}` | `{_cell(source)}` | {status} | {_cell(note)} |"
-              for port, source, status, note in conformance.EXAMPLES]
+              for port, source, status, note in file_api.EXAMPLES]
     return "\n".join(lines + [""])
 
 
@@ -92,7 +94,7 @@ otherwise: the note says what and why), **refused** (a moxlite error: the note i
 
 def document():
     """The whole of docs/reference/conformance.md."""
-    return "\n".join([HEADER, markdown(conformance.ROWS), tensorflow_markdown(), examples_markdown()])
+    return "\n".join([HEADER, markdown(file_api.ROWS), tensorflow_markdown(), examples_markdown()])
 
 
 def main(argv=None):
@@ -107,9 +109,9 @@ def main(argv=None):
     if not arguments.api:
         print(document())
         return
-    rows = [row for row in conformance.ROWS if row.api in arguments.api]
+    rows = [row for row in file_api.ROWS if row.api in arguments.api]
     if not rows:
-        parser.error(f"no rows for {arguments.api}; known: {sorted({row.api for row in conformance.ROWS})}")
+        parser.error(f"no rows for {arguments.api}; known: {sorted({row.api for row in file_api.ROWS})}")
     print(markdown(rows))
 
 

@@ -11,7 +11,7 @@ The pages and their sources:
   and meaning (the dataclasses of ``moxlite.recipes.schema``), the wrappers' parameters and the
   schedules' arguments (``moxlite.optimizers.recipe_tables``);
 - ``docs/reference/conformance.md``: the MoXing conformance table (``tools/conformance_table.py``,
-  from ``moxlite.conformance`` and ``moxlite.data.conformance_rows``).
+  from the rows in ``tools/conformance/``).
 
 ``tests/test_reference_docs.py`` regenerates every page in memory and fails when a file
 differs. Nothing here imports TensorFlow.

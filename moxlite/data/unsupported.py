@@ -3,7 +3,7 @@
 A script that subclasses ``mox.AggregativeSessionRunHook`` or builds a
 ``mox.MultilabelClassificationRawDataset`` gets this line when the object is
 made, not an AttributeError at import: the class exists, instantiating it is
-refused. Each is a row "refused" of ``moxlite.data.conformance_rows``.
+refused. Each is a row "refused" of the conformance table (``tools/conformance/tensorflow_api.py``).
 """
 
 from moxlite import errors

@@ -11,7 +11,7 @@ The endpoint and credentials come from ``S3_ENDPOINT`` and ``AWS_ACCESS_KEY_ID``
 also MoXing's documented exception classes and Python's built-in ``OSError`` subclasses.
 In ``atexit`` handlers every operation works (copies run in the calling thread where no
 thread pool can start), and a failure that leaves the handler ends the process with status 1
-(``moxlite.file.shutdown``). ``moxlite.conformance`` lists, row by row, how this module matches MoXing's file API.
+(``moxlite.file.shutdown``). ``tools/conformance/file_api.py`` lists, row by row, how this module matches MoXing's file API.
 """
 
 from moxlite.file.errors import (IsAFolderError, MissingPathError, MoxFileNameDuplicateException,

@@ -1,5 +1,5 @@
-"""Which test shows each 'same' row of the conformance tables (issue 31: "same" only where a test
-shows it).
+"""Which test shows each 'same' row of the conformance tables: a row is "same" only where a test
+shows it.
 
 ``TESTS`` maps a row's (api, name) to ``tests/<file>.py::<test function>``; ``linked(rows)`` gives
 the rows with their ``test`` field filled. ``tests/test_conformance_links.py`` fails when a link

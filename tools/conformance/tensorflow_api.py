@@ -5,21 +5,21 @@ Sources, read for these rows: huaweicloud/ModelArts-Lab ``docs/moxing_api_doc/``
 ``scripts/``) and ``official_examples/``. Each row: ``api`` (MoXing's spelling), ``name`` (where it is
 in moxlite: ``module:attribute``, ``module:function(argument)``, or a module path), ``kind``,
 ``status`` (same / different / refused / untested: no test shows it yet), ``note`` (what differs and why, or the refusal's message) and ``test``, the test that shows a "same" row
-(``moxlite.conformance_links``).
+(``links.py``, beside this file).
 ``tests/test_conformance_rows.py`` checks every row against the code, so the table cannot drift.
-The file-API rows are in ``moxlite.conformance`` (merged with these).
+The file-API rows are in ``file_api.py``; ``tools/conformance_table.py`` prints both.
 """
 
 import collections
 
-from moxlite import conformance_links
+from conformance import links
 from moxlite.data import unsupported
 
 Row = collections.namedtuple("Row", ["api", "name", "kind", "status", "note", "test"], defaults=("",))
 
 KINDS = ("function", "class", "argument", "mode", "exception", "hook", "import_path")
 STATUSES = ("same", "different", "refused", "untested")
-_UNTESTED = "accepted as documented; no test shows it yet (moxlite/conformance_links.py)"
+_UNTESTED = "accepted as documented; no test shows it yet (tools/conformance/links.py)"
 
 _TF1 = "TF2 has no graph sessions"
 
@@ -208,7 +208,7 @@ ROWS = [
     Row("moxing.tensorflow.utils.tf_util", "moxlite.tensorflow.utils", "import_path", "refused",
         "No module named 'moxlite.tensorflow.utils'"),
 ]
-ROWS = conformance_links.linked(ROWS)   # each row's test (the 'test' field)
+ROWS = links.linked(ROWS)   # each row's test (the 'test' field)
 
 
 def counts():

@@ -8,7 +8,7 @@ class, argument, mode, method, exception or documented case, with its status:
 - ``different``: works, but not exactly as documented: the note says what and why;
 - ``refused``: raises a moxlite error; the note is that error's message;
 - ``untested``: meant as documented, but no test shows it yet (a "same" row names its test in
-  ``moxlite.conformance_links``).
+  ``links.py`` beside this file).
 
 Rows from several APIs live side by side: ``ROWS`` is the concatenation of the per-API
 lists, ``API_MODULES`` names the moxlite module each API's names are looked up in, and
@@ -27,14 +27,14 @@ import importlib
 import inspect
 import re
 
-from moxlite import conformance_links
+from conformance import links
 
 STATUSES = ("same", "different", "refused", "untested")
 KINDS = ("function", "class", "argument", "method", "attribute", "mode", "exception", "case")
 
 Row = collections.namedtuple("Row", "api name kind status note test", defaults=("",))
 Row.__doc__ = ("One documented name: which API, the name, its kind, same/different/refused/untested, why, "
-               "and the test that shows it (moxlite.conformance_links).")
+               "and the test that shows it (conformance/links.py, beside this file).")
 
 API_MODULES = {"mox.file": "moxlite.file"}
 
@@ -216,7 +216,7 @@ _FILE_SHIFT = [
 
 FILE_ROWS = _rows(_FILE, _FILE_FUNCTIONS + _FILE_OBJECT + _FILE_EXCEPTIONS + _FILE_SHIFT)
 
-FILE_ROWS = conformance_links.linked(FILE_ROWS)   # each row's test (the 'test' field)
+FILE_ROWS = links.linked(FILE_ROWS)   # each row's test (the 'test' field)
 ROWS = list(FILE_ROWS)
 
 _ARGUMENT = re.compile(r"^(?P<owner>[\w.]+)\((?P<argument>\w+)\)$")
