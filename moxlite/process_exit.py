@@ -2,10 +2,9 @@
 
 After TensorFlow and Keras are imported, a process holds several hundred thousand objects
 that live until it ends. Interpreter shutdown tears the modules down and runs the garbage
-collector over all of them, more than once: measured on this project's 2-core machine,
-about 1.4 CPU s per process (a bare ``import tensorflow`` costs 7.1 CPU s with that
-shutdown, 5.5 without it) and several seconds of wall time when the machine is loaded.
-At the end of every training script, every ``moxlite-run`` and every cluster task.
+collector over all of them, more than once: about a second of CPU per process, and
+several seconds of wall time on a loaded machine, at the end of every training script,
+every ``moxlite-run`` and every cluster task.
 
 ``freeze_at_exit()`` (called by ``run``) registers, once per process, an exit handler that
 first collects what is garbage at that moment, so that the finalizers of unreachable

@@ -12,6 +12,7 @@ from moxlite import errors, flags, logs
 from moxlite.optimizers import (
     OPTIMIZER_NAMES, WRAPPER_NAMES, describe_stack, get_optimizer_fn, get_optimizer_wrapper_fn, is_optimizer,
     wrapper_parameters)
+from moxlite.optimizers import pipeline as pipeline_lib
 from moxlite.optimizers import wrapper as wrapper_lib
 from tests.optimizer_loop import Trainer, linear_model, mnist_rows
 
@@ -190,9 +191,9 @@ def test_config_round_trip_rebuilds_the_whole_stack():
 
 def test_layer_statistics_interface_defaults_to_no_request_through_a_stack():
     stack = get_optimizer_wrapper_fn("lars", get_optimizer_fn("sgd", 0.1))()
-    assert wrapper_lib.layer_statistics_request(stack) is None
-    assert wrapper_lib.layer_statistics_request(get_optimizer_fn("sgd", 0.1)()) is None
-    stack.set_layer_statistics({})
+    assert pipeline_lib.Pipeline(stack).layer_statistics_request() is None
+    assert pipeline_lib.Pipeline(get_optimizer_fn("sgd", 0.1)()).layer_statistics_request() is None
+    assert pipeline_lib.Pipeline(stack).receive(pipeline_lib.StepInputs(layer_records=())) == []
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
-"""Checkpoints keyed by stable names (issue 8, item 5).
+"""Checkpoints keyed by stable names.
 
 Restore and warm start match variables by name and shape, checked against the
 checkpoint's own contents: a layer inserted before the head, layers created in
-the other order, Keras made-up names across runs in one process, what does not
-match, and checkpoints written by the earlier creation-order format.
+the other order, Keras made-up names across runs in one process, and what does not
+match.
 """
 
 import keras
@@ -126,29 +126,6 @@ def test_unmatched_names_fail_with_the_lists_and_write_nothing(tmp_path):
     assert runlib.directory_state(tmp_path / "base") == before
 
 
-def _write_creation_order_checkpoint(directory, arrays, step):
-    """A checkpoint as the earlier moxlite wrote it: model/v0000... in creation order."""
-    variables = {f"v{i:04d}": tf.Variable(a) for i, a in enumerate(arrays)}
-    checkpoint = tf.train.Checkpoint(global_step=tf.Variable(step, dtype=tf.int64), model=variables)
-    tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=1,
-                               checkpoint_name="model.ckpt").save(checkpoint_number=step)
-
-
-def test_checkpoints_keyed_by_creation_order_still_read_or_say_how_to_convert(tmp_path):
-    rng = np.random.RandomState(0)
-    arrays = [rng.rand(784, 32).astype(np.float32), rng.rand(32).astype(np.float32),
-              rng.rand(32, 10).astype(np.float32), rng.rand(10).astype(np.float32)]
-    _write_creation_order_checkpoint(tmp_path / "old", arrays, step=7)
-    images, labels = runlib.mnist_rows(128)
-    metrics = mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=base_model_fn,
-                      run_mode=mox.ModeKeys.EVAL, batch_size=BATCH, log_dir=str(tmp_path / "old"))
-    logits = np.maximum(images @ arrays[0] + arrays[1], 0) @ arrays[2] + arrays[3]
-    assert metrics["global_step"] == 7
-    np.testing.assert_allclose(metrics["accuracy"], np.mean(logits.argmax(1) == labels), atol=1e-6)
-    with pytest.raises(errors.CheckpointError, match="keyed variables by creation order.*convert it first"):
-        _run(tmp_path / "tuned", inserted_model_fn, 1, checkpoint_path=str(tmp_path / "old"))
-
-
 def asymmetric_model_fn(inputs, mode):
     """Two equal-shaped layers whose gradients differ (b_branch goes through a relu)."""
     images, labels = inputs
@@ -189,7 +166,7 @@ def _run_stack(log_dir, model_fn, steps, stack):
 def test_resume_with_layers_created_in_the_other_order_keeps_each_optimizer_slot_on_its_variable(tmp_path, stack):
     """Slots follow names: a resumed run whose model_fn creates two equal-shaped layers in the
     other order ends where the uninterrupted run does (a_branch's momentum, accumulator and
-    factors stay a_branch's). Before, they were restored by position, onto b_branch."""
+    factors stay a_branch's), where slots restored by position would land on b_branch."""
     _run_stack(tmp_path / "whole", asymmetric_model_fn, 6, stack)
     _run_stack(tmp_path / "resumed", asymmetric_model_fn, 3, stack)
     _run_stack(tmp_path / "resumed", asymmetric_swapped_model_fn, 6, stack)
@@ -199,32 +176,6 @@ def test_resume_with_layers_created_in_the_other_order_keeps_each_optimizer_slot
     assert not np.allclose(whole["a_branch/kernel"], whole["b_branch/kernel"])
     for name in whole:
         np.testing.assert_allclose(resumed[name], whole[name], atol=1e-5, err_msg=name)
-
-
-def _write_creation_order_slots(monkeypatch, log_dir, model_fn, steps):
-    """A checkpoint as the moxlite before this change wrote it: optimizer slots in creation
-    order and no marker saying they follow names."""
-    from moxlite.training.state import checkpoints
-    from moxlite.training.capture import shared_variables as template
-
-    with monkeypatch.context() as patch:
-        patch.setattr(template.SharedVariablesModelFn, "slot_order", lambda self, variables: list(variables))
-        patch.setattr(checkpoints, "SLOTS_BY_NAME_KEY", "unrelated_marker")
-        _run_stack(log_dir, model_fn, steps, "momentum")
-
-
-def test_checkpoint_with_slots_in_creation_order_resumes_only_in_that_order(tmp_path, monkeypatch):
-    _run_stack(tmp_path / "whole", asymmetric_model_fn, 4, "momentum")
-    _write_creation_order_slots(monkeypatch, tmp_path / "old", asymmetric_model_fn, 2)
-    before = runlib.directory_state(tmp_path / "old")
-    with pytest.raises(errors.CheckpointError, match="slots .* in variable creation order.*another order"):
-        _run_stack(tmp_path / "old", asymmetric_swapped_model_fn, 4, "momentum")
-    assert runlib.directory_state(tmp_path / "old") == before
-    # The order that wrote it keeps its slots in creation order and ends where a new run does.
-    _run_stack(tmp_path / "old", asymmetric_model_fn, 4, "momentum")
-    whole, old = runlib.checkpoint_by_name(tmp_path / "whole"), runlib.checkpoint_by_name(tmp_path / "old")
-    for name in whole:
-        np.testing.assert_allclose(old[name], whole[name], atol=1e-5, err_msg=name)
 
 
 def closed_over_model_fn():
@@ -266,41 +217,15 @@ def test_a_closed_over_model_built_again_in_one_process_fits_its_checkpoint(tmp_
         np.testing.assert_allclose(tuned[name], saved[name], atol=1e-6, err_msg=name)
 
 
-def test_a_checkpoint_keyed_by_the_made_up_names_themselves_still_restores(tmp_path):
-    """Before made-up names ahead of model_fn took their fresh-process form, a closed-over
-    model's checkpoint held them as Keras gave them (sequential_7/dense_12/...): still read."""
-    from moxlite import compat
-    from moxlite.training.state import checkpoints
-
-    keras.Sequential([keras.layers.Dense(3)])   # earlier work in the process moved Keras's counters
-    model_fn = closed_over_model_fn()
-    model_fn.net.build((None, runlib.NUM_FEATURES))
-    variables = [compat.backing_variable(v) for v in model_fn.net.variables]
-    assert not variables[0].name.startswith("sequential/dense/")   # the counters moved in this process
-    rng = np.random.RandomState(0)
-    values = [rng.normal(size=v.shape).astype(np.float32) for v in variables]
-    for variable, value in zip(variables, values):
-        variable.assign(value)
-    checkpoints.Checkpointer(str(tmp_path / "old"), tf.Variable(5, dtype=tf.int64), variables).save(5)
-    for variable in variables:
-        variable.assign(tf.zeros_like(variable))
-    images, labels = runlib.mnist_rows(128)
-    metrics = mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
-                      run_mode=mox.ModeKeys.EVAL, batch_size=BATCH, checkpoint_path=str(tmp_path / "old"))
-    logits = np.maximum(images @ values[0] + values[1], 0) @ values[2] + values[3]
-    assert metrics["global_step"] == 5
-    np.testing.assert_allclose(metrics["accuracy"], np.mean(logits.argmax(1) == labels), atol=1e-6)
-
-
 def test_names_made_up_before_the_call_come_first_and_those_of_the_call_after_them():
-    from moxlite.training.state import checkpoint_keys as naming
+    from moxlite.training.state import checkpoint_keys
 
     counters = {"sequential": 4, "dense": 7}        # Keras's, after model_fn's first call
     during_call = {"dense_6": "dense"}               # made_up_names: the call's first dense
     names = ["sequential_3/dense_4/kernel", "sequential_3/dense_5/kernel", "dense_6/kernel", "head/kernel",
              "dense_9/kernel", "W"]
-    renamed = naming.made_up_before(names, counters, during_call)
-    assert [naming.stable_key(name, renamed) for name in names] == [
+    renamed = checkpoint_keys.made_up_before(names, counters, during_call)
+    assert [checkpoint_keys.stable_key(name, renamed) for name in names] == [
         "sequential/dense/kernel", "sequential/dense_1/kernel", "dense_2/kernel", "head/kernel",
         "dense_9/kernel",   # a name Keras never handed out is the user's own
         "W"]

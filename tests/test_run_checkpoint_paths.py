@@ -1,11 +1,10 @@
-"""Checkpoint keys are the Keras paths (issue 33, item 3).
+"""Checkpoint keys are the Keras paths.
 
-A custom block (sub-layers made in ``__init__``, the Keras guide's way) with one Dense
-used to save its kernel under TensorFlow's name, ``block_0/kernel``; with a second Dense
-both were named so and the keys became the paths (``block_0/dense/kernel``), so a warm
-start from the one-Dense checkpoint missed the kernel. The reference here is Keras's own
-``variable.path``, with made-up names in their fresh-process form; checkpoints written
-with the earlier keys still restore and resume.
+A custom block (sub-layers made in ``__init__``, the Keras guide's way) names every variable
+after the outer layer in TensorFlow (``block_0/kernel``), a name a second Dense would share;
+its Keras path (``block_0/dense/kernel``) stays the same whatever else the block holds, so a
+warm start from a one-Dense block finds the kernel in a two-Dense block. The reference here is
+Keras's own ``variable.path``, with made-up names in their fresh-process form.
 """
 
 import keras
@@ -133,59 +132,3 @@ def test_a_keras_applications_model_is_keyed_by_its_layer_paths(tmp_path):
     saved = runlib.checkpoint_by_name(tmp_path / "run")
     assert sorted(saved) == sorted(v.path for v in net.weights)
     assert "Conv1/kernel" in saved and "bn_Conv1/moving_variance" in saved
-
-
-def _legacy_checkpoint_keys(template):
-    """The keys moxlite gave before they were Keras paths: a Keras path only where TensorFlow's
-    name was shared by several variables (what an earlier moxlite wrote)."""
-    from moxlite.training.state import checkpoint_keys as naming
-
-    keyed, ambiguous = naming.keyed(template.variables, template._made_up_names, template._paths)
-    old = naming.legacy_keys(template.variables, template._made_up_names, template._paths)
-    return {old.get(id(v), key): v for key, v in keyed.items()}, ambiguous
-
-
-class BlockWithOwnWeight(keras.layers.Layer):
-    """One Dense (TensorFlow: ``block_0/kernel``) and a weight of its own, ``e``: sorted by the
-    old keys the slots go bias, e, kernel; by the paths dense/bias, dense/kernel, e."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.dense = keras.layers.Dense(WIDTH, kernel_initializer=keras.initializers.GlorotUniform(seed=3))
-        self.e = self.add_weight(shape=(WIDTH,), initializer="ones", name="e")
-
-    def call(self, inputs):
-        return tf.nn.relu(self.dense(inputs)) * self.e
-
-
-def own_weight_model_fn(inputs, mode):
-    images, labels = inputs
-    hidden = BlockWithOwnWeight(name="block_0")(images)
-    head = keras.layers.Dense(runlib.NUM_CLASSES, name="head", kernel_initializer=keras.initializers.GlorotUniform(seed=4))
-    return runlib.spec_for(images, labels, head(hidden))
-
-
-def test_a_log_dir_written_with_the_earlier_keys_restores_and_resumes_with_its_slots(tmp_path, monkeypatch):
-    from moxlite.training.capture import shared_variables
-
-    straight = tmp_path / "straight"
-    _run(straight, own_weight_model_fn, 4, momentum=0.9)
-    with monkeypatch.context() as patch:   # an earlier moxlite writes the first two steps
-        patch.setattr(shared_variables.SharedVariablesModelFn, "checkpoint_keys", _legacy_checkpoint_keys)
-        _run(tmp_path / "old", own_weight_model_fn, 2, momentum=0.9)
-    old = runlib.checkpoint_by_name(tmp_path / "old")
-    assert list(old) == ["block_0/e", "block_0/kernel", "block_0/bias", "head/kernel", "head/bias"]
-    # A warm start reads the earlier keys and saves the paths.
-    mox.set_flag("checkpoint_exclude_patterns", "head")
-    _run(tmp_path / "warm", own_weight_model_fn, 1, checkpoint_path=str(tmp_path / "old"),
-         frozen="block_0")
-    mox.set_flag("checkpoint_exclude_patterns", "")
-    warm = runlib.checkpoint_by_name(tmp_path / "warm")
-    np.testing.assert_array_equal(warm["block_0/dense/kernel"], old["block_0/kernel"])
-    # Resuming the old log_dir keeps its keys and puts each momentum slot on its own variable.
-    _run(tmp_path / "old", own_weight_model_fn, 4, momentum=0.9)
-    resumed, reference = runlib.checkpoint_by_name(tmp_path / "old"), runlib.checkpoint_by_name(straight)
-    assert list(resumed) == list(old)
-    for key, path in [("block_0/kernel", "block_0/dense/kernel"), ("block_0/bias", "block_0/dense/bias"),
-                      ("block_0/e", "block_0/e"), ("head/kernel", "head/kernel")]:
-        np.testing.assert_array_equal(resumed[key], reference[path], err_msg=key)   # a resume is exact

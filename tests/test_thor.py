@@ -363,7 +363,7 @@ def test_all_factors_cross_replicas_in_one_reduction_per_trace(tmp_path, monkeyp
             # AutoGraph runs converted copies of thor's functions (tf___collect, ...): match by name.
             names = [f.name for f in traceback.extract_stack()]
             where = next((n for n in reversed(names) if n.endswith(("_collect", "_apply_in_cross_replica_context",
-                                                                   "set_layer_statistics", "_local_sums"))), None)
+                                                                   "_local_sums"))), None)
             calls.append((_name, where))
             return _original(self, *args, **kwargs)
         monkeypatch.setattr(owner, name, spy)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import moxlite as mox
-from moxlite.optimizers import wrapper
+from moxlite.optimizers import pipeline
 from moxlite.training.trainers import nonfinite
 from tests import runlib
 from tests.test_xla import BATCH, _rows, tiny_model_fn
@@ -25,7 +25,8 @@ def _surface(optimizer):
     """Per member of the stack: its class, the names of the functions held on the instance,
     the names of attributes that mention moxlite, and the replaceable methods not the class's."""
     rows = []
-    for member in wrapper.stack_of(optimizer):
+    links, base = pipeline.links_of(optimizer)
+    for member in links + [base]:
         own = vars(member)
         replaced = [name for name in REPLACEABLE if hasattr(type(member), name)
                     and (name in own or getattr(getattr(member, name), "__func__", None)

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite import errors
-from moxlite.training.compiled import jit_choice as compilation
+from moxlite.training.compiled import jit_choice
 from moxlite.training.compiled import mirrored_updates as compiled_updates
 from moxlite.training.trainers import sync_trainer as loop
 from tests import runlib
@@ -56,15 +56,15 @@ OPTIMIZERS = {
 
 @pytest.fixture
 def compiled_functions(monkeypatch):
-    """The XLA functions the runs build (``compilation.Compiled``), to prove they were used."""
+    """The XLA functions the runs build (``jit_choice.Compiled``), to prove they were used."""
     made = []
-    original = compilation.Compiled.__init__
+    original = jit_choice.Compiled.__init__
 
     def init(self, function):
         original(self, function)
         made.append(self)
 
-    monkeypatch.setattr(compilation.Compiled, "__init__", init)
+    monkeypatch.setattr(jit_choice.Compiled, "__init__", init)
     return made
 
 
@@ -103,14 +103,14 @@ def assert_weights_close(actual, expected):
 
 def small_budget(monkeypatch, **values):
     """auto measures runs of a few steps (the real budget starts at 200)."""
-    budget = compilation.Budget(**{"min_steps": 4, "max_trial_steps": 2, **values})
-    original = compilation.JitChoice.__init__
+    budget = jit_choice.Budget(**{"min_steps": 4, "max_trial_steps": 2, **values})
+    original = jit_choice.JitChoice.__init__
 
     def init(self, *args, **kwargs):
         kwargs["budget"] = budget
         original(self, *args, **kwargs)
 
-    monkeypatch.setattr(compilation.JitChoice, "__init__", init)
+    monkeypatch.setattr(jit_choice.JitChoice, "__init__", init)
 
 
 # ---- compiled equals uncompiled -----------------------------------------------------------------
@@ -127,8 +127,8 @@ def test_the_compiled_step_trains_as_the_uncompiled_one(tmp_path, compiled_funct
     if num_gpus > 1:   # and the Keras optimizer's updates compiled on each device
         assert len(set(compiled_update_devices)) == num_gpus, compiled_update_devices
     output = capsys.readouterr().out
-    one_device = compilation.WHOLE_STEP_BUT_REFRESH if optimizer == "thor" else compilation.WHOLE_STEP
-    assert f"jit_compile=true: the {one_device if num_gpus == 1 else compilation.PER_REPLICA}" in output
+    one_device = jit_choice.WHOLE_STEP_BUT_REFRESH if optimizer == "thor" else jit_choice.WHOLE_STEP
+    assert f"jit_compile=true: the {one_device if num_gpus == 1 else jit_choice.PER_REPLICA}" in output
     assert "training without XLA" not in output
     assert_weights_close(compiled, plain)
     assert result["loss"] == pytest.approx(plain_result["loss"], rel=RTOL)
@@ -138,7 +138,7 @@ def test_the_compiled_step_trains_as_the_uncompiled_one(tmp_path, compiled_funct
 def xla_op_types(monkeypatch):
     """The op types of each XLA function the runs trace (read where its kernels are checked)."""
     seen = []
-    original = compilation.ops_without_xla_kernel
+    original = jit_choice.ops_without_xla_kernel
 
     def check(graph_def):
         types = {node.op for node in graph_def.node}
@@ -147,7 +147,7 @@ def xla_op_types(monkeypatch):
         seen.append(types)
         return original(graph_def)
 
-    monkeypatch.setattr(compilation, "ops_without_xla_kernel", check)
+    monkeypatch.setattr(jit_choice, "ops_without_xla_kernel", check)
     return seen
 
 
@@ -159,11 +159,11 @@ def test_thor_on_one_device_keeps_its_refresh_out_of_xla(tmp_path, monkeypatch, 
     which shows that the check sees them. Both train as without XLA."""
     _, plain = train(tmp_path / "plain", False, optimizer="thor", steps=5)
     if whole_step:
-        original = compilation.placement
-        monkeypatch.setattr(compilation, "placement", lambda strategy, preconditioned=False: original(strategy))
+        original = jit_choice.placement
+        monkeypatch.setattr(jit_choice, "placement", lambda strategy, preconditioned=False: original(strategy))
     # Which program ran at each step: a counter per program, counted outside XLA.
     calls = {}
-    original_call = compilation.Compiled.__call__
+    original_call = jit_choice.Compiled.__call__
 
     def counted(self, *args):
         name = getattr(self._function, "__name__", "whole step")   # the step itself, or a partial of it
@@ -174,7 +174,7 @@ def test_thor_on_one_device_keeps_its_refresh_out_of_xla(tmp_path, monkeypatch, 
         counter.assign_add(1)
         return original_call(self, *args)
 
-    monkeypatch.setattr(compilation.Compiled, "__call__", counted)
+    monkeypatch.setattr(jit_choice.Compiled, "__call__", counted)
     _, compiled = train(tmp_path / "xla", True, optimizer="thor", steps=5)
     if whole_step:
         assert len(xla_op_types) == 1 and {"MatMul", "AssignVariableOp", "Cholesky"} <= xla_op_types[0]
@@ -186,7 +186,7 @@ def test_thor_on_one_device_keeps_its_refresh_out_of_xla(tmp_path, monkeypatch, 
         # frequency 100: update 0 refreshes, updates 1-4 do not
         counts = {name: int(counter.numpy()) for name, counter in calls.items()}
         assert counts == {"whole step": 4, "_forward_backward": 1}
-    where = compilation.WHOLE_STEP if whole_step else compilation.WHOLE_STEP_BUT_REFRESH
+    where = jit_choice.WHOLE_STEP if whole_step else jit_choice.WHOLE_STEP_BUT_REFRESH
     assert f"jit_compile=true: the {where} compiled by XLA" in capsys.readouterr().out
     assert_weights_close(compiled, plain)
 
@@ -266,7 +266,7 @@ def fake_clock(monkeypatch, seconds):
         return original(self, compiled, num_steps, report)
 
     monkeypatch.setattr(loop.SyncTrainer, "_call", call)
-    monkeypatch.setattr(compilation, "clock", clock)
+    monkeypatch.setattr(jit_choice, "clock", clock)
     return clock
 
 
@@ -298,8 +298,8 @@ def test_auto_does_not_measure_a_short_run(tmp_path, compiled_functions, capsys)
 def test_a_variant_out_of_trial_time_is_not_run_again_while_the_other_is_measured():
     """A slow compiled step (1 s a step) spends its 2 s in one call; the plain one (10 ms a
     step) then runs its 30 trial steps alone, instead of alternating with more slow calls."""
-    budget = compilation.Budget(min_steps=4, max_trial_steps=30, trial_seconds=2.0)
-    choice = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"),
+    budget = jit_choice.Budget(min_steps=4, max_trial_steps=30, trial_seconds=2.0)
+    choice = jit_choice.JitChoice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"),
                                 budget=budget)
     seconds_per_step = {True: 1.0, False: 0.01}
     ran = {True: 0, False: 0}
@@ -315,8 +315,8 @@ def test_compiled_calls_before_every_program_has_run_are_not_timed():
     """THOR's compiled step is two XLA programs, each compiled at its first run: calls until both
     have run (``warmed``) are not timed, so a compile (here 100 s) does not make XLA look slow;
     at most ``trial_steps`` steps wait so (a refresh may be far off)."""
-    budget = compilation.Budget(min_steps=4, max_trial_steps=4, trial_seconds=100.0)
-    choice = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"),
+    budget = jit_choice.Budget(min_steps=4, max_trial_steps=4, trial_seconds=100.0)
+    choice = jit_choice.JitChoice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"),
                                    budget=budget)
     assert choice.plan(10) == (False, 1)
     choice.record(False, 1, 5.0)                       # the plain variant's traced call
@@ -330,7 +330,7 @@ def test_compiled_calls_before_every_program_has_run_are_not_timed():
         compiled, steps = choice.plan(10)
         choice.record(compiled, steps, steps * (0.01 if compiled else 0.02))
     assert choice.decided is True and choice.rate(True) == pytest.approx(100.0)
-    capped = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"),
+    capped = jit_choice.JitChoice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"),
                                    budget=budget)
     capped.plan(10)
     capped.record(False, 1, 5.0)
@@ -344,13 +344,13 @@ def test_thor_under_auto_times_compiled_calls_only_after_both_programs_ran(tmp_p
     its refresh program has run too."""
     small_budget(monkeypatch, max_trial_steps=6, trial_seconds=100.0, fraction=0.5)   # 6 trial steps
     seen = []
-    original = compilation.JitChoice.record
+    original = jit_choice.JitChoice.record
 
     def record(self, compiled, steps, seconds, warmed=True):
         seen.append((compiled, self._traced[compiled], warmed))
         return original(self, compiled, steps, seconds, warmed)
 
-    monkeypatch.setattr(compilation.JitChoice, "record", record)
+    monkeypatch.setattr(jit_choice.JitChoice, "record", record)
     images, labels = _rows()
     mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=tiny_model_fn,
             optimizer_fn=mox.get_optimizer_wrapper_fn("thor", mox.get_optimizer_fn("momentum", 0.05, momentum=0.9),
@@ -366,12 +366,12 @@ def test_thor_under_auto_times_compiled_calls_only_after_both_programs_ran(tmp_p
 
 
 def test_the_trial_is_at_most_five_percent_of_the_run():
-    choice = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 1000, logging.getLogger("t"))
+    choice = jit_choice.JitChoice("auto", tf.distribute.get_strategy(), lambda: 1000, logging.getLogger("t"))
     choice.start()
     assert choice.decided is None and 2 * choice.trial_steps <= 50
-    long = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"))
+    long = jit_choice.JitChoice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"))
     long.start()
-    assert long.trial_steps == compilation.Budget().max_trial_steps
+    assert long.trial_steps == jit_choice.Budget().max_trial_steps
 
 
 # ---- what XLA refuses ---------------------------------------------------------------------------
@@ -391,17 +391,17 @@ def test_a_model_xla_cannot_compile_trains_without_it_and_says_why(tmp_path, mon
 def test_the_kernel_check_adds_no_node_to_the_trace_it_runs_in(monkeypatch):
     """The first check fills XLA's kernel registry with one tiny compiled call: made eagerly, so
     the training loop being traced (where the check runs) does not carry it on every step."""
-    monkeypatch.setattr(compilation, "_XLA_KERNELS", {})
+    monkeypatch.setattr(jit_choice, "_XLA_KERNELS", {})
 
     @tf.function
     def traced(x):
         doubled = x * 2.0
-        assert compilation.ops_without_xla_kernel(tf.compat.v1.get_default_graph().as_graph_def()) == []
+        assert jit_choice.ops_without_xla_kernel(tf.compat.v1.get_default_graph().as_graph_def()) == []
         return doubled
 
     graph_def = traced.get_concrete_function(tf.constant(1.0)).graph.as_graph_def()
     assert sorted(node.op for node in graph_def.node) == ["Const", "Identity", "Mul", "Placeholder"]
-    assert compilation._XLA_KERNELS   # the registry was read
+    assert jit_choice._XLA_KERNELS   # the registry was read
 
 
 def test_a_bad_jit_compile_value_is_one_line_naming_it(tmp_path):
@@ -452,7 +452,7 @@ def test_a_nonfinite_step_is_skipped_alike_compiled(tmp_path, compiled_functions
 def test_two_synchronous_workers_compiled_equal_one_process_without_xla(launches, tmp_path):
     """MultiWorkerMirrored on loopback: each worker's forward and backward compiled, and its Keras
     updates (after the all-reduce) compiled on its device. XLA's own dump shows both ran: the
-    modules of ``compilation.Compiled``'s function (``_flat``) and of ``compiled_updates``'s
+    modules of ``jit_choice.Compiled``'s function (``_flat``) and of ``compiled_updates``'s
     (``update``)."""
     import os
 
@@ -485,7 +485,7 @@ def test_auto_does_not_measure_a_run_of_unknown_length():
         def info(self, *args):
             lines.append(args[0] % args[1:])
 
-    choice = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: None, Logger())
+    choice = jit_choice.JitChoice("auto", tf.distribute.get_strategy(), lambda: None, Logger())
     assert choice.plan(10) == (False, 10)
     assert lines == ["jit_compile=auto: the run's length is not known (max_number_of_steps=0): without XLA, "
                      "not measured; pass jit_compile=True to compile"]

@@ -5,7 +5,7 @@ References: one process without XLA (1 worker + 1 ps steps one batch after anoth
 process does), to the tolerance tests/test_xla.py states (rtol 1e-5, atol 1e-6; measured
 differences here are below 1e-7). That XLA compiled the step on the worker is shown by XLA's
 own dump (``XLA_FLAGS=--xla_dump_to``): the modules of moxlite's compiled forward and
-backward (``compilation.Compiled``'s function ``_flat``), which only a worker runs.
+backward (``jit_choice.Compiled``'s function ``_flat``), which only a worker runs.
 """
 
 import os
@@ -17,7 +17,7 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite.training.trainers import async_trainer as async_loop
-from moxlite.training.compiled import jit_choice as compilation
+from moxlite.training.compiled import jit_choice
 from tests import distlib, runlib, thorlib
 from tests.dist_scripts import train_mnist, train_thor
 from tests.test_xla import assert_weights_close
@@ -75,7 +75,7 @@ def test_a_checkpoint_written_compiled_on_parameter_servers_resumes_without_xla(
     """momentum: a checkpoint written mid-run (step 4 of 6, compiled) holds the state after 4 steps,
     equal to one process's 4 steps without XLA (the controller waits for the steps in flight before
     it saves: before, the checkpoint numbered 4 held global step 1). The cluster then resumes the
-    final checkpoint without XLA from step 6 to step 8 (ps_compilation adds no variable to it)."""
+    final checkpoint without XLA from step 6 to step 8 (ps_steps adds no variable to it)."""
     from moxlite.training.state.checkpoints import CHECKPOINT_NAME
     log_dir = tmp_path / "cluster"
     common = ["--batch=8", "--optimizer=momentum", "--save_steps=4"]
@@ -139,16 +139,16 @@ def test_auto_measures_both_variants_through_the_coordinator_and_keeps_the_faste
     """AsyncTrainer.run_steps with a coordinator whose steps take 10 ms one way and 100 ms the
     other (a fake clock): the trial schedules both variants, then only the faster."""
     clock = _Clock()
-    monkeypatch.setattr(compilation, "clock", clock)
+    monkeypatch.setattr(jit_choice, "clock", clock)
     lines = []
 
     class Logger:
         def info(self, *args):
             lines.append(args[0] % args[1:])
 
-    choice = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 400, Logger(),
-                                budget=compilation.Budget(min_steps=4, max_trial_steps=4))
-    choice.where = compilation.PER_WORKER   # as placement() says for ParameterServerStrategy
+    choice = jit_choice.JitChoice("auto", tf.distribute.get_strategy(), lambda: 400, Logger(),
+                                budget=jit_choice.Budget(min_steps=4, max_trial_steps=4))
+    choice.where = jit_choice.PER_WORKER   # as placement() says for ParameterServerStrategy
     trainer = object.__new__(async_loop.AsyncTrainer)
     trainer._step_fns = {False: "plain", True: "compiled"}
     trainer.coordinator = _FakeCoordinator({"compiled" if faster else "plain": 0.01,
@@ -165,7 +165,7 @@ def test_auto_measures_both_variants_through_the_coordinator_and_keeps_the_faste
     assert ran.count("plain") >= 5 and ran.count("compiled") >= 5   # traced once, then 4 timed steps each
     assert set(ran[-10:]) == {"compiled" if faster else "plain"}
     assert len(lines) == 1 and lines[0].endswith("training with XLA" if faster else "training without XLA"), lines
-    assert compilation.PER_WORKER in lines[0]
+    assert jit_choice.PER_WORKER in lines[0]
 
 
 # ---- the ValueScope, in one process ------------------------------------------------------------
@@ -175,7 +175,7 @@ def test_layers_built_inside_model_fn_read_the_given_values_and_their_assignment
     the template's variables read as the given values, BatchNorm's moving-statistic update is
     recorded, not applied, and the tape differentiates the values (numpy references)."""
     from moxlite.contract import ModeKeys
-    from moxlite.training.compiled import ps_steps as ps_compilation
+    from moxlite.training.compiled import ps_steps
     from moxlite.training.capture import shared_variables as template
 
     def model_fn(inputs, mode):
@@ -191,12 +191,12 @@ def test_layers_built_inside_model_fn_read_the_given_values_and_their_assignment
     before = [v.numpy() for v in variables]
     kernel = np.array([[1.0, -1.0], [2.0, 0.5]], np.float32)
     values = [tf.constant(kernel) if "kernel" in n else tf.zeros(v.shape) for n, v in zip(names, variables)]
-    scope = ps_compilation.ValueScope(variables, values)
+    scope = ps_steps.ValueScope(variables, values)
     with tf.GradientTape() as tape:
         with scope:
-            ps_compilation.watch_values(tape)
+            ps_steps.watch_values(tape)
             loss = model(tf.constant(x), ModeKeys.TRAIN).loss
-            sources = ps_compilation.differentiated(variables)
+            sources = ps_steps.differentiated(variables)
     np.testing.assert_allclose(float(loss), (x @ kernel).sum(), rtol=1e-6)
     np.testing.assert_allclose(tape.gradient(loss, sources[0]), x.sum(axis=0)[:, None] * np.ones((1, 2)), rtol=1e-6)
     mean_index = next(i for i, n in enumerate(names) if "moving_mean" in n)

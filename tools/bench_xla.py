@@ -44,7 +44,7 @@ import moxlite as mox  # noqa: E402
 from moxlite.data import mnist  # noqa: E402
 from moxlite.models import build_model_fn  # noqa: E402
 from moxlite.models.networks import NETWORKS  # noqa: E402
-from moxlite.training.compiled import jit_choice as compilation  # noqa: E402
+from moxlite.training.compiled import jit_choice  # noqa: E402
 from benchlib import (dataset, fit_times, hand_written_times, loss_fn, moxlite_times, quiet_console,  # noqa: E402
                       spread, steady_rate, whole_step_placement)
 
@@ -112,16 +112,16 @@ THOR_CONTENDERS = ("thor moxlite", "thor one program", "thor two programs", "tho
 def thor_two_programs():
     """A prototype, for this benchmark only: THOR's refresh and plain steps as two XLA programs.
 
-    Under it the one-device compiled step (``compilation.CompiledStep``) traces the step twice,
+    Under it the one-device compiled step (``jit_choice.CompiledStep``) traces the step twice,
     each time with THOR's refresh decision fixed to a constant (so XLA keeps only that side
     of THOR's conds), and picks one of the two programs per step by a ``tf.cond`` outside
     XLA on the decision moxlite's one program computes inside it."""
-    original = compilation.CompiledStep.replica_step
+    original = jit_choice.CompiledStep.replica_step
 
     def replica_step(self, batch):
         thors = [link for pipeline in self.train_step.pipelines for link in pipeline._receivers
                  if hasattr(link, "_is_collecting")]
-        if self.where != compilation.WHOLE_STEP or not thors:
+        if self.where != jit_choice.WHOLE_STEP or not thors:
             return original(self, batch)
         thor = thors[0]
         if not hasattr(self, "_two_programs"):
@@ -132,16 +132,16 @@ def thor_two_programs():
                         return self.train_step(batch)
                     finally:
                         del thor._is_collecting
-                return compilation.Compiled(step)
+                return jit_choice.Compiled(step)
             self._two_programs = {refresh: fixed(refresh) for refresh in (True, False)}
         programs = self._two_programs
         return tf.cond(thor._is_collecting(), lambda: programs[True](batch), lambda: programs[False](batch))
 
-    compilation.CompiledStep.replica_step = replica_step
+    jit_choice.CompiledStep.replica_step = replica_step
     try:
         yield
     finally:
-        compilation.CompiledStep.replica_step = original
+        jit_choice.CompiledStep.replica_step = original
 
 
 def time_thor(images, labels, steps, n, name, frequency):

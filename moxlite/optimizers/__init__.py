@@ -19,7 +19,6 @@ _EXPORTS = {
     "wrapper_parameters": "wrapper_stack",
     "current_learning_rate": "schedules",
     "LayerStatisticsRequest": "wrapper", "OptimizerWrapper": "wrapper", "is_optimizer": "wrapper",
-    "layer_statistics_request": "wrapper",
     "Pipeline": "pipeline", "StepInputs": "pipeline",
 }
 

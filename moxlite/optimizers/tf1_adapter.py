@@ -172,8 +172,8 @@ def _install_dispatchers():
     behave as TF1's own unless run_global_step_as_tf1_global_step is open on the calling thread.
 
     Installed once and never taken back: saving and restoring the module's attributes around
-    each run leaked the patch when two runs on two threads overlapped (the later one restored
-    what the earlier one had patched in).
+    each run would leak the patch when two runs on two threads overlap (the later one would
+    restore what the earlier one had patched in).
     """
     global _installed
     with _install_lock:

@@ -153,30 +153,6 @@ def innermost(optimizer):
     return pipeline_lib.links_of(optimizer)[1]
 
 
-def stack_of(optimizer):
-    """The optimizers of a stack, outermost first, innermost (plain Keras) last."""
-    links, base = pipeline_lib.links_of(optimizer)
-    return links + [base]
-
-
-# The per-layer statistics interface as functions of a stack's outermost optimizer (a plain
-# Keras optimizer, or a Keras LossScaleOptimizer around a stack, included).
-
-def layer_statistics_request(optimizer) -> Optional[LayerStatisticsRequest]:
-    """What per-layer statistics the step must hand to ``optimizer``'s stack (None: none)."""
-    return pipeline_lib.Pipeline(optimizer).layer_statistics_request()
-
-
-def set_layer_statistics(optimizer, statistics, gradients=()):
-    """Hand one step's per-layer records (and its gradients, whose finiteness decides whether
-    the step counts) to the links of ``optimizer``'s stack that read them. Returns, per link,
-    what it returned for that step's apply (``Link.receive``): only a pipeline's
-    ``apply_step`` hands that to the apply, so records a link inverts from within the same
-    step (THOR without ``batch_gradients`` above it) reach it through the run's step alone."""
-    return pipeline_lib.Pipeline(optimizer).receive(
-        pipeline_lib.StepInputs(layer_records=tuple(statistics), checked_gradients=tuple(gradients)))
-
-
 sum_across_replicas = pipeline_lib.sum_across_replicas
 dense = pipeline_lib.dense
 
@@ -261,11 +237,6 @@ class OptimizerWrapper(keras.optimizers.Optimizer, pipeline_lib.Link):
     def _apply_in_cross_replica_context(self, distribution, grads, variables, reduced, rest):
         """Transform ``grads`` and hand them to ``rest``; see the module docstring."""
         rest(distribution, grads, variables, reduced)
-
-    def set_layer_statistics(self, statistics, gradients=()):
-        """Hand one step's per-layer records to the links of this stack that read them (see the
-        module function)."""
-        return set_layer_statistics(self, statistics, gradients)
 
     def finalize_variable_values(self, var_list):
         self.inner_optimizer.finalize_variable_values(var_list)

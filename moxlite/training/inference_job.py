@@ -29,8 +29,7 @@ class InferenceJob:
         steps.check_spec(spec, mode)
         global_step = self.task.global_step()
         keyed, ambiguous = self.task.checkpoint_keys()
-        checkpointer = checkpoints.Checkpointer(self.config.log_dir, global_step, keyed, ambiguous=ambiguous,
-                                                legacy_keys=self.task.legacy_keys())
+        checkpointer = checkpoints.Checkpointer(self.config.log_dir, global_step, keyed, ambiguous=ambiguous)
         checkpointer.restore(self.config.checkpoint_path, self.config.checkpoint_exclude_patterns,
                              warm_start_step=True)
         return spec, element_spec, int(global_step.numpy())

@@ -29,7 +29,6 @@ from moxlite.training.inference.evaluation import predict as predict_outputs
 from moxlite.training.input.replica_batches import (as_model_inputs, call_input_fn, leading_batch_size, make_dataset_fn,
                                      placeholder_batch)
 from moxlite.training.capture.shared_variables import SharedVariablesModelFn
-from moxlite.training.state import checkpoints
 from moxlite.training.state.variable_lists import variable_lists
 
 
@@ -155,25 +154,6 @@ class Task:
         """({stable name: variable} for every variable model_fn uses, names shared by several)."""
         return self._template.checkpoint_keys()
 
-    def legacy_keys(self):
-        """{checkpoint key: the key moxlite gave the variable before keys were Keras paths}, where
-        they differ: what a restore reads where a checkpoint lacks the key."""
-        return self._template.legacy_keys()
-
-    def keep_saved_keys(self, log_dir):
-        """Resuming a ``log_dir`` whose checkpoint holds variables under their pre-path keys: key them
-        so for this run (see ``SharedVariablesModelFn.keep_saved_keys``), so that slots stay on their
-        variables; logged once."""
-        prefix = checkpoints.latest_checkpoint(log_dir) if log_dir else None
-        if not prefix:
-            return
-        saved, by_name = checkpoints.saved_model_variables(prefix)
-        kept = self._template.keep_saved_keys(saved) if by_name else []
-        if kept:
-            self.logger.info("Keeping the keys %s's checkpoint gives %d variables (%s), written before "
-                             "checkpoint keys were Keras paths; a new log_dir keys them by path",
-                             log_dir, len(kept), ", ".join(kept[:6]) + (", ..." if len(kept) > 6 else ""))
-
     def stable_name(self, variable):
         """``variable``'s checkpoint key, or None: the names THOR's include/exclude match."""
         return self._template.stable_name(variable)
@@ -183,9 +163,9 @@ class Task:
         """The last moxlite error raised inside a traced model_fn call (AutoGraph wraps it)."""
         return self._template.last_error
 
-    def variable_lists(self, spec, log_dir, trainable_exclude_patterns, logger):
-        """(the variables each loss of ``spec`` trains, in slot-saving order; {name: slots} or None)."""
-        return variable_lists(self._template, spec, log_dir, trainable_exclude_patterns, logger)
+    def variable_lists(self, spec, trainable_exclude_patterns, logger):
+        """The variables each loss of ``spec`` trains, in slot-saving order (checkpoint-key order)."""
+        return variable_lists(self._template, spec, trainable_exclude_patterns, logger)
 
     def state_variables(self, optimizers):
         """The floating-point model and ``optimizers`` variables a checked call verifies are finite."""

@@ -4,9 +4,9 @@
   decides how many steps to ask for so that log lines, summaries, checkpoints,
   hooks and interleaved evaluation fall on their steps, and does them.
 - A *trainer* is the inner loop: it runs the steps it is asked for.
-  ``SyncTrainer`` (``loop``) runs them in one traced call on every replica
-  together; ``AsyncTrainer`` (``async_loop``) schedules them on parameter-server
-  workers; ``RestartingTrainer`` (``input_resume``) restarts another trainer's
+  ``SyncTrainer`` (``trainers/sync_trainer.py``) runs them in one traced call on every replica
+  together; ``AsyncTrainer`` (``trainers/async_trainer.py``) schedules them on parameter-server
+  workers; ``RestartingTrainer`` (``state/input_resume.py``) restarts another trainer's
   input when a restored position no longer fits.
 
 The runner talks to every trainer through these six methods and one property only.

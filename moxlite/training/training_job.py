@@ -19,7 +19,7 @@ from moxlite.contract import ExportKeys, ModeKeys
 from moxlite.optimizers import tf1_adapter
 from moxlite.training import controller, reporting, validation
 from moxlite.training.state import checkpoints
-from moxlite.training.compiled import jit_choice as compilation
+from moxlite.training.compiled import jit_choice
 from moxlite.training.trainers import interrupts
 from moxlite.optimizers import loss_scaling
 from moxlite.training.trainers import nonfinite
@@ -130,9 +130,7 @@ class TrainingJob:
         self._check_async_limits()
         spec, self._element_spec, num_samples = task.build(ModeKeys.TRAIN)
         steps.check_spec(spec, ModeKeys.TRAIN, num_optimizers=len(config.optimizer_fn))
-        task.keep_saved_keys(config.log_dir)   # before the keys order the optimizer slots
-        self._lists, self._slots_by_name = task.variable_lists(spec, config.log_dir,
-                                                               config.trainable_exclude_patterns, self.logger)
+        self._lists = task.variable_lists(spec, config.trainable_exclude_patterns, self.logger)
         run_context = context.RunContext(
             global_step=task.global_step(), global_batch_size=task.global_batch_size,
             num_samples=config.num_samples or num_samples or None,
@@ -183,11 +181,11 @@ class TrainingJob:
         return trainer
 
     def _jit_choice(self, global_step, train_step, any_worker=None):
-        """The run's ``compilation.JitChoice`` (XLA or not, measured under jit_compile=auto), for
+        """The run's ``jit_choice.JitChoice`` (XLA or not, measured under jit_compile=auto), for
         the steps left to train when it starts (None: until the input ends); a THOR stack keeps
         its refresh out of XLA."""
         target = self.config.max_number_of_steps * (self.setup.num_workers if self.async_mode else 1)
-        return compilation.JitChoice(self.config.jit_compile, self.strategy,
+        return jit_choice.JitChoice(self.config.jit_compile, self.strategy,
                                   lambda: target - int(global_step.numpy()) if target else None, self.logger,
                                   agree=any_worker if self.setup.num_workers > 1 else None,
                                   preconditioned=any(stack.layer_preconditioners() for stack in train_step.pipelines))
@@ -199,7 +197,7 @@ class TrainingJob:
         return checkpoints.Checkpointer(
             config.log_dir, global_step, keyed, optimizers, ambiguous=ambiguous, iterator=iterator,
             save_model_secs=save_secs, save_model_steps=save_steps, keep_checkpoint_max=config.keep_checkpoint_max,
-            is_chief=self.task.is_chief, slots_by_name=self._slots_by_name, legacy_keys=self.task.legacy_keys(),
+            is_chief=self.task.is_chief,
             setup=resume_setup.TrainingSetup(optimizers, config.precision))
 
     def _iterator_is_checkpointable(self):

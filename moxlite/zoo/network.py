@@ -23,7 +23,7 @@ call the variables of the first, so variables are created once however often
 - weights: a local Keras weights file of the feature extractor (what
   ``keras.applications.<Network>(include_top=False, ...).save_weights`` writes,
   or Keras's downloadable "notop" file copied here by hand). Nothing is
-  downloaded: this machine has no network and moxlite never fetches weights.
+  downloaded: moxlite never fetches weights, so it runs where there is no network.
   It is loaded when the network is built eagerly (run's first call), so a
   checkpoint restored afterwards (log_dir, checkpoint_path) wins.
 """

@@ -57,8 +57,9 @@ State (saved with the optimizer): per layer the factor accumulators and the
 inverse blocks, and the wrapper's own applied-update counter (which decides
 the refreshes; incremented on the tf.Variable, atomic on a parameter server)
 and fallback counters. A damping schedule reads the run's global step in
-applied updates, the clock of the learning-rate schedules. Per-layer variables are created when the first step is traced
-(only then are the layers known).
+applied updates, the clock of the learning-rate schedules. Per-layer variables are created
+eagerly by ``create_layer_state``, before the step is first traced: the trainer first traces
+model_fn's forward pass alone (in a function it never runs) to learn the layers, then calls it.
 """
 
 import contextlib

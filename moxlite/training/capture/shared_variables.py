@@ -22,7 +22,7 @@ from moxlite.distribute import averaged_state, prebuilt
 from moxlite.contract import ExportSpec, ModelSpec
 from moxlite.training.mixed_precision import levels as amp
 from moxlite.training.capture import interception, traced_variables
-from moxlite.training.state import checkpoint_keys as naming
+from moxlite.training.state import checkpoint_keys
 from moxlite.training.calling import call_with_accepted_kwargs
 
 
@@ -50,7 +50,6 @@ class SharedVariablesModelFn:
         self._made_up_names = {}
         self._paths = {}    # id of a variable -> the Keras path of the Keras variable around it
         self._names_by_identity = None
-        self._kept_legacy = {}   # id of a variable -> its pre-path key, kept for a log_dir saved so
         self._stores = weakref.WeakKeyDictionary()
         self._state_kept = None   # the build call's _StateKept, which the creator tells of new variables
         # The last moxlite error raised inside a traced call: AutoGraph re-raises it wrapped in
@@ -66,32 +65,7 @@ class SharedVariablesModelFn:
     def checkpoint_keys(self):
         """({stable name: variable} for ``variables``, names shared by several variables);
         see ``moxlite.training.state.checkpoint_keys``."""
-        keyed, ambiguous = naming.keyed(self.variables, self._made_up_names, self._paths)
-        if self._kept_legacy:
-            keyed = {self._kept_legacy.get(id(v), key): v for key, v in keyed.items()}
-        return keyed, ambiguous
-
-    def legacy_keys(self):
-        """{checkpoint key: the key moxlite gave the same variable before keys were Keras paths},
-        where they differ (``naming.legacy_keys``): what a restore reads where a checkpoint lacks
-        the path."""
-        return {key: old for key, _, old in self._path_and_legacy_keys()}
-
-    def keep_saved_keys(self, saved):
-        """Key this run's variables as checkpoint ``saved`` (its model keys) does where it holds
-        a variable under its pre-path key and not under its path: a log_dir written before keys
-        were Keras paths resumes and goes on saving the keys it has, with each optimizer slot
-        (saved by position in key order) on its own variable. Returns the keys kept."""
-        self._kept_legacy = {id(v): old for key, v, old in self._path_and_legacy_keys()
-                             if key not in saved and old in saved}
-        self._names_by_identity = None
-        return sorted(self._kept_legacy.values())
-
-    def _path_and_legacy_keys(self):
-        """(key, variable, pre-path key) for each variable whose two keys differ."""
-        keyed, _ = naming.keyed(self.variables, self._made_up_names, self._paths)
-        old = naming.legacy_keys(self.variables, self._made_up_names, self._paths)
-        return [(key, v, old[id(v)]) for key, v in keyed.items() if id(v) in old]
+        return checkpoint_keys.keyed(self.variables, self._made_up_names, self._paths)
 
     def stable_name(self, variable):
         """``variable``'s checkpoint key (it, a component of it or the Keras variable around it),
@@ -120,7 +94,7 @@ class SharedVariablesModelFn:
                     keys_by_id[id(shard)] = f"{key}/part_{index:05d}"
             else:
                 keys_by_id[id(variable)] = key
-        return naming.in_key_order(variables, keys_by_id)
+        return checkpoint_keys.in_key_order(variables, keys_by_id)
 
     @property
     def external_variables(self):
@@ -136,7 +110,7 @@ class SharedVariablesModelFn:
         a gradient tape over the first call adds any trainable one that only the eager call read.
         A later build (another mode) adds what it finds to what earlier builds found.
         """
-        names_before = naming.keras_name_counters()
+        names_before = checkpoint_keys.keras_name_counters()
         seen, state = _LayersSeen(), _StateKept()
         self._state_kept = state
         try:
@@ -145,8 +119,8 @@ class SharedVariablesModelFn:
         finally:
             self._state_kept = None
         state.restore()
-        counters_after = naming.keras_name_counters()
-        self._made_up_names = naming.made_up_names(names_before, counters_after)
+        counters_after = checkpoint_keys.keras_name_counters()
+        self._made_up_names = checkpoint_keys.made_up_names(names_before, counters_after)
         self._paths = seen.variable_paths()
         self._names_by_identity = None
         traced = traced_variables.read_by(lambda structure: self(structure, mode, **kwargs), inputs)
@@ -161,8 +135,8 @@ class SharedVariablesModelFn:
                 known.update(_identities(variable))
                 external.append(variable)
         self._external_variables = external
-        names = [naming.candidate_name(v, self._paths) for v in self.variables]
-        self._made_up_names = naming.made_up_before(names, counters_after, self._made_up_names)
+        names = [checkpoint_keys.candidate_name(v, self._paths) for v in self.variables]
+        self._made_up_names = checkpoint_keys.made_up_before(names, counters_after, self._made_up_names)
         return spec
 
     @property

@@ -21,7 +21,7 @@ Where XLA can take the step depends on the strategy (``placement``):
 - parameter servers: each worker's forward and backward, on the values of the variables
   read from the parameter servers before it (an XLA function on a worker cannot read a
   variable of another task); the reads, model_fn's assignments and the optimizer stack
-  run uncompiled (``ps_compilation``);
+  run uncompiled (``ps_steps``);
 - TPUStrategy: compiles every step itself; nothing is added.
 
 A model XLA cannot compile (an op without an XLA kernel: ``tf.numpy_function``,

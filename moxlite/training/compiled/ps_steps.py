@@ -31,7 +31,7 @@ import keras
 import tensorflow as tf
 
 from moxlite import compat, errors
-from moxlite.training.compiled import jit_choice as compilation
+from moxlite.training.compiled import jit_choice
 
 _active = threading.local()   # the ValueScope in force on this thread, if any
 
@@ -128,7 +128,7 @@ class ValueScope(keras.StatelessScope):
         self.updated[index] = value
 
 
-class _OnValues(compilation.Compiled):
+class _OnValues(jit_choice.Compiled):
     """The XLA function of one replica's forward and backward on values; its refusal also
     names the variables its trace still reads on the parameter servers."""
 

@@ -23,10 +23,6 @@ those made during the call come after them, as in a fresh process that built the
 closed-over model first. A layer inserted before others shifts those made-up
 names: name the layers a warm start must find.
 
-Checkpoints written before keys were Keras paths hold a custom block's only
-``Dense`` as ``block_0/kernel`` (the TensorFlow name); ``legacy_keys`` gives that
-form, and a restore reads it where the path is missing (``checkpoints``).
-
 Optimizers get their variables sorted by these keys (``in_key_order``): Keras
 saves slots (momentum, Adam m/v, accumulators) by position in that list, so a
 position must mean a name, not a creation order.
@@ -165,25 +161,6 @@ def keyed(variables, renamed, paths=None):
             key = f"{key}~{seen[key] - 1}"
         result[key] = variable
     return result, sorted(k for k, n in counts.items() if n > 1)
-
-
-def legacy_keys(variables, renamed, paths=None):
-    """{id of a variable: the key moxlite gave it before keys were Keras paths}, for the
-    variables whose key differs.
-
-    Then a Keras path was the key only where TensorFlow's name was shared by several
-    variables; a unique TensorFlow name (a custom block's only ``Dense``: ``block_0/kernel``)
-    was the key. A restore reads that key where a checkpoint lacks the path.
-    """
-    paths = paths or {}
-    names = [stable_key(variable_name(v), renamed) for v in variables]
-    shared = collections.Counter(names)
-    old = {}
-    for variable, name in zip(variables, names):
-        key = stable_key(candidate_name(variable, paths), renamed)
-        if shared[name] == 1 and name != key:
-            old[id(variable)] = name
-    return old
 
 
 def in_key_order(variables, keys_by_id):

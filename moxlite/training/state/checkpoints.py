@@ -19,29 +19,18 @@ import tensorflow as tf
 from moxlite import compat, errors
 from moxlite.training.state import hyperparameters
 from moxlite.training.state import input_resume
-from moxlite.training.state import checkpoint_keys as naming
+from moxlite.training.state import checkpoint_keys
 from moxlite.training.trainers import nonfinite
 from moxlite.training.state import resume_setup
 from moxlite.training.reporting import get_logger
 
 CHECKPOINT_NAME = "model.ckpt"
 
-
-ORDER_KEY = "model_variable_order"
-# Present in checkpoints whose optimizer slots are in checkpoint-key order (see naming.in_key_order);
-# earlier ones hold them in the creation order of model_fn's variables.
-SLOTS_BY_NAME_KEY = "optimizer_slots_by_name"
-
-
-def variable_keys(variables):
-    """Checkpoint keys of the moxlite versions that keyed variables by creation order."""
-    return {f"v{index:04d}": variable for index, variable in enumerate(variables)}
-
-
 # The model keys in creation order, saved as a constant string tensor (not a variable: a string
 # variable cannot be created under MultiWorkerMirroredStrategy, whose variable creation
 # broadcasts the initial value).
 _KeyList = compat.SavedStrings
+ORDER_KEY = "model_variable_order"
 
 
 def _unescape(name):
@@ -58,16 +47,13 @@ def _unescape(name):
 
 
 def saved_model_variables(prefix):
-    """{key: shape} of the model variables in checkpoint ``prefix``, and whether it keys
-    them by name (False: by creation order, as moxlite did before)."""
+    """{key: shape} of the model variables in checkpoint ``prefix``."""
     suffix = "/.ATTRIBUTES/VARIABLE_VALUE"
-    shapes, by_name = {}, False
+    shapes = {}
     for name, shape in tf.train.list_variables(prefix):
-        if name.startswith(ORDER_KEY + "/"):
-            by_name = True
-        elif name.startswith("model/") and name.endswith(suffix):
+        if name.startswith("model/") and name.endswith(suffix):
             shapes[_unescape(name[len("model/"):-len(suffix)])] = tuple(shape)
-    return shapes, by_name
+    return shapes
 
 
 def _listed(names, limit=12):
@@ -104,7 +90,7 @@ def matches(name, pattern):
     if not pattern:
         return False
     if ":" not in pattern:
-        name = naming.variable_name_text(name)
+        name = checkpoint_keys.variable_name_text(name)
     parts = name.split("/")
     try:
         regex = re.compile(pattern)
@@ -137,63 +123,35 @@ def split_patterns(patterns):
     return [p.strip() for p in patterns if p and p.strip()]
 
 
-def _raw_names_where_saved(wanted, saved, legacy=None):
-    """``wanted`` keyed by an older form of a key where only that is in the checkpoint.
-
-    Two older forms: the key moxlite gave before keys were Keras paths (``legacy``: {key: that
-    key}; a custom block's only ``Dense`` was ``block_0/kernel``, see ``naming.legacy_keys``),
-    and the variable's own name, as a checkpoint holds it that was written before Keras names
-    made up ahead of model_fn (a model closed over) were given their fresh-process form (see
-    ``naming.made_up_before``). Either is read as it is.
-    """
-    legacy = legacy or {}
-    renamed = {}
-    for key, variable in wanted.items():
-        found = key
-        if key not in saved:
-            for older in (legacy.get(key), naming.variable_name(variable)):
-                if older and older != key and older in saved and older not in wanted and older not in renamed:
-                    found = older
-                    break
-        renamed[found] = variable
-    return renamed
-
-
 class Checkpointer:
     """Saves on a step or time cadence (seconds win when both are given) and restores."""
 
     def __init__(self, log_dir, global_step, variables, optimizers=(), iterator=None,
                  save_model_secs=None, save_model_steps=None, keep_checkpoint_max=5,
-                 is_chief=True, ambiguous=(), slots_by_name=True, setup=None, legacy_keys=None):
+                 is_chief=True, ambiguous=(), setup=None):
         """``variables``: {stable key: variable} (see ``SharedVariablesModelFn.checkpoint_keys``), or a
         list keyed by the variables' own names; ``ambiguous``: keys shared by several;
-        ``slots_by_name``: the optimizers were built with their variables in key order (False
-        only to keep resuming a log_dir whose slots are in creation order, see ``legacy_slot_order``);
         ``setup``: this run's ``resume_setup.TrainingSetup``, recorded in each checkpoint and
-        compared with the record of the one resumed before anything is restored; ``legacy_keys``:
-        {key: the key an earlier moxlite gave that variable}, read where a checkpoint lacks the key."""
+        compared with the record of the one resumed before anything is restored."""
         self.log_dir = log_dir
         self._training = bool(optimizers)
         self.global_step = global_step
         if isinstance(variables, dict):
             self._variables, self._ambiguous = dict(variables), list(ambiguous)
         else:
-            self._variables, self._ambiguous = naming.keyed(list(variables), {})
-        self._legacy_keys = dict(legacy_keys or {})
+            self._variables, self._ambiguous = checkpoint_keys.keyed(list(variables), {})
         self._names = {key: v.name for key, v in self._variables.items()}
         order = _KeyList(list(self._variables))
         self._global_step_trackables = dict(global_step=global_step)
         trackables = dict(global_step=global_step, model=dict(self._variables))
         trackables[ORDER_KEY] = order
-        if optimizers and slots_by_name:
-            trackables[SLOTS_BY_NAME_KEY] = _KeyList(["sorted by checkpoint key"])
         self._setup = setup if optimizers else None
         if self._setup is not None:
             trackables[resume_setup.SETUP_KEY] = _KeyList(self._setup.record)
         self.iterator_mismatch = None
         for index, optimizer in enumerate(optimizers):
             trackables["optimizer" if index == 0 else f"optimizer_{index}"] = optimizer
-        markers = (ORDER_KEY, SLOTS_BY_NAME_KEY, resume_setup.SETUP_KEY)
+        markers = (ORDER_KEY, resume_setup.SETUP_KEY)
         self._state = {k: v for k, v in trackables.items() if k not in markers}
         self._markers = {k: v for k, v in trackables.items() if k in markers}
         self._optimizers = list(optimizers)
@@ -218,7 +176,7 @@ class Checkpointer:
         From ``log_dir`` everything is restored (step, model, optimizer, iterator). From
         ``checkpoint_path`` only model variables not matching ``exclude_patterns`` are, and the
         global step too when ``warm_start_step`` (evaluation and prediction report it).
-        Model variables are matched by stable name and shape (see ``naming``); what does not
+        Model variables are matched by stable name and shape (see ``checkpoint_keys``); what does not
         match fails with the lists, never by guessing.
         """
         own = latest_checkpoint(self.log_dir) if self.log_dir else None
@@ -263,9 +221,7 @@ class Checkpointer:
 
     def _matched_model(self, prefix, wanted, own_run):
         """The ``model`` trackable that reads ``wanted`` ({key: variable}) from ``prefix``."""
-        saved, by_name = saved_model_variables(prefix)
-        if not by_name:
-            return self._matched_by_order(prefix, saved, wanted)
+        saved = saved_model_variables(prefix)
         fix = ("use a new log_dir, or start from this one with checkpoint_path and "
                "checkpoint_exclude_patterns for the variables that changed" if own_run else
                "exclude them with checkpoint_exclude_patterns (new or changed layers), or give the Keras "
@@ -276,7 +232,6 @@ class Checkpointer:
                 f"checkpoint {prefix!r}: several variables of this model_fn are named {_listed(ambiguous)}, "
                 f"so a warm start cannot tell which is which; name them apart (Keras name=..., "
                 f"get_variable scopes) or exclude them with checkpoint_exclude_patterns")
-        wanted = _raw_names_where_saved(wanted, saved, self._legacy_keys)
         missing = [k for k in wanted if k not in saved]
         reshaped = [f"{k} {tuple(wanted[k].shape)} vs {saved[k]}" for k in wanted
                     if k in saved and tuple(wanted[k].shape) != saved[k]]
@@ -293,23 +248,6 @@ class Checkpointer:
                 f"checkpoint {prefix!r} does not fit this model_fn by variable name: {'; '.join(parts)}; "
                 f"the checkpoint holds {_listed(sorted(saved))}; {fix}")
         return dict(wanted)
-
-    def _matched_by_order(self, prefix, saved, wanted):
-        """A checkpoint of the earlier moxlite (keys v0000... in creation order): readable
-        only when this model_fn's variables line up with it one by one."""
-        by_order = variable_keys(self._variables.values())
-        shapes = [tuple(v.shape) for v in self._variables.values()]
-        saved_shapes = [saved.get(key) for key in sorted(saved)]
-        if len(saved) != len(shapes) or saved_shapes != shapes:
-            raise errors.CheckpointError(
-                f"checkpoint {prefix!r} was written by an earlier moxlite that keyed variables by creation "
-                f"order, and this model_fn's {len(shapes)} variables do not line up with its {len(saved)}; "
-                f"convert it first: resume its log_dir once with the model_fn that wrote it (TRAIN with "
-                f"max_number_of_steps at its step), which rewrites it keyed by name")
-        get_logger().warning("Reading %s by creation order (written by an earlier moxlite); its next "
-                             "checkpoint is keyed by variable name", prefix)
-        wanted_ids = {id(v) for v in wanted.values()}
-        return {key: v for key, v in by_order.items() if id(v) in wanted_ids}
 
     def _read_iterator(self, prefix):
         """Restore the input position; one that does not fit input_fn's pipeline is recorded in
@@ -406,26 +344,6 @@ class Checkpointer:
         if self._scratch:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
-
-
-def legacy_slot_order(log_dir):
-    """How the optimizer slots in ``log_dir``'s newest checkpoint are ordered, when not by name.
-
-    None: nothing to resume, no optimizer state, or slots in checkpoint-key order (this
-    moxlite). Otherwise the checkpoint was written by an earlier moxlite, which saved slots in
-    the creation order of model_fn's variables: returns (prefix, the model keys in the
-    creation order of the run that wrote it, or None when the checkpoint did not record them).
-    """
-    prefix = latest_checkpoint(log_dir) if log_dir else None
-    if not prefix:
-        return None
-    roots = {name.split("/")[0] for name, _ in tf.train.list_variables(prefix)}
-    if SLOTS_BY_NAME_KEY in roots or not any(root.startswith("optimizer") for root in roots):
-        return None
-    if ORDER_KEY not in roots:
-        return prefix, None
-    keys = tf.train.load_checkpoint(prefix).get_tensor(f"{ORDER_KEY}/.ATTRIBUTES/VARIABLE_VALUE")
-    return prefix, [key.decode() for key in keys]
 
 
 def has_checkpoint(log_dir, checkpoint_path):

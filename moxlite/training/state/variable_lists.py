@@ -2,34 +2,15 @@
 
 from moxlite import errors
 from moxlite.training.state import checkpoints
-from moxlite.training.state import checkpoint_keys as naming
+from moxlite.training.state import checkpoint_keys
 
 
-def variable_lists(template, spec, log_dir, trainable_exclude_patterns, logger):
-    """(one list of variables per optimizer, whether slots are saved by variable name).
-
-    Each list is sorted by checkpoint key: Keras saves slots by position, so the order must
-    not depend on the order model_fn created the variables. A log_dir whose checkpoint an
-    earlier moxlite wrote (slots in creation order) keeps creation order, so it still
-    resumes, but only when model_fn creates its variables in the order recorded there.
-    """
+def variable_lists(template, spec, trainable_exclude_patterns, logger):
+    """One list of variables per optimizer, each sorted by checkpoint key: Keras saves slots
+    (momentum, Adam moments, accumulators) by position, so the order must not depend on the
+    order model_fn created the variables."""
     lists = _in_creation_order(template, spec, trainable_exclude_patterns, logger)
-    legacy = checkpoints.legacy_slot_order(log_dir)
-    if legacy is None:
-        return [template.slot_order(variables) for variables in lists], True
-    prefix, saved_order = legacy
-    order = list(template.checkpoint_keys()[0])
-    if saved_order is not None and sorted(saved_order) == sorted(order) and saved_order != order:
-        raise errors.CheckpointError(
-            f"checkpoint {prefix!r} was written by an earlier moxlite that saved optimizer slots "
-            f"(momentum, Adam moments, accumulators) in variable creation order, and this model_fn "
-            f"creates its variables in another order, so the slots would attach to the wrong variables; "
-            f"resume with the model_fn's original creation order, or start a new log_dir with "
-            f"checkpoint_path={prefix!r} (weights by name, fresh optimizer slots)")
-    logger.warning(
-        "Keeping optimizer slots in variable creation order: log_dir's checkpoint %s was written by "
-        "an earlier moxlite that saved them so; a new log_dir saves them by variable name", prefix)
-    return lists, False
+    return [template.slot_order(variables) for variables in lists]
 
 
 def _in_creation_order(template, spec, trainable_exclude_patterns, logger):
@@ -38,7 +19,7 @@ def _in_creation_order(template, spec, trainable_exclude_patterns, logger):
     keys = {id(v): key for key, v in template.checkpoint_keys()[0].items()}
 
     def name_of(variable):
-        return keys.get(id(variable)) or naming.variable_name(variable)
+        return keys.get(id(variable)) or checkpoint_keys.variable_name(variable)
 
     trainable = template.trainable_variables + [v for v in template.external_variables if v.trainable]
     excluded = checkpoints.split_patterns(trainable_exclude_patterns)

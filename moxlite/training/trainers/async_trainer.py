@@ -36,9 +36,9 @@ import tensorflow as tf
 from moxlite import errors
 from moxlite.optimizers import accumulation as accumulation_lib
 from moxlite.optimizers.schedules import current_learning_rate
-from moxlite.training.compiled import jit_choice as compilation
+from moxlite.training.compiled import jit_choice
 from moxlite.training.trainers import nonfinite
-from moxlite.training.compiled import ps_steps as ps_compilation
+from moxlite.training.compiled import ps_steps
 from moxlite.training.trainer_protocol import Trainer
 
 
@@ -58,9 +58,9 @@ class AsyncTrainer(Trainer):
     """``run_steps`` schedules steps and returns at once; ``finish`` waits for all of them."""
 
     def __init__(self, coordinator, strategy, dataset_fn, train_step, global_step, log_keys, jit_compile=None):
-        """``jit_compile``: a ``compilation.JitChoice``, which says whether each call schedules the
+        """``jit_compile``: a ``jit_choice.JitChoice``, which says whether each call schedules the
         step with its forward and backward compiled by XLA on values read on the worker
-        (``ps_compilation``; None: never)."""
+        (``ps_steps``; None: never)."""
         self.coordinator = coordinator
         self.strategy = strategy
         self.global_step = global_step
@@ -86,7 +86,7 @@ class AsyncTrainer(Trainer):
             self._nonfinite_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_step")
             self._nonfinite_loss = tf.Variable(0.0, trainable=False, name="nonfinite_loss")
         self._choice = jit_compile
-        self._value_step = (ps_compilation.ValueStep(train_step)
+        self._value_step = (ps_steps.ValueStep(train_step)
                             if jit_compile is not None and jit_compile.where is not None else None)
         self._refusal_told = False
         # One traced step per variant: without XLA (False) and compiled on values (True).
@@ -174,7 +174,7 @@ class AsyncTrainer(Trainer):
         left = -(-num_steps // self.num_batches) * self.num_batches
         while left > 0:
             compiled, part = self._choice.plan(left) if self._choice is not None else (False, left)
-            started = compilation.clock()
+            started = jit_choice.clock()
             for _ in range(-(-part // self.num_batches)):
                 last = self.coordinator.schedule(self._step_fns[compiled], args=(self.iterator,))
                 self._scheduled += 1
@@ -190,7 +190,7 @@ class AsyncTrainer(Trainer):
                 return self._drain(), {}
             part = -(-part // self.num_batches) * self.num_batches
             if self._choice is not None:
-                self._choice.record(compiled, part, compilation.clock() - started)
+                self._choice.record(compiled, part, jit_choice.clock() - started)
             left -= part
         if int(self._nonfinite_count.read_value()):
             raise nonfinite.NonFiniteStep(int(self._nonfinite_step.read_value()),

@@ -1,7 +1,7 @@
 """Ctrl-C and SIGTERM during training: save where the run is, then stop as asked.
 
-Cloud preemption sends SIGTERM; a user presses Ctrl-C. Either used to lose
-everything since the last timed checkpoint. While a run trains, both signals
+Cloud preemption sends SIGTERM; a user presses Ctrl-C. So that neither loses the
+steps since the last timed checkpoint, while a run trains both signals
 only set a flag; the controller stops at the next traced-call boundary, the run
 saves a checkpoint at that step, logs where, and then the signal is raised
 again with the handler that was there before: ``KeyboardInterrupt`` for

@@ -16,7 +16,7 @@ from moxlite.contract import ModeKeys
 from moxlite.optimizers import pipeline as pipeline_lib
 from moxlite.training.capture import layer_statistics
 from moxlite.training.trainers import nonfinite
-from moxlite.training.compiled import ps_steps as ps_compilation
+from moxlite.training.compiled import ps_steps
 from moxlite.training.hooks import eval_monitors
 from moxlite.training.input.replica_batches import as_model_inputs, batch_size_of
 
@@ -134,7 +134,7 @@ class TrainStep:
 
     def compiled_gradients(self, inputs, summarise=False, reads=None):
         """``_gradients`` with a spec that holds only what the step reads (the losses and log
-        values): what ``compilation`` compiles per replica, whose outputs are tensors.
+        values): what ``jit_choice`` compiles per replica, whose outputs are tensors.
         ``reads``: what ``step_reads`` returned, read before (outside) the compiled function."""
         spec, gradient_lists, step_inputs = self._gradients(inputs, summarise, reads)
         return contract.ModelSpec(loss=list(spec.losses), log_info=log_values(spec)), gradient_lists, step_inputs
@@ -142,7 +142,7 @@ class TrainStep:
     def step_reads(self, summarise=False):
         """(loss scale per pipeline, statistics policy): what a step reads from the optimizers'
         state before model_fn runs (see ``_gradients``), apart so that a step compiled on a
-        parameter-server worker reads it outside XLA (``ps_compilation``)."""
+        parameter-server worker reads it outside XLA (``ps_steps``)."""
         # Read once per step: the loss scaling link divides the gradients by the same scale.
         scales = [pipeline.loss_scale() for pipeline in self.pipelines]
         policy = self._statistics_policy()
@@ -173,7 +173,7 @@ class TrainStep:
         of its loss (times its loss scale in ``scales``) with respect to the records' probes,
         or None if it asks for none)."""
         with tf.GradientTape(persistent=len(self.pipelines) > 1) as tape:
-            ps_compilation.watch_values(tape)
+            ps_steps.watch_values(tape)
             # At the top-level name scope, so that summaries written by model_fn keep the tags
             # the user gave them instead of the loop's "while/cond/" prefixes.
             recording = self._recording(tape, inputs) if record else contextlib.nullcontext([])
@@ -187,7 +187,7 @@ class TrainStep:
         gradient_lists, probe_gradient_lists = [], []
         for loss, variables, pipeline in zip(scaled, self.variable_lists, self.pipelines):
             asks = bool(records) and pipeline.layer_statistics_request() is not None
-            gradients = tape.gradient(loss, ps_compilation.differentiated(variables) + (probes if asks else []))
+            gradients = tape.gradient(loss, ps_steps.differentiated(variables) + (probes if asks else []))
             gradient_lists.append(gradients[:len(variables)])
             probe_gradient_lists.append([tf.zeros_like(p) if g is None else g
                                          for g, p in zip(gradients[len(variables):], probes)] if asks else None)

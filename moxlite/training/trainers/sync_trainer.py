@@ -3,7 +3,7 @@
 ``strategy.run`` inside a ``tf.function`` that runs up to ``steps_per_loop``
 steps per call, for the default strategy, MirroredStrategy,
 MultiWorkerMirroredStrategy and TPUStrategy. The asynchronous
-(parameter-server) trainer lives in ``async_loop``; both are a
+(parameter-server) trainer lives in ``async_trainer``; both are a
 ``trainer_protocol.Trainer``, so the controller drives them the same way.
 """
 
@@ -16,7 +16,7 @@ import tensorflow as tf
 from moxlite import compat
 from moxlite.distribute import averaged_state
 from moxlite.optimizers.schedules import current_learning_rate
-from moxlite.training.compiled import jit_choice as compilation
+from moxlite.training.compiled import jit_choice
 from moxlite.training.trainers import nonfinite
 from moxlite.training.reporting import user_summary_step
 from moxlite.training.trainer_protocol import Trainer
@@ -57,7 +57,7 @@ class SyncTrainer(Trainer):
         (model and optimizer variables, see ``run_steps``). ``summaries``: the run's training
         ``reporting.SummaryWriter``, which a call the controller ends on a summary step writes
         to; ``global_batch_size`` serves the throughput written there. ``jit_compile``: a
-        ``compilation.JitChoice``, which says whether each call runs the step compiled by XLA
+        ``jit_choice.JitChoice``, which says whether each call runs the step compiled by XLA
         (None: never)."""
         self.strategy = strategy
         self.nonfinite_policy = nonfinite_policy
@@ -82,11 +82,11 @@ class SyncTrainer(Trainer):
         self._read_ahead = nonfinite_policy.action == "stop"
         self.iterator = iter(dataset)
         # The iterator is passed, not captured: a traced function that captures an iterator
-        # keeps it alive until interpreter shutdown, where destroying it deadlocked pytest
-        # after a full suite (TF's iterator destructor waits for a tf.data thread).
+        # keeps it alive until interpreter shutdown, where destroying it can hang the process
+        # (TF's iterator destructor waits for a tf.data thread that has already stopped).
         # One traced loop per variant of the step: without XLA (False) and compiled (True).
         self._choice = jit_compile
-        self._compiled_step = (compilation.CompiledStep(train_step, jit_compile.where)
+        self._compiled_step = (jit_choice.CompiledStep(train_step, jit_compile.where)
                                if jit_compile is not None and jit_compile.where is not None else None)
         self._loops = {variant: tf.function(functools.partial(self._steps, compiled=variant))
                        for variant in (False, True)}
@@ -109,7 +109,7 @@ class SyncTrainer(Trainer):
         costs a few microseconds a call): steps done, 1 if the last one was non-finite, 1 if
         the state is not finite, the global step, the last step's summed loss, then its log
         values in ``self._shown_keys`` order. ``compiled``: the replica step runs through XLA
-        (``compilation.CompiledStep``).
+        (``jit_choice.CompiledStep``).
         """
         keys = self._shown_keys
         logs = {key: tf.zeros([], tf.float32) for key in keys}
@@ -279,10 +279,10 @@ class SyncTrainer(Trainer):
                 # Traced without XLA after all: it serves as the plain variant.
                 self._choice.refuse(self._compiled_step.refused)
                 self._traced.setdefault(False, self._traced[True])
-        started = compilation.clock()
+        started = jit_choice.clock()
         values = self._traced[compiled](self._flat_iterator + [self._step_counts[num_steps], report]).numpy()
         if self._choice is not None:
-            seconds = compilation.clock() - started
+            seconds = jit_choice.clock() - started
             warmed = (not compiled or self._choice.decided is not None or self._compiled_step is None
                       or self._compiled_step.warmed())
             self._choice.record(compiled, int(values[0]), seconds, warmed)
@@ -292,7 +292,7 @@ class SyncTrainer(Trainer):
         """Before the loop is first traced: the per-layer state of the step's links (THOR's
         factors and inverses), which they would otherwise create on first sight of the layers,
         in that trace. A ``tf.function`` whose first trace creates variables is traced again
-        (the first trace is not kept), which doubled the tracing of every THOR run: here only
+        (the first trace is not kept), so each THOR run would trace its step twice: here only
         model_fn's forward pass is traced, per replica, in a function that is never run."""
         step = self._train_step
         if not step.records_layers():
