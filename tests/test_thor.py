@@ -382,16 +382,16 @@ def test_the_training_loop_is_traced_once_with_the_layers_state_created_before(t
     first trace creates variables is traced a second time, which doubled the tracing of every
     THOR run (model_fn forward and backward, on each replica, in both branches of the refresh).
     The loop body (one ``_one_step`` call) is traced once, and the run still refreshes."""
-    from moxlite.training.trainers import sync_trainer as loop
+    from moxlite.training.trainers import sync_trainer
 
     traced = []
-    original = loop.SyncTrainer._one_step
+    original = sync_trainer.SyncTrainer._one_step
 
     def counted(self, *args, **kwargs):
         traced.append(1)
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(loop.SyncTrainer, "_one_step", counted)
+    monkeypatch.setattr(sync_trainer.SyncTrainer, "_one_step", counted)
     images, labels = thorlib.small_digits(BATCH * 3)
     settings = dict(lr=0.05, momentum=0.9, damping=0.05, frequency=2, block_size=64, weight_decay=5e-4)
     trained = _conv_run(tmp_path / "thor", thorlib.thor_optimizer_fn(**settings), BATCH, 3, images, labels)

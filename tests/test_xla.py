@@ -16,7 +16,7 @@ import moxlite as mox
 from moxlite import errors
 from moxlite.training.compiled import jit_choice
 from moxlite.training.compiled import mirrored_updates as compiled_updates
-from moxlite.training.trainers import sync_trainer as loop
+from moxlite.training.trainers import sync_trainer
 from tests import runlib
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -259,13 +259,13 @@ class FakeClock:
 
 def fake_clock(monkeypatch, seconds):
     clock = FakeClock(seconds)
-    original = loop.SyncTrainer._call
+    original = sync_trainer.SyncTrainer._call
 
     def call(self, compiled, num_steps, report):
         clock.variant = compiled
         return original(self, compiled, num_steps, report)
 
-    monkeypatch.setattr(loop.SyncTrainer, "_call", call)
+    monkeypatch.setattr(sync_trainer.SyncTrainer, "_call", call)
     monkeypatch.setattr(jit_choice, "clock", clock)
     return clock
 
@@ -275,8 +275,8 @@ def test_auto_keeps_the_variant_the_clock_measures_faster(tmp_path, monkeypatch,
     small_budget(monkeypatch)
     fake_clock(monkeypatch, {faster: 0.01, not faster: 0.1})
     chosen = []
-    original = loop.SyncTrainer._call
-    monkeypatch.setattr(loop.SyncTrainer, "_call",
+    original = sync_trainer.SyncTrainer._call
+    monkeypatch.setattr(sync_trainer.SyncTrainer, "_call",
                         lambda self, compiled, *rest: chosen.append(compiled) or original(self, compiled, *rest))
     _, measured = train(tmp_path / "auto", "auto", steps=10)
     line = [text for text in capsys.readouterr().out.splitlines() if "jit_compile=auto" in text]

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
-from moxlite.training.trainers import async_trainer as async_loop
+from moxlite.training.trainers import async_trainer
 from moxlite.training.compiled import jit_choice
 from tests import distlib, runlib, thorlib
 from tests.dist_scripts import train_mnist, train_thor
@@ -149,7 +149,7 @@ def test_auto_measures_both_variants_through_the_coordinator_and_keeps_the_faste
     choice = jit_choice.JitChoice("auto", tf.distribute.get_strategy(), lambda: 400, Logger(),
                                 budget=jit_choice.Budget(min_steps=4, max_trial_steps=4))
     choice.where = jit_choice.PER_WORKER   # as placement() says for ParameterServerStrategy
-    trainer = object.__new__(async_loop.AsyncTrainer)
+    trainer = object.__new__(async_trainer.AsyncTrainer)
     trainer._step_fns = {False: "plain", True: "compiled"}
     trainer.coordinator = _FakeCoordinator({"compiled" if faster else "plain": 0.01,
                                             "plain" if faster else "compiled": 0.1}, clock)
@@ -157,8 +157,8 @@ def test_auto_measures_both_variants_through_the_coordinator_and_keeps_the_faste
     trainer.num_batches, trainer._scheduled, trainer.iterator = 1, 0, None
     trainer._log_keys, trainer._shown_keys = [], []
     trainer._nonfinite_count = tf.Variable(0, dtype=tf.int64)
-    monkeypatch.setattr(async_loop.AsyncTrainer, "_tell_refusal", lambda self: None)
-    monkeypatch.setattr(async_loop.AsyncTrainer, "_create_layer_state", lambda self: None)
+    monkeypatch.setattr(async_trainer.AsyncTrainer, "_tell_refusal", lambda self: None)
+    monkeypatch.setattr(async_trainer.AsyncTrainer, "_create_layer_state", lambda self: None)
     for _ in range(4):
         assert trainer.run_steps(10)[0] == 10
     ran = trainer.coordinator.ran

@@ -26,7 +26,7 @@ import tensorflow as tf  # noqa: E402
 import moxlite as mox  # noqa: E402
 from moxlite import compat  # noqa: E402
 from moxlite.data import mnist  # noqa: E402
-from moxlite.training.trainers import sync_trainer as loop  # noqa: E402
+from moxlite.training.trainers import sync_trainer  # noqa: E402
 import bench_runner  # noqa: E402
 from benchlib import mlp_model_fn  # noqa: E402
 
@@ -34,8 +34,8 @@ from benchlib import mlp_model_fn  # noqa: E402
 def moxlite_call(images, labels, steps_per_loop):
     """A call of moxlite's traced loop (the trainer of a short run, kept open)."""
     trainers = []
-    original_close = loop.SyncTrainer.close
-    loop.SyncTrainer.close = lambda trainer: trainers.append(trainer)   # keep the iterator alive
+    original_close = sync_trainer.SyncTrainer.close
+    sync_trainer.SyncTrainer.close = lambda trainer: trainers.append(trainer)   # keep the iterator alive
     try:
         with tempfile.TemporaryDirectory() as log_dir:
             mox.run(input_fn=lambda mode: tf.data.Dataset.from_tensor_slices((images, labels)).repeat(),
@@ -44,9 +44,9 @@ def moxlite_call(images, labels, steps_per_loop):
                     max_number_of_steps=steps_per_loop, log_every_n_steps=steps_per_loop,
                     steps_per_loop=steps_per_loop)
     finally:
-        loop.SyncTrainer.close = original_close
+        sync_trainer.SyncTrainer.close = original_close
     trainer = trainers[0]
-    flat = trainer._flat_iterator + [tf.constant(steps_per_loop, tf.int64), trainer._reports[loop.NO_REPORT]]
+    flat = trainer._flat_iterator + [tf.constant(steps_per_loop, tf.int64), trainer._reports[sync_trainer.NO_REPORT]]
     # The trainer keeps one traced loop per variant (plain, XLA); a short run uses the plain one.
     traced = trainer._traced.get(False) or next(iter(trainer._traced.values()))
     return lambda: traced(flat).numpy()

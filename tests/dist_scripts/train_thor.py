@@ -82,8 +82,8 @@ def add_own_arguments(parser):
 
 def counting_traces():
     """Count the traces of both trainers' loop body from now on; returns the list that grows."""
-    from moxlite.training.trainers import async_trainer as async_loop
-    from moxlite.training.trainers import sync_trainer as loop
+    from moxlite.training.trainers import async_trainer
+    from moxlite.training.trainers import sync_trainer
 
     traces = []
 
@@ -93,7 +93,7 @@ def counting_traces():
             return original(self, *args, **kwargs)
         return counted
 
-    for trainer in (loop.SyncTrainer, async_loop.AsyncTrainer):
+    for trainer in (sync_trainer.SyncTrainer, async_trainer.AsyncTrainer):
         trainer._one_step = counting(trainer._one_step)
     return traces
 
