@@ -379,7 +379,7 @@ def test_all_factors_cross_replicas_in_one_reduction_per_trace(tmp_path, monkeyp
 
 def test_the_training_loop_is_traced_once_with_the_layers_state_created_before(tmp_path, monkeypatch):
     """THOR's per-layer factors and inverses exist before the loop is traced: a tf.function whose
-    first trace creates variables is traced a second time, which doubled the tracing of every
+    first trace creates variables is traced a second time, which would double the tracing of every
     THOR run (model_fn forward and backward, on each replica, in both branches of the refresh).
     The loop body (one ``_one_step`` call) is traced once, and the run still refreshes."""
     from moxlite.training.trainers import sync_trainer

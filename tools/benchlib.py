@@ -142,7 +142,7 @@ def quiet_console():
 @contextlib.contextmanager
 def whole_step_placement():
     """XLA on THOR's whole one-device step, its refresh included, as for any other stack: the
-    placement moxlite gave THOR before its two programs (``jit_choice.placement``)."""
+    placement moxlite's two programs for THOR (``jit_choice.placement``) are measured against."""
     from moxlite.training.compiled import jit_choice
 
     original = jit_choice.placement

@@ -17,7 +17,8 @@ printed as median [min-max] over the rounds. Contenders: Lamb and THOR with ``ji
 and on, so each is compared like with like. With XLA on one device, Lamb's whole train step is
 compiled; THOR's plain updates are too, and its refresh updates compile only forward and backward
 (moxlite's two programs for a THOR stack, ``jit_choice.placement``). ``thor+whole`` is THOR with the
-whole step as one program, a refresh's branch included (the placement before), against Lamb with XLA.
+whole step as one program, a refresh's branch included, against Lamb with XLA: what moxlite's two
+programs are measured against.
 
 The profile: one more THOR and Lamb run each, uncompiled, with TensorFlow's profiler on over
 ``--profile-steps`` steps after the skipped ones. Every executed op's time is summed by the name
