@@ -4,6 +4,7 @@ Kept apart from the CLI's argument parsing so that tests and scripts can run
 a recipe in-process (``execute(build_plan(load([...])))``).
 """
 
+import dataclasses
 import os
 
 from moxlite import errors
@@ -158,6 +159,8 @@ def execute(plan, print_fn=print, on_training_started=None):
     if plan.seed is not None:
         keras.utils.set_random_seed(plan.seed)
     config = plan.config()
+    if plan.eval_arguments is not None:   # its EVAL spec is checked before training
+        config = dataclasses.replace(config, evaluation_follows=True)
     with context.on_training_started(on_training_started or (lambda: None)):
         result = run_config(config)
     mode = config.run_mode

@@ -130,6 +130,14 @@ class TrainingJob:
         self._check_async_limits()
         spec, self._element_spec, num_samples = task.build(ModeKeys.TRAIN)
         steps.check_spec(spec, ModeKeys.TRAIN, num_optimizers=len(config.optimizer_fn))
+        if config.evaluation_follows and config.inter_mode != ModeKeys.EVAL:
+            try:
+                steps.check_spec(task.spec_of(ModeKeys.EVAL), ModeKeys.EVAL)
+            except errors.ModelFnError as error:
+                # Only a recipe sets evaluation_follows: its run.evaluate is the other way out.
+                raise type(error)(str(error).replace(
+                    " mode; ", " mode, which the recipe runs after training (run.evaluate: true); ", 1)
+                    + ", or set run.evaluate: false") from None
         task.keep_saved_keys(config.log_dir)   # before the keys order the optimizer slots
         self._lists, self._slots_by_name = task.variable_lists(spec, config.log_dir,
                                                                config.trainable_exclude_patterns, self.logger)
@@ -235,6 +243,7 @@ class TrainingJob:
         eval_batches = max([hook.eval_batches for hook in epoch_hooks(spec.hooks)], default=0)
         evaluation = self._interleaved_evaluation(eval_batches) if config.inter_mode == ModeKeys.EVAL else None
         self._bind_epoch_hooks(spec)
+        trainer.create_layer_state()   # a link that refuses model_fn's layers does it before anything is written
         context.training_started()
         self.logger.info("Training: %d replica(s), batch %d per replica, global batch %d, from step %d",
                          self.setup.num_replicas_in_sync, self.task.batch_size, self.task.global_batch_size,
