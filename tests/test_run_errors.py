@@ -76,7 +76,9 @@ CASES = {
                    r"input_fn\(mode\): .*; declare def _input_fn_without_mode\(mode\)$"),
     "input_fn(mode, data_dir)": (dict(input_fn=lambda mode, data_dir: None), TypeError,
                                  r"^input_fn=tests\.test_run_errors\.<lambda>\(mode, data_dir\) cannot be called as input_fn\(mode\): .*; "
-                                 r"declare def input_fn\(mode\); give data_dir a default or bind it"),
+                                 r"declare def input_fn\(mode\); it requires mode, data_dir: give the others defaults or bind them"),
+    "input_fn(mode, batch_size) is called with batch_size": (
+        dict(input_fn=lambda mode, batch_size: [1, 2, 3]), TypeError, r"^input_fn returned \[1, 2, 3\] in mode TRAIN"),
     "input_fn returns a list of scalars": (
         dict(input_fn=lambda mode: [1, 2, 3]), TypeError,
         r"^input_fn returned \[1, 2, 3\] in mode TRAIN: its input 0 \(1\) is a scalar, with no samples to cut "

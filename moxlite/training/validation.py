@@ -46,6 +46,8 @@ def _check_optimizer_fn(optimizer_fn):
 # How moxlite calls each user function (positionally; keyword arguments only where declared, see
 # ``calling``): the parameter names a declaration needs, as MoXing's scripts write them.
 USER_FUNCTION_CALLS = {"input_fn": ("mode",), "model_fn": ("inputs", "mode"), "output_fn": ("outputs",)}
+# The keyword arguments each is given where it declares them.
+USER_FUNCTION_KEYWORDS = {"input_fn": ("batch_size",), "model_fn": (), "output_fn": ()}
 
 
 def check_user_function_signature(name, function, error=errors.ArgumentTypeError):
@@ -57,8 +59,9 @@ def check_user_function_signature(name, function, error=errors.ArgumentTypeError
         signature = inspect.signature(function)
     except (TypeError, ValueError):   # a builtin or C callable: nothing to read; the call will tell
         return
+    given = {key: None for key in USER_FUNCTION_KEYWORDS[name] if key in signature.parameters}
     try:
-        signature.bind(*parameters)
+        signature.bind(*parameters, **given)
         return
     except TypeError:
         pass
@@ -69,9 +72,9 @@ def check_user_function_signature(name, function, error=errors.ArgumentTypeError
                 if p.default is inspect.Parameter.empty
                 and p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                inspect.Parameter.KEYWORD_ONLY)]
-    extra = [p for p in required if p not in parameters]
-    detail = (f"; give {', '.join(extra)} a default or bind it (functools.partial, or a recipe's kwargs)"
-              if len(required) > len(parameters) else "")
+    required = [p for p in required if p not in given]
+    detail = (f"; it requires {', '.join(required)}: give the others defaults or bind them (functools.partial, "
+              f"or a recipe's kwargs)" if len(required) > len(parameters) else "")
     call = f"{name}({', '.join(parameters)})"
     simple = label.rsplit(".", 1)[-1]
     simple = simple if simple.isidentifier() else name
