@@ -62,6 +62,8 @@ CASES = {
                          mox.errors.ModelFnError, r"ModelSpec\(loss=None\) in TRAIN mode; return the training loss"),
     "no log_info in EVAL": (dict(model_fn=_no_log_info_model_fn, run_mode=mox.ModeKeys.EVAL, optimizer_fn=None),
                             mox.errors.ModelFnError, r"log_info=None\) in EVAL mode; return the metrics"),
+    "no log_info for inter_mode=EVAL": (dict(model_fn=_no_log_info_model_fn, inter_mode=mox.ModeKeys.EVAL),
+                                        mox.errors.ModelFnError, r"log_info=None\) in EVAL mode; return the metrics"),
     "non-callable input_fn": (dict(input_fn=tf.data.Dataset.range(3)),
                               mox.errors.ArgumentError, r"input_fn=.* is not callable; pass a function input_fn\(mode\)"),
     "unknown run_mode": (dict(run_mode="TRIAN"),
