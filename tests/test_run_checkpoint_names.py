@@ -392,3 +392,32 @@ def test_a_warm_start_still_refuses_to_guess_between_variables_of_one_name(tmp_p
                                                      r"tell which is which"):
         mox.run(model_fn=_t5_model_fn(seed=1)[0], log_dir=str(tmp_path / "tuned"),
                 checkpoint_path=str(tmp_path / "t5"), **arguments)
+
+
+def _twins_model_fn(count):
+    """``count`` Dense layers all named 'twin', built inside model_fn: one Keras path for all."""
+
+    def model_fn(inputs, mode):
+        images, labels = inputs
+        hidden = images
+        for index in range(count):
+            hidden = _dense(runlib.NUM_CLASSES, "twin", index)(hidden)
+        return runlib.spec_for(images, labels, hidden)
+
+    return model_fn
+
+
+def test_eval_refuses_a_checkpoint_with_another_count_of_a_shared_name_naming_both(tmp_path):
+    _run(tmp_path / "two", _twins_model_fn(2), 2)
+    images, labels = runlib.mnist_rows(32)
+    arguments = dict(input_fn=runlib.input_fn_for(images, labels, repeat=False), run_mode=mox.ModeKeys.EVAL,
+                     batch_size=BATCH, checkpoint_path=str(tmp_path / "two"))
+    # The same model_fn reads its own checkpoint, its two 'twin' layers in creation order ...
+    metrics = mox.run(model_fn=_twins_model_fn(2), **arguments)
+    saved = runlib.checkpoint_by_name(tmp_path / "two")
+    logits = (images @ saved["twin/kernel~0"] + saved["twin/bias~0"]) @ saved["twin/kernel~1"] + saved["twin/bias~1"]
+    np.testing.assert_allclose(metrics["accuracy"], np.mean(logits.argmax(1) == labels), atol=1e-6)
+    # ... and one with three cannot say which two of its three they are.
+    with pytest.raises(errors.CheckpointError, match=r"holds 2 variable\(s\) named 'twin/bias' \(shapes \[\(10,\), "
+                                                     r"\(10,\)\]\) and this model_fn creates 3 \(shapes "):
+        mox.run(model_fn=_twins_model_fn(3), **arguments)

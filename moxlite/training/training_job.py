@@ -131,13 +131,13 @@ class TrainingJob:
         spec, self._element_spec, num_samples = task.build(ModeKeys.TRAIN)
         steps.check_spec(spec, ModeKeys.TRAIN, num_optimizers=len(config.optimizer_fn))
         if config.evaluation_follows and config.inter_mode != ModeKeys.EVAL:
-            try:
-                steps.check_spec(task.spec_of(ModeKeys.EVAL), ModeKeys.EVAL)
-            except errors.ModelFnError as error:
-                # Only a recipe sets evaluation_follows: its run.evaluate is the other way out.
-                raise type(error)(str(error).replace(
-                    " mode; ", " mode, which the recipe runs after training (run.evaluate: true); ", 1)
-                    + ", or set run.evaluate: false") from None
+            eval_spec = task.spec_of(ModeKeys.EVAL)
+            if not eval_spec.log_info:   # only a recipe sets evaluation_follows: run.evaluate is the other fix
+                raise errors.ModelFnError(
+                    "model_fn returned ModelSpec(log_info=None) in EVAL mode, which the recipe runs after "
+                    "training (run.evaluate: true); return the metrics to average, e.g. ModelSpec(log_info="
+                    "{'loss': loss, 'accuracy': accuracy}), or set run.evaluate: false")
+            steps.check_spec(eval_spec, ModeKeys.EVAL)
         task.keep_saved_keys(config.log_dir)   # before the keys order the optimizer slots
         self._lists, self._slots_by_name = task.variable_lists(spec, config.log_dir,
                                                                config.trainable_exclude_patterns, self.logger)
