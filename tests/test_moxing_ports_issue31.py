@@ -73,6 +73,12 @@ def test_modelarts_train_mnist_moxing_trains_1000_ready_batches_and_exports_vers
     x = images.reshape(-1, 784).astype(np.float32) / 255.0
     logits = served(images=tf.constant(x))["logits"].numpy()
     np.testing.assert_allclose(logits, x @ weights + bias, atol=1e-4)
+    # The example's TF-Serving client (dls-example predict_mnist.py) asks for the signature
+    # 'predict_object' with the input 'images': the same function, the same logits.
+    loaded = tf.saved_model.load(str(train_url / "model" / "model"))
+    assert sorted(loaded.signatures) == ["predict_object", "serving_default"]
+    np.testing.assert_array_equal(loaded.signatures["predict_object"](images=tf.constant(x))["logits"].numpy(),
+                                  logits)
 
 
 def test_modelarts_notebook_mnist_trains_from_an_obs_copy_then_predicts_one_image(s3, tmp_path):

@@ -132,3 +132,29 @@ def test_var_scopes_match_whole_components_wherever_they_stand_and_say_so(tmp_pa
     out = capsys.readouterr()
     assert ("var_scopes[0] (trained by loss 0): 'head' -> [sequential/head/kernel, sequential/head/bias] (2)"
             in out.out + out.err)
+
+
+def _generator_model_fn(grouping):
+    """A GAN-style generator scope as porting.md tells it: Keras 3 layers ignore a TF1
+    ``variable_scope``; a named Keras model puts its name in front of its variables'."""
+
+    def model_fn(inputs, mode):
+        images, labels = inputs
+        if grouping == "variable_scope":
+            with tf.compat.v1.variable_scope("generator"):
+                hidden = keras.layers.Dense(8)(images)
+        else:
+            hidden = keras.Sequential([keras.layers.Dense(8)], name="generator")(images)
+        loss = runlib.cross_entropy(keras.layers.Dense(runlib.NUM_CLASSES, name="head")(hidden), labels)
+        return mox.ModelSpec(loss=loss, var_scopes=[["generator"]], log_info={"loss": loss})
+
+    return model_fn
+
+
+def test_a_variable_scope_around_keras_layers_names_nothing_and_a_named_keras_model_does(tmp_path):
+    with pytest.raises(errors.ModelFnError, match=r"scope 'generator' matches no trainable variable; variable "
+                                                  r"names are \['dense/kernel', 'dense/bias', 'head/kernel'"):
+        _train(tmp_path / "scoped", _generator_model_fn("variable_scope"), steps=1)
+    _train(tmp_path / "named", _generator_model_fn("named"), steps=2)
+    assert list(runlib.checkpoint_by_name(tmp_path / "named")) == [
+        "generator/dense/kernel", "generator/dense/bias", "head/kernel", "head/bias"]

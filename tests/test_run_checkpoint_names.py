@@ -229,3 +229,120 @@ def test_names_made_up_before_the_call_come_first_and_those_of_the_call_after_th
         "sequential/dense/kernel", "sequential/dense_1/kernel", "dense_2/kernel", "head/kernel",
         "dense_9/kernel",   # a name Keras never handed out is the user's own
         "W"]
+
+
+# ---- a real model whose Keras paths repeat ------------------------------------------------------
+
+T5_VOCABULARY, T5_TOKENS, T5_BATCH = 32, 6, 8
+
+
+def _t5_model_fn(seed):
+    """keras-hub's T5 at tiny size, from its constructor, closed over: its encoder and decoder
+    both hold a ``self_attention/embeddings`` (relative position buckets), so two variables share
+    that path. The loss: next-token cross entropy of a Dense head on the decoder's output."""
+    import keras_hub
+
+    keras.utils.set_random_seed(seed)
+    backbone = keras_hub.models.T5Backbone(vocabulary_size=T5_VOCABULARY, num_layers=1, num_heads=2, hidden_dim=8,
+                                           intermediate_dim=16, key_value_dim=4, dropout=0.0)
+    head = keras.layers.Dense(T5_VOCABULARY, name="lm_head")
+
+    def logits_of(tokens):
+        ones = tf.ones_like(tokens)
+        outputs = backbone({"encoder_token_ids": tokens, "encoder_padding_mask": ones,
+                            "decoder_token_ids": tokens, "decoder_padding_mask": ones})
+        return head(outputs["decoder_sequence_output"])
+
+    def model_fn(inputs, mode):
+        tokens, targets = inputs
+        logits = logits_of(tokens)
+        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(targets, logits, from_logits=True))
+        return mox.ModelSpec(loss=loss, log_info={"loss": loss}, output_info={"logits": logits})
+
+    return model_fn, backbone, logits_of
+
+
+def _t5_arrays(seed):
+    tokens = np.random.default_rng(seed).integers(1, T5_VOCABULARY, size=(T5_BATCH, T5_TOKENS)).astype("int32")
+    return tokens, np.roll(tokens, -1, axis=1)
+
+
+def test_eval_and_predict_of_a_model_with_repeated_paths_read_its_own_checkpoint_exactly(tmp_path):
+    import collections
+
+    model_fn, backbone, logits_of = _t5_model_fn(seed=0)
+    train, held_out = _t5_arrays(1), _t5_arrays(2)
+
+    def input_fn(mode):
+        if mode == mox.ModeKeys.TRAIN:
+            return tf.data.Dataset.from_tensor_slices(train).repeat()
+        return tf.data.Dataset.from_tensor_slices(held_out)
+
+    mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("adam", 0.05),
+            run_mode=mox.ModeKeys.TRAIN, batch_size=T5_BATCH, log_dir=str(tmp_path / "t5"), max_number_of_steps=3)
+    assert runlib.checkpoint_step(str(tmp_path / "t5")) == 3
+    paths = collections.Counter(v.path for v in backbone.weights)
+    assert [path for path, count in paths.items() if count > 1] == ["self_attention/embeddings"]
+    # The reference: the trained weights, in Keras, before anything reads the checkpoint.
+    expected_logits = logits_of(tf.constant(held_out[0])).numpy()
+    expected_loss = float(np.mean(keras.losses.sparse_categorical_crossentropy(held_out[1], expected_logits,
+                                                                               from_logits=True)))
+    shared = [v.numpy() for v in backbone.weights if v.path == "self_attention/embeddings"]
+    assert not np.allclose(shared[0], shared[1])   # read the wrong way round, the loss would differ
+
+    # A fresh model_fn (other initial weights), given the TRAIN run's folder as checkpoint_path.
+    fresh_model_fn, _, _ = _t5_model_fn(seed=5)
+    metrics = mox.run(input_fn=input_fn, model_fn=fresh_model_fn, run_mode=mox.ModeKeys.EVAL, batch_size=T5_BATCH,
+                      checkpoint_path=str(tmp_path / "t5"))
+    np.testing.assert_allclose(metrics["loss"], expected_loss, rtol=1e-5)
+    outputs = []
+    predict_model_fn, _, _ = _t5_model_fn(seed=6)
+    mox.run(input_fn=input_fn, model_fn=predict_model_fn, run_mode=mox.ModeKeys.PREDICT, batch_size=T5_BATCH,
+            checkpoint_path=str(tmp_path / "t5"), output_fn=outputs.extend, output_every_n_steps=1)
+    np.testing.assert_allclose(np.concatenate([output["logits"] for output in outputs]), expected_logits,
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_a_warm_start_still_refuses_to_guess_between_variables_of_one_name(tmp_path):
+    model_fn, _, _ = _t5_model_fn(seed=0)
+    tokens = _t5_arrays(1)
+
+    def input_fn(mode):
+        return tf.data.Dataset.from_tensor_slices(tokens)
+
+    arguments = dict(input_fn=input_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.1), run_mode=mox.ModeKeys.TRAIN,
+                     batch_size=T5_BATCH, max_number_of_steps=1)
+    mox.run(model_fn=model_fn, log_dir=str(tmp_path / "t5"), **arguments)
+    with pytest.raises(errors.CheckpointError, match=r"named \[self_attention/embeddings\] \(1\), so a warm start cannot "
+                                                     r"tell which is which"):
+        mox.run(model_fn=_t5_model_fn(seed=1)[0], log_dir=str(tmp_path / "tuned"),
+                checkpoint_path=str(tmp_path / "t5"), **arguments)
+
+
+def _twins_model_fn(count):
+    """``count`` Dense layers all named 'twin', built inside model_fn: one Keras path for all."""
+
+    def model_fn(inputs, mode):
+        images, labels = inputs
+        hidden = images
+        for index in range(count):
+            hidden = _dense(runlib.NUM_CLASSES, "twin", index)(hidden)
+        return runlib.spec_for(images, labels, hidden)
+
+    return model_fn
+
+
+def test_eval_refuses_a_checkpoint_with_another_count_of_a_shared_name_naming_both(tmp_path):
+    _run(tmp_path / "two", _twins_model_fn(2), 2)
+    images, labels = runlib.mnist_rows(32)
+    arguments = dict(input_fn=runlib.input_fn_for(images, labels, repeat=False), run_mode=mox.ModeKeys.EVAL,
+                     batch_size=BATCH, checkpoint_path=str(tmp_path / "two"))
+    # The same model_fn reads its own checkpoint, its two 'twin' layers in creation order ...
+    metrics = mox.run(model_fn=_twins_model_fn(2), **arguments)
+    saved = runlib.checkpoint_by_name(tmp_path / "two")
+    logits = (images @ saved["twin/kernel~0"] + saved["twin/bias~0"]) @ saved["twin/kernel~1"] + saved["twin/bias~1"]
+    np.testing.assert_allclose(metrics["accuracy"], np.mean(logits.argmax(1) == labels), atol=1e-6)
+    # ... and one with three cannot say which two of its three they are.
+    with pytest.raises(errors.CheckpointError, match=r"holds 2 variable\(s\) named 'twin/bias' \(shapes \[\(10,\), "
+                                                     r"\(10,\)\]\) and this model_fn creates 3 \(shapes "):
+        mox.run(model_fn=_twins_model_fn(3), **arguments)

@@ -150,6 +150,33 @@ def test_missing_bucket_fails_before_training(s3, tmp_path, cache_dir):
     assert called == [] and os.listdir(cache_dir) == []
 
 
+def _model_fn_exporting_to_model(inputs, mode):
+    """The DLS MNIST example's export: ``ExportSpec(..., version='model')``."""
+    spec = runlib.mlp_model_fn(inputs, mode)
+    return dataclasses.replace(spec, export_spec=dataclasses.replace(spec.export_spec, version="model"))
+
+
+def test_rerunning_a_finished_export_job_on_s3_fails_as_locally_naming_the_users_path(s3, tmp_path, cache_dir):
+    """A rerun of a finished job: nothing to train, then the export finds its version there, as on a
+    local log_dir; the result and the error name the s3:// folder, not the local cache."""
+    bucket = s3.new_bucket()
+    remote = f"s3://{bucket}/job"
+    local = str(tmp_path / "job")
+    messages = {}
+    for log_dir in (local, remote):
+        job = arguments(log_dir, 3, model_fn=_model_fn_exporting_to_model, export_model=mox.ExportKeys.TF_SERVING)
+        result = mox.run(**job)
+        assert result["export_path"] == f"{log_dir}/model/model"
+        with pytest.raises(mox.errors.ExportError) as rerun:
+            mox.run(**job)
+        messages[log_dir] = str(rerun.value)
+    assert messages[remote] == messages[local].replace(local, remote)
+    assert messages[local] == (f"ExportSpec.version='model': {local}/model/model already exists; use "
+                               f"version=-1 for the next version, or another name")
+    assert "saved_model.pb" in remote_keys(s3, bucket, "job/model/model/")
+    assert os.listdir(cache_dir) == []
+
+
 def test_recipe_trains_to_s3_and_evaluates_from_it(s3, cache_dir, capsys):
     from moxlite.recipes import cli
 

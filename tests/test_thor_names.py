@@ -185,3 +185,21 @@ def test_a_custom_layer_opted_in_is_preconditioned_as_a_dense_and_a_bypassing_su
     assert all("bypass/kernel (Dense: its call never applied self.activation)" in l for l in plain), plain
     for got, want in zip(custom, dense):
         np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_the_start_up_line_gives_a_reason_for_grouped_and_separable_convolution_kernels(tmp_path, capsys):
+    net = keras.Sequential([keras.layers.Conv2D(4, 3, groups=2, name="grouped"),
+                            keras.layers.SeparableConv2D(4, 3, name="separable"),
+                            keras.layers.Flatten(), keras.layers.Dense(10, name="head")])
+
+    def model_fn(inputs, mode):
+        images, labels = inputs
+        return runlib.spec_for(images, labels, net(images))
+
+    images = np.random.default_rng(0).random((BATCH, 8, 8, 4), dtype=np.float32)
+    _run(tmp_path / "run", model_fn, _sgd_thor(frequency=2), (images, np.zeros(BATCH, np.int32)), 1)
+    plain = next(line for line in capsys.readouterr().out.splitlines() if "thor: plain gradient for" in line)
+    skipped = plain.split("layers not preconditioned: ")[1].split("; ")
+    assert skipped == ["sequential/grouped/kernel (Conv2D: grouped convolution)",
+                       "sequential/separable/depthwise_kernel (SeparableConv2D: separable convolution)",
+                       "sequential/separable/pointwise_kernel (SeparableConv2D: separable convolution)"], plain

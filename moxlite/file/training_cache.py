@@ -99,8 +99,8 @@ def _download_checkpoint(remote, cache_root):
 def run_through_local_cache(run, arguments):
     """Call ``run(**arguments)`` with remote ``log_dir`` / ``checkpoint_path`` replaced by local copies.
 
-    Returns ``run``'s result; an export path inside the local ``log_dir`` comes back as its
-    remote URL.
+    Returns ``run``'s result, and raises its error, with every local copy's path in them (an
+    export path, a message) given as the remote URL the user passed.
     """
     # ``arguments`` is run()'s locals(): keep only its parameters, whatever run() computed before.
     parameters = inspect.signature(run).parameters
@@ -132,16 +132,34 @@ def run_through_local_cache(run, arguments):
     except BaseException:
         shutil.rmtree(cache_root, ignore_errors=True)
         raise
+    # What the user reads names the folders the user gave, not the cache that stands in for them.
+    in_user_terms = {path: url for path, url in ((local.get("log_dir"), remote_log_dir),
+                                                 (local.get("checkpoint_path"), remote_checkpoint)) if url}
     try:
         result = run(**local)
-    except BaseException:
+    except BaseException as error:
         _finish(sync, cache_root, raise_errors=False)  # the run's own error is the one to see
+        _name_remote_paths(error, in_user_terms)
         raise
     _finish(sync, cache_root, raise_errors=True)
-    if remote_log_dir and isinstance(result, str) and result.startswith(local["log_dir"]):
-        relative = os.path.relpath(result, local["log_dir"]).replace(os.sep, "/")
-        result = remote_log_dir.rstrip("/") + "/" + relative
-    return result
+    if isinstance(result, dict):
+        return {key: _remote_path(value, in_user_terms) for key, value in result.items()}
+    return _remote_path(result, in_user_terms)
+
+
+def _remote_path(value, in_user_terms):
+    """``value`` with each local cache folder in it (a path, or a message) given as its remote URL."""
+    if not isinstance(value, str):
+        return value
+    for local, remote in in_user_terms.items():
+        value = value.replace(local, remote.rstrip("/"))
+    return value
+
+
+def _name_remote_paths(error, in_user_terms):
+    """Rewrite ``error``'s message in place to name the remote folders (same class, same traceback)."""
+    if error.args and isinstance(error.args[0], str):
+        error.args = (_remote_path(error.args[0], in_user_terms),) + error.args[1:]
 
 
 def _finish(sync, cache_root, raise_errors):

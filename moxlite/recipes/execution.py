@@ -4,11 +4,12 @@ Kept apart from the CLI's argument parsing so that tests and scripts can run
 a recipe in-process (``execute(build_plan(load([...])))``).
 """
 
+import dataclasses
 import os
 
 from moxlite import errors
 from moxlite.contract import ModeKeys
-from moxlite.recipes import builders
+from moxlite.recipes import builders, schema
 
 
 def apply_flags(plan):
@@ -158,6 +159,9 @@ def execute(plan, print_fn=print, on_training_started=None):
     if plan.seed is not None:
         keras.utils.set_random_seed(plan.seed)
     config = plan.config()
+    if plan.eval_arguments is not None and schema.is_reference(plan.loaded.recipe.model.name):
+        # The user's model_fn is called in EVAL before training, so a spec EVAL cannot use fails first.
+        config = dataclasses.replace(config, evaluation_follows=True)
     with context.on_training_started(on_training_started or (lambda: None)):
         result = run_config(config)
     mode = config.run_mode

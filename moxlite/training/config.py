@@ -123,6 +123,9 @@ class RunConfig:
     steps_per_loop: Union[int, str] = "auto"  # a positive integer or "auto" (see controller)
     keep_checkpoint_max: int = 5
     jit_compile: str = "auto"                 # "auto", "true" or "false" (see compilation)
+    # An EVAL of the same model_fn follows this TRAIN run (a recipe's run.evaluate): its spec is
+    # checked before training, so that a model_fn without log_info fails before the first step.
+    evaluation_follows: bool = False
     # From MoXing's flags (or a recipe's fields) rather than run()'s arguments.
     num_samples: int = 0                      # training samples per epoch; 0: from the input
     log_first_clone: bool = True

@@ -30,8 +30,9 @@ class InferenceJob:
         global_step = self.task.global_step()
         keyed, ambiguous = self.task.checkpoint_keys()
         checkpointer = checkpoints.Checkpointer(self.config.log_dir, global_step, keyed, ambiguous=ambiguous)
+        # EVAL, PREDICT and EXPORT read the checkpoint TRAIN wrote with this model_fn: not a warm start.
         checkpointer.restore(self.config.checkpoint_path, self.config.checkpoint_exclude_patterns,
-                             warm_start_step=True)
+                             warm_start_step=True, same_model_fn=True)
         return spec, element_spec, int(global_step.numpy())
 
     def _evaluate(self):

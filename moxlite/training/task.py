@@ -124,6 +124,17 @@ class Task:
         self._check_external_variables()
         return spec, batched.element_spec, num_samples
 
+    def spec_of(self, mode):
+        """model_fn's spec in ``mode`` on the variables ``build`` made, for a check before training:
+        the run's batch size and its unread input stay as they were."""
+        batch_size = self.batch_size
+        try:
+            spec, _, _ = self.build(mode)
+        finally:
+            self.batch_size = batch_size
+            self._unused_inputs.pop(mode, None)
+        return spec
+
     def _check_external_variables(self):
         if self.strategy.num_replicas_in_sync == 1 and not self.setup.coordinator:
             return

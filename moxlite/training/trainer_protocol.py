@@ -9,7 +9,7 @@
   workers; ``RestartingTrainer`` (``state/input_resume.py``) restarts another trainer's
   input when a restored position no longer fits.
 
-The runner talks to every trainer through these six methods and one property only.
+The runner talks to every trainer through these seven methods and one property only.
 """
 
 import abc
@@ -62,6 +62,12 @@ class Trainer(abc.ABC):
     def user_summaries(self) -> ContextManager:
         """A context, entered once for the run, in which summaries written by user functions
         land in the run's summary writer (a no-op where they cannot)."""
+
+    def create_layer_state(self) -> None:
+        """Before the first step: create the per-layer state of the step's links (THOR's factors),
+        which may refuse model_fn's layers (an ``include`` that matches none); the runner calls
+        it before training starts, so that a refusal comes before anything is written. A
+        trainer whose links keep no per-layer state has nothing to do."""
 
     @abc.abstractmethod
     def close(self) -> None:

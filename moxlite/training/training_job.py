@@ -130,6 +130,14 @@ class TrainingJob:
         self._check_async_limits()
         spec, self._element_spec, num_samples = task.build(ModeKeys.TRAIN)
         steps.check_spec(spec, ModeKeys.TRAIN, num_optimizers=len(config.optimizer_fn))
+        if config.evaluation_follows and config.inter_mode != ModeKeys.EVAL:
+            eval_spec = task.spec_of(ModeKeys.EVAL)
+            if not eval_spec.log_info:   # only a recipe sets evaluation_follows: run.evaluate is the other fix
+                raise errors.ModelFnError(
+                    "model_fn returned ModelSpec(log_info=None) in EVAL mode, which the recipe runs after "
+                    "training (run.evaluate: true); return the metrics to average, e.g. ModelSpec(log_info="
+                    "{'loss': loss, 'accuracy': accuracy}), or set run.evaluate: false")
+            steps.check_spec(eval_spec, ModeKeys.EVAL)
         self._lists = task.variable_lists(spec, config.trainable_exclude_patterns, self.logger)
         run_context = context.RunContext(
             global_step=task.global_step(), global_batch_size=task.global_batch_size,
@@ -233,6 +241,7 @@ class TrainingJob:
         eval_batches = max([hook.eval_batches for hook in epoch_hooks(spec.hooks)], default=0)
         evaluation = self._interleaved_evaluation(eval_batches) if config.inter_mode == ModeKeys.EVAL else None
         self._bind_epoch_hooks(spec)
+        trainer.create_layer_state()   # a link that refuses model_fn's layers does it before anything is written
         context.training_started()
         self.logger.info("Training: %d replica(s), batch %d per replica, global batch %d, from step %d",
                          self.setup.num_replicas_in_sync, self.task.batch_size, self.task.global_batch_size,

@@ -1,5 +1,7 @@
 """Checks of ``run``'s arguments, done before any work and before touching ``log_dir``."""
 
+import inspect
+
 from moxlite import errors, flags
 from moxlite.contract import ExportKeys, ModeKeys
 
@@ -41,6 +43,46 @@ def _check_optimizer_fn(optimizer_fn):
     return list(factories)
 
 
+# How moxlite calls each user function (positionally; keyword arguments only where declared, see
+# ``calling``): the parameter names a declaration needs, as MoXing's scripts write them.
+USER_FUNCTION_CALLS = {"input_fn": ("mode",), "model_fn": ("inputs", "mode"), "output_fn": ("outputs",)}
+# The keyword arguments each is given where it declares them.
+USER_FUNCTION_KEYWORDS = {"input_fn": ("batch_size",), "model_fn": (), "output_fn": ()}
+
+
+def check_user_function_signature(name, function, error=errors.ArgumentTypeError):
+    """Raise ``error`` when ``function`` cannot take the positional arguments moxlite calls
+    ``name`` with (``USER_FUNCTION_CALLS``): a one-line message with its signature as declared
+    and the declaration to write, before anything runs."""
+    parameters = USER_FUNCTION_CALLS[name]
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):   # a builtin or C callable: nothing to read; the call will tell
+        return
+    given = {key: None for key in USER_FUNCTION_KEYWORDS[name] if key in signature.parameters}
+    try:
+        signature.bind(*parameters, **given)
+        return
+    except TypeError:
+        pass
+    label = getattr(function, "__qualname__", None) or type(function).__name__
+    module = getattr(function, "__module__", None)
+    written = f"{module}.{label}" if module and module not in ("__main__", "builtins") else label
+    required = [p.name for p in signature.parameters.values()
+                if p.default is inspect.Parameter.empty
+                and p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                               inspect.Parameter.KEYWORD_ONLY)]
+    required = [p for p in required if p not in given]
+    detail = (f"; it requires {', '.join(required)}: give the others defaults or bind them (functools.partial, "
+              f"or a recipe's kwargs)" if len(required) > len(parameters) else "")
+    call = f"{name}({', '.join(parameters)})"
+    simple = label.rsplit(".", 1)[-1]
+    simple = simple if simple.isidentifier() else name
+    raise error(f"{name}={written}{signature} cannot be called as {call}: moxlite calls {name} with "
+                f"{' and '.join(parameters)} (and keyword arguments only where declared); declare "
+                f"def {simple}({', '.join(parameters)}){detail}")
+
+
 def _positive_int(name, value, allow_none=True, allow_zero=False):
     if value is None and allow_none:
         return None
@@ -80,6 +122,8 @@ def validate_run_arguments(args, setting=flags.get_flag):
         raise errors.ArgumentTypeError(
             f"model_fn={errors.describe(args['model_fn'])} is not callable; pass a function "
             f"model_fn(inputs, mode) that returns a moxlite.ModelSpec")
+    check_user_function_signature("input_fn", args["input_fn"])
+    check_user_function_signature("model_fn", args["model_fn"])
     if mode == ModeKeys.TRAIN:
         if args["optimizer_fn"] is None:
             raise errors.OptimizerError(
@@ -90,6 +134,8 @@ def validate_run_arguments(args, setting=flags.get_flag):
         raise errors.ArgumentTypeError(
             f"output_fn={errors.describe(args['output_fn'])} is not callable; pass output_fn(outputs) "
             f"taking a list of dicts of numpy arrays")
+    if args["output_fn"] is not None:
+        check_user_function_signature("output_fn", args["output_fn"])
     if args["inter_mode"] not in (None, ModeKeys.EVAL):
         raise errors.ArgumentError(
             f"inter_mode={errors.describe(args['inter_mode'])} is not supported; use None or "

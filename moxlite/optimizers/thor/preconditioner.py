@@ -99,6 +99,9 @@ def _named(scope):
 
 
 TRACKED_KINDS = ("Dense", "Conv2D", "Embedding", "EinsumDense", "LayerNormalization")
+# The two kernels Keras gives a separable convolution: not recorded, so the start-up line gives their
+# reason by name, as it does for a grouped Conv2D.
+UNTRACKED_KERNELS = ("depthwise_kernel", "pointwise_kernel")
 # The output projection of a head tied to an Embedding's table (``tied_embedding`` 'output', 'sum').
 TIED_OUTPUT_KIND = "EmbeddingOutput"
 # The factor sums of a tied table's output use, next to its lookup's a_sum, g_sum, rows: the
@@ -788,6 +791,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
                            "called in model_fn, or a Keras model closed over)")
         logger.info("thor: preconditioning %d layer(s): %s", len(chosen), "; ".join(chosen) or "none")
         skipped = [f"{path} ({why})" for path, why in self._skipped.items()]
+        skipped += [f"{name} (SeparableConv2D: separable convolution)" for name in plain
+                    if name.rsplit("/", 1)[-1] in UNTRACKED_KERNELS]
         logger.info("thor: plain gradient for %d variable(s) (biases, normalization, other layers, bare "
                     "get_variable variables): %s%s", len(plain), ", ".join(plain) or "none",
                     f"; layers not preconditioned: {'; '.join(skipped)}" if skipped else "")

@@ -6,6 +6,11 @@ those inputs the served signature takes (other inputs, such as labels, are fed
 zeros); ``outputs_dict`` names what it returns. Versions follow MoXing:
 ``-1`` is one more than the largest integer version present (1 when none), a
 string names the directory, and an existing version is an error.
+
+The served function is exported under two signature keys (``SIGNATURE_KEYS``): TensorFlow's
+``serving_default`` and ``predict_object``, the key MoXing's exports carried and its clients
+ask for (the TF-Serving client of ModelArts's MoXing MNIST example, huaweicloud/dls-example
+``predict_mnist.py``, sends ``signature_name='predict_object'`` with the input ``images``).
 """
 
 import os
@@ -17,6 +22,8 @@ from moxlite.contract import ExportSpec, ModeKeys
 from moxlite.training.input.replica_batches import as_model_inputs
 
 EXPORT_SUBDIR = "model"
+# One function under each key: TensorFlow's default, and MoXing's (what its clients request).
+SIGNATURE_KEYS = ("serving_default", "predict_object")
 
 
 def _unbatched_spec(spec):
@@ -99,5 +106,6 @@ def export_saved_model(template, element_spec, log_dir):
 
     module = _Exportable(template.variables)
     module.serve = tf.function(serve, input_signature=signature)
-    tf.saved_model.save(module, path, signatures={"serving_default": module.serve.get_concrete_function()})
+    served = module.serve.get_concrete_function()
+    tf.saved_model.save(module, path, signatures={key: served for key in SIGNATURE_KEYS})
     return path

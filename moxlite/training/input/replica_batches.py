@@ -58,12 +58,37 @@ def call_input_fn(input_fn, mode, batch_size=None, auto_batch=True):
             f"input_fn returned {errors.describe(produced)} in mode {mode}: samples, and run() has no "
             f"batch_size to batch them by; pass batch_size=... (per replica), or return a tf.data.Dataset "
             f"of ready batches")
+    structure = _as_structure(produced)
     try:
-        return tf.data.Dataset.from_tensor_slices(_as_structure(produced))
-    except (TypeError, ValueError) as error:
+        return tf.data.Dataset.from_tensor_slices(structure)
+    except (TypeError, ValueError):
         raise errors.ArgumentTypeError(
-            f"input_fn returned {errors.describe(produced)} in mode {mode}; it must return a "
-            f"tf.data.Dataset or arrays of equal length ({error})") from None
+            f"input_fn returned {errors.describe(produced)} in mode {mode}: {_why_not_samples(structure)}; "
+            f"return a tf.data.Dataset, or arrays whose first dimension indexes the samples, one per input "
+            f"(e.g. (images, labels) with images.shape[0] == labels.shape[0])") from None
+
+
+def _why_not_samples(structure):
+    """What keeps ``structure`` (input_fn's arrays) from being cut into samples, in the user's terms."""
+    try:
+        leaves = tf.nest.flatten(structure)
+    except (TypeError, ValueError):
+        return "it is not a structure of arrays"
+    lengths = []
+    for index, leaf in enumerate(leaves):
+        try:
+            shape = np.shape(leaf)
+        except (TypeError, ValueError):
+            shape = None
+        if shape is None or isinstance(leaf, (str, bytes)) and not shape:
+            return f"its input {index} ({errors.describe(leaf, 30)}) is not an array"
+        if not shape:
+            many = " (each item of a list or tuple is a separate input)" if len(leaves) > 1 else ""
+            return f"its input {index} ({errors.describe(leaf, 30)}) is a scalar, with no samples to cut{many}"
+        lengths.append(shape[0])
+    if len(set(lengths)) > 1:
+        return f"its inputs hold different numbers of samples ({', '.join(map(str, lengths))})"
+    return "its inputs cannot be made into tensors"
 
 
 def one_batch(produced, mode):

@@ -170,12 +170,15 @@ class Checkpointer:
 
     # ---- restoring -------------------------------------------------------------------------
 
-    def restore(self, checkpoint_path=None, exclude_patterns=(), warm_start_step=False):
+    def restore(self, checkpoint_path=None, exclude_patterns=(), warm_start_step=False, same_model_fn=False):
         """Restore from ``log_dir`` or else ``checkpoint_path``; return where from (or None).
 
         From ``log_dir`` everything is restored (step, model, optimizer, iterator). From
         ``checkpoint_path`` only model variables not matching ``exclude_patterns`` are, and the
         global step too when ``warm_start_step`` (evaluation and prediction report it).
+        ``same_model_fn``: the checkpoint was written by this model_fn (EVAL, PREDICT and EXPORT
+        read what TRAIN wrote), so names shared by several variables are told apart by creation
+        order, as in a resume; a warm start (a TRAIN run's ``checkpoint_path``) refuses them.
         Model variables are matched by stable name and shape (see ``checkpoint_keys``); what does not
         match fails with the lists, never by guessing.
         """
@@ -210,7 +213,7 @@ class Checkpointer:
             get_logger().info(describe_matches("checkpoint_exclude_patterns (not restored)",
                                                matched_names(list(self._variables), excluded)))
         kept = {key: v for key, v in self._variables.items() if not matches_any(key, excluded)}
-        trackables = dict(model=self._matched_model(source, kept, own_run=False))
+        trackables = dict(model=self._matched_model(source, kept, own_run=False, same_model_fn=same_model_fn))
         if warm_start_step:
             trackables["global_step"] = self.global_step
         self._read(tf.train.Checkpoint(**trackables), source, partial=True)
@@ -219,7 +222,7 @@ class Checkpointer:
                           f" ({skipped} excluded by checkpoint_exclude_patterns)" if skipped else "")
         return source
 
-    def _matched_model(self, prefix, wanted, own_run):
+    def _matched_model(self, prefix, wanted, own_run, same_model_fn=False):
         """The ``model`` trackable that reads ``wanted`` ({key: variable}) from ``prefix``."""
         saved = saved_model_variables(prefix)
         fix = ("use a new log_dir, or start from this one with checkpoint_path and "
@@ -227,7 +230,9 @@ class Checkpointer:
                "exclude them with checkpoint_exclude_patterns (new or changed layers), or give the Keras "
                "layers and get_variable calls the names they had when the checkpoint was written")
         ambiguous = [k for k in self._ambiguous if any(key.startswith(k + "~") for key in wanted)]
-        if ambiguous and not own_run:
+        if ambiguous and same_model_fn:
+            _check_shared_names_line_up(prefix, ambiguous, self._variables, saved)
+        elif ambiguous and not own_run:
             raise errors.CheckpointError(
                 f"checkpoint {prefix!r}: several variables of this model_fn are named {_listed(ambiguous)}, "
                 f"so a warm start cannot tell which is which; name them apart (Keras name=..., "
@@ -349,6 +354,26 @@ class Checkpointer:
 def has_checkpoint(log_dir, checkpoint_path):
     """True when a run could restore from ``log_dir`` or ``checkpoint_path``."""
     return bool((log_dir and latest_checkpoint(log_dir)) or (checkpoint_path and latest_checkpoint(checkpoint_path)))
+
+
+def _check_shared_names_line_up(prefix, names, variables, saved):
+    """A name several variables share (``name~k`` by creation order) is read from a checkpoint of
+    the same model_fn only when the checkpoint holds as many of that name, of the same shapes:
+    then the k-th created is the k-th saved. Otherwise one line with both counts."""
+    for name in names:
+        ours = [tuple(v.shape) for key, v in variables.items() if key.startswith(name + "~")]
+        theirs = [saved[key] for key in sorted(saved, key=_creation_index) if key.startswith(name + "~")]
+        if ours != theirs:
+            raise errors.CheckpointError(
+                f"checkpoint {prefix!r} holds {len(theirs)} variable(s) named {name!r} (shapes {theirs}) and "
+                f"this model_fn creates {len(ours)} (shapes {ours}), so they cannot be matched by creation "
+                f"order; read it with the model_fn that wrote it, or name the layers apart (Keras name=...)")
+
+
+def _creation_index(key):
+    """``name~k``'s k (its creation rank among the variables sharing ``name``), else 0."""
+    _, _, index = key.rpartition("~")
+    return int(index) if index.isdigit() else 0
 
 
 def missing_trained_model(log_dir, checkpoint_path, prefix="", exists=has_checkpoint):

@@ -131,6 +131,9 @@ class RestartingTrainer(Trainer):
     def user_summaries(self):
         return self._loop.user_summaries()
 
+    def create_layer_state(self):
+        self._loop.create_layer_state()
+
     @property
     def writes_summaries(self):
         return self._loop.writes_summaries

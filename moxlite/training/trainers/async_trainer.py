@@ -94,6 +94,7 @@ class AsyncTrainer(Trainer):
         # with a default, bound at the trace, is then missing): one function per variant.
         self._step_fns = {False: tf.function(self._plain_step), True: tf.function(self._compiled_step)}
         self._scheduled = 0
+        self._layer_state_created = False
 
     @staticmethod
     def _accumulations_of(train_step):
@@ -168,8 +169,7 @@ class AsyncTrainer(Trainer):
         ``JitChoice.plan`` names (compiled on values or plain); under ``auto`` the parts of the trial
         are waited for (``join``) and timed, then one part per call is left in flight.
         """
-        if not self._scheduled:
-            self._create_layer_state()
+        self.create_layer_state()
         last = None
         left = -(-num_steps // self.num_batches) * self.num_batches
         while left > 0:
@@ -198,16 +198,17 @@ class AsyncTrainer(Trainer):
         scheduled = -(-num_steps // self.num_batches) * self.num_batches
         return scheduled, {key: _RemoteScalar(last, key) for key in self._shown_keys}
 
-    def _create_layer_state(self):
+    def create_layer_state(self):
         """Before the step is first traced (by the first ``schedule``): the per-layer state of the
         step's links (THOR's factors and inverses), which they would otherwise create in that
         trace, and a ``tf.function`` whose first trace creates variables is traced twice. As in
-        ``SyncTrainer._create_layer_state``: model_fn's forward pass alone is traced, on the
+        ``SyncTrainer.create_layer_state``: model_fn's forward pass alone is traced, on the
         coordinator, in a function that is never scheduled; then the state is created eagerly in
         the strategy's scope (on the parameter servers), in the order the links saw the layers."""
         step = self._train_step
-        if not step.records_layers():
+        if self._layer_state_created or not step.records_layers():
             return
+        self._layer_state_created = True
 
         def see(iterator):
             self.strategy.run(step.see_layers, args=(next(iterator),))

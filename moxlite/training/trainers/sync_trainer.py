@@ -91,6 +91,7 @@ class SyncTrainer(Trainer):
         self._loops = {variant: tf.function(functools.partial(self._steps, compiled=variant))
                        for variant in (False, True)}
         self._traced = {}
+        self._layer_state_created = False
         self._flat_iterator = None   # the iterator's resource handles, what a call passes for it
         self._step_counts = {}
         # What a call does after its steps, in one argument (each costs a few microseconds a
@@ -265,8 +266,7 @@ class SyncTrainer(Trainer):
         the compiled variant into the plain one for the rest of the run."""
         if num_steps not in self._step_counts:
             self._step_counts[num_steps] = tf.constant(num_steps, tf.int64)
-        if not self._traced:
-            self._create_layer_state()
+        self.create_layer_state()
         if compiled not in self._traced:
             # Called directly, with the iterator flattened once: a tf.function call looks
             # up its trace by the arguments' type specs and binds them to the signature,
@@ -288,15 +288,19 @@ class SyncTrainer(Trainer):
             self._choice.record(compiled, int(values[0]), seconds, warmed)
         return values
 
-    def _create_layer_state(self):
+    def create_layer_state(self):
         """Before the loop is first traced: the per-layer state of the step's links (THOR's
         factors and inverses), which they would otherwise create on first sight of the layers,
         in that trace. A ``tf.function`` whose first trace creates variables is traced again
         (the first trace is not kept), so each THOR run would trace its step twice: here only
-        model_fn's forward pass is traced, per replica, in a function that is never run."""
+        model_fn's forward pass is traced, per replica, in a function that is never run.
+
+        The job calls it before training starts, so that a link refusing its layers (THOR's
+        ``include``) does so before anything is written; the first call does it otherwise."""
         step = self._train_step
-        if not step.records_layers():
+        if self._layer_state_created or not step.records_layers():
             return
+        self._layer_state_created = True
 
         def see(iterator):
             with user_summary_step(self.global_step.read_value() + 1):
