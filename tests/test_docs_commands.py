@@ -9,8 +9,9 @@
   command plus the `--set` overrides (and `--dry-run`) that run it without that data; the
   override line runs like any other, and the marked line either runs or stops with one line
   (exit 2), as the docs say.
-- Every `import` / `from ... import` line of a python block runs, and every `moxlite.x.y` /
-  `mox.x.y` named in the guide's inline code resolves, all in one subprocess.
+- Every `import` / `from ... import` line of a python block, and every moxlite import in the
+  guide's inline code, runs, and every `moxlite.x.y` / `mox.x.y` named in the guide's inline
+  code resolves, all in one subprocess.
 
 A failure names the file and the line.
 """
@@ -92,10 +93,16 @@ def commands():
 
 
 def doc_imports():
-    """(where, line) of every import line of a python code block of the docs."""
-    return [(f"{path.relative_to(ROOT)}:{number}", line.strip())
-            for path in DOCUMENTS for number, language, line in code_lines(path)
-            if language == "python" and IMPORT.match(line)]
+    """(where, line) of every import line of a python code block of the docs, and of every
+    moxlite import in the guide's inline code (`from moxlite.framework import file`)."""
+    found = [(f"{path.relative_to(ROOT)}:{number}", line.strip())
+             for path in DOCUMENTS for number, language, line in code_lines(path)
+             if language == "python" and IMPORT.match(line)]
+    for path in GUIDE:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            found += [(f"{path.relative_to(ROOT)}:{number}", span) for span in re.findall(r"`([^`]+)`", line)
+                      if IMPORT.match(span) and re.match(r"(import|from) moxlite\b", span)]
+    return found
 
 
 def doc_names():
