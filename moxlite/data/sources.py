@@ -122,9 +122,10 @@ def checked_files(patterns, option, kind, example, probe_bytes, header_problem, 
     """
     files = match_files(patterns) if remote else sorted({path for pattern in patterns for path in glob.glob(pattern)})
     if not files:
-        shown = ", ".join(patterns) if patterns else "nothing"
         where = " (local or obs://)" if remote else ""
-        raise DataOptionError(option, f"{shown} match no file; give glob patterns of {kind}{where}")
+        if not patterns:
+            raise DataOptionError(option, f"no files are given; give glob patterns of {kind}{where}")
+        raise DataOptionError(option, f"{', '.join(patterns)} match no file; give glob patterns of {kind}{where}")
     for path in files:
         if not is_remote(path) and os.path.isdir(path):
             raise DataOptionError(option, f"{path!r} is a directory; give glob patterns of the {kind} in it, e.g. "
