@@ -185,12 +185,32 @@ class TrainingJob:
     def _jit_choice(self, global_step, train_step, any_worker=None):
         """The run's ``compilation.JitChoice`` (XLA or not, measured under jit_compile=auto), for
         the steps left to train when it starts (None: until the input ends); a THOR stack keeps
-        its refresh out of XLA."""
+        its refresh out of XLA. A measured choice is kept in log_dir and the per-user cache, under
+        a fingerprint of the step (``_step_description``) and the machine."""
         target = self.config.max_number_of_steps * (self.setup.num_workers if self.async_mode else 1)
+        preconditioned = any(stack.layer_preconditioners() for stack in train_step.pipelines)
+        kept = None
+        if validation.jit_compile_mode(self.config.jit_compile) == "auto":
+            key = compilation.fingerprint(self._step_description(train_step, preconditioned))
+            kept = compilation.KeptChoices(self.config.log_dir if self.task.is_chief else None, key)
         return compilation.JitChoice(self.config.jit_compile, self.strategy,
-                                  lambda: target - int(global_step.numpy()) if target else None, self.logger,
-                                  agree=any_worker if self.setup.num_workers > 1 else None,
-                                  preconditioned=any(stack.layer_preconditioners() for stack in train_step.pipelines))
+                                     lambda: target - int(global_step.numpy()) if target else None, self.logger,
+                                     agree=any_worker if self.setup.num_workers > 1 else None,
+                                     preconditioned=preconditioned, chief=self.task.is_chief, kept=kept)
+
+    def _step_description(self, train_step, preconditioned):
+        """What the train step computes, as far as its speed goes: the variables each loss trains,
+        the optimizer stacks, the input, the batch, the strategy and the precision."""
+        return {
+            "variables": [[(v.name, v.shape.as_list(), v.dtype.name) for v in variables] for variables in self._lists],
+            "optimizers": [[type(link).__name__ for link in stack.links] + [type(stack.base).__name__]
+                           for stack in train_step.pipelines],
+            "preconditioned": preconditioned,
+            "input": [str(spec) for spec in tf.nest.flatten(self._element_spec)],
+            "global_batch_size": self.task.global_batch_size,
+            "strategy": [type(self.strategy).__name__, self.setup.num_replicas_in_sync, self.setup.num_workers],
+            "precision": str(self.config.precision),
+        }
 
     def _make_checkpointer(self, global_step, optimizers, iterator):
         config = self.config
