@@ -158,7 +158,9 @@ def execute(plan, print_fn=print, on_training_started=None):
     if plan.seed is not None:
         keras.utils.set_random_seed(plan.seed)
     config = plan.config()
-    with context.on_training_started(on_training_started or (lambda: None)):
+    evaluated = []   # the training's evaluation of its last step (inter_mode: eval)
+    with context.on_training_started(on_training_started or (lambda: None)), \
+            context.on_final_evaluation(evaluated.append):
         result = run_config(config)
     mode = config.run_mode
     if mode == ModeKeys.PREDICT and isinstance(config.output_fn, builders.PredictionTally):
@@ -171,7 +173,9 @@ def execute(plan, print_fn=print, on_training_started=None):
         print_fn(f"[RESULT] exported SavedModel to {result}")
         return None
     if plan.eval_arguments is not None and _is_chief(plan.flags):
-        metrics = run_config(plan.config(eval_after_train=True))
+        # One final evaluation: the training's own when it evaluated the whole split at its last step.
+        whole_split = not plan.eval_arguments.get("max_number_of_steps")
+        metrics = evaluated[-1] if evaluated and whole_split else run_config(plan.config(eval_after_train=True))
         print_fn(result_line(metrics, "evaluation on the held-out split after training"))
         return metrics
     return result if isinstance(result, dict) else None

@@ -100,7 +100,10 @@ class TrainingJob:
                                              step, checkpoints.latest_checkpoint(config.log_dir))
                     else:
                         with nonfinite_reported(config.log_dir):   # a fixed loss scale stuck since the last log line
-                            controller.report_end(step, logs, summaries, loop.evaluation, loop.hooks, loop.monitors)
+                            final = controller.report_end(step, logs, summaries, loop.evaluation, loop.hooks,
+                                                          loop.monitors)
+                        if final is not None and not loop.evaluation.max_batches:   # of the whole EVAL input
+                            context.final_evaluation({**final[0], "global_step": step, "num_samples": final[1]})
                 finally:
                     interrupt.restore()
                     trainer.close()
@@ -310,7 +313,9 @@ class TrainingJob:
         """The evaluation the controller runs after checkpoints and at the end (inter_mode=EVAL)."""
         eval_spec, _, _ = self.task.build(ModeKeys.EVAL)
         steps.check_spec(eval_spec, ModeKeys.EVAL)
-        return EvaluationSchedule(self.task.evaluator(), steps.log_values(eval_spec), max_batches)
+        # Batches per call as in run_mode=EVAL: the same sums, so the last evaluation is EVAL's.
+        evaluator = self.task.evaluator(batches_per_call=controller.eval_batches_per_call(self.config.steps_per_loop))
+        return EvaluationSchedule(evaluator, steps.log_values(eval_spec), max_batches)
 
 
 def _count_elements(make_dataset, limit):
