@@ -274,7 +274,7 @@ class SyncTrainer(Trainer):
         the compiled variant into the plain one for the rest of the run."""
         if num_steps not in self._step_counts:
             self._step_counts[num_steps] = tf.constant(num_steps, tf.int64)
-        started = compilation.clock()
+        started = compilation.clock()   # a call that traces is timed with its tracing
         if not self._traced:
             self._create_layer_state()
         tracing = compiled not in self._traced
@@ -291,8 +291,6 @@ class SyncTrainer(Trainer):
                 self._choice.refuse(self._compiled_step.refused)
                 self._traced.setdefault(False, self._traced[True])
         compiling = tracing or (compiled and not self._warm)
-        if not compiling:
-            started = compilation.clock()
         values = self._traced[compiled](self._flat_iterator + [self._step_counts[num_steps], report]).numpy()
         seconds = compilation.clock() - started
         if compiling:
