@@ -296,28 +296,33 @@ def test_auto_does_not_measure_a_short_run(tmp_path, compiled_functions, capsys)
     assert not compiled_functions
 
 
-def test_a_variant_out_of_trial_time_is_not_run_again_while_the_other_is_measured():
-    """A slow compiled step (1 s a step) spends its 2 s in one call (of 30 / 5 trial calls = 6
-    steps); the plain one (10 ms a step) then runs its 30 trial steps alone, instead of
-    alternating with more slow calls."""
-    budget = compilation.Budget(min_steps=4, max_trial_steps=30, trial_seconds=2.0)
-    choice = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"),
-                                budget=budget)
-    seconds_per_step = {True: 1.0, False: 0.01}
-    ran = {True: 0, False: 0}
-    while choice.decided is None:
-        compiled, steps = choice.plan(10)
-        ran[compiled] += steps
-        choice.record(compiled, steps, steps * seconds_per_step[compiled])
-    assert ran == {True: 1 + 6, False: 1 + 30}   # the traced call each, then the trials
-    assert choice.decided is False
+def test_the_steps_each_variant_runs_in_the_trial_depend_on_step_counts_alone():
+    """Which global steps run compiled (and so the numbers a run ends with, given its choice) is
+    the same whatever the timings and however the controller splits its calls: blocks of
+    30 / 5 = 6 steps alternate after the two traced steps, until each variant has run 30."""
+    budget = compilation.Budget(min_steps=4, max_trial_steps=30)
+
+    def compiled_steps(asks, seconds_per_step):
+        choice = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6,
+                                       logging.getLogger("t"), budget=budget)
+        variants, call = [], 0
+        while choice.decided is None:
+            compiled, steps = choice.plan(asks[call % len(asks)])
+            choice.record(compiled, steps, steps * seconds_per_step[compiled])
+            variants += [compiled] * steps
+            call += 1
+        return variants
+
+    expected = [False, True] + ([False] * 6 + [True] * 6) * 5
+    assert compiled_steps([10], {True: 1.0, False: 0.01}) == expected        # a slow compiled step
+    assert compiled_steps([1, 2, 4, 8], {True: 0.01, False: 0.02}) == expected   # other calls, other times
 
 
 def test_compiled_calls_before_every_program_has_run_are_not_timed():
     """THOR's compiled step is two XLA programs, each compiled at its first run: calls until both
     have run (``warmed``) are not timed, so a compile (here 100 s) does not make XLA look slow;
     at most ``trial_steps`` steps wait so (a refresh may be far off)."""
-    budget = compilation.Budget(min_steps=4, max_trial_steps=4, trial_seconds=100.0)
+    budget = compilation.Budget(min_steps=4, max_trial_steps=4)
     choice = compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: 10 ** 6, logging.getLogger("t"),
                                    budget=budget)
     assert choice.plan(10) == (False, 1)
@@ -344,7 +349,7 @@ def test_compiled_calls_before_every_program_has_run_are_not_timed():
 def test_thor_under_auto_times_compiled_calls_only_after_both_programs_ran(tmp_path, monkeypatch):
     """End to end, THOR refreshing every 3 updates: the compiled variant's calls are untimed until
     its refresh program has run too."""
-    small_budget(monkeypatch, max_trial_steps=6, trial_seconds=100.0, fraction=0.5)   # 6 trial steps
+    small_budget(monkeypatch, max_trial_steps=6, fraction=0.5)   # 6 trial steps
     seen = []
     original = compilation.JitChoice.record
 
@@ -380,7 +385,7 @@ def measured(choice, seconds_per_step, asked=10):
 
 
 def auto_choice(steps_left=10 ** 6, kept=None, **kwargs):
-    budget = compilation.Budget(min_steps=100, max_trial_steps=10, trial_seconds=100.0)
+    budget = compilation.Budget(min_steps=100, max_trial_steps=10)
     return compilation.JitChoice("auto", tf.distribute.get_strategy(), lambda: steps_left, Lines(), budget=budget,
                                  kept=kept, **kwargs)
 

@@ -32,11 +32,13 @@ runs without XLA, with one line naming the ops. Under ``true`` that line is a wa
 without XLA is not made to fail by asking for speed).
 
 ``auto`` (the default) measures: after each variant has been traced (its first call,
-not timed), calls alternate between them, ``Budget.trial_calls`` a variant, until each has
-run ``trial_steps`` steps or ``trial_seconds``. The trial steps are ordinary steps of the
-run (both variants train the same variables; they differ only by float32 reordering), so
+not timed), the variants alternate in blocks of ``trial_steps / Budget.trial_calls`` steps
+until each has run ``trial_steps`` steps. The trial steps are ordinary steps of the run
+(both variants train the same variables; they differ only by float32 reordering), so
 measuring costs only the difference in speed on at most ``fraction`` of the run's steps
-plus one extra trace. XLA changes the numbers a seeded run ends with, so TensorFlow's
+plus one extra trace. Which steps run compiled depends on the step counts alone, never on
+the clock or on how the controller splits its calls: a run that makes the same choice ends
+with the same numbers. XLA changes the numbers a seeded run ends with, so TensorFlow's
 kernels are the default and XLA is kept only when its median rate over its calls beats the
 plain variant's by more than the noise margin (``noise_margin``: the wider of
 ``MIN_MARGIN`` and the spread of either variant's per-call rates); a difference inside the
@@ -94,8 +96,7 @@ class Budget:
     min_steps: int = 200          # runs shorter than this are not measured (no XLA)
     fraction: float = 0.05        # of the run's steps, at most, in the trial (both variants)
     max_trial_steps: int = 50     # per variant
-    trial_seconds: float = 2.0    # per variant, timed calls only
-    trial_calls: int = 5          # timed calls per variant, alternating (the spread is over them)
+    trial_calls: int = 5          # blocks of steps per variant, alternating (the spread is over their calls)
 
 
 def noise_margin(plain_rates, xla_rates, floor=MIN_MARGIN):
@@ -452,11 +453,10 @@ class JitChoice:
         self.trial_steps = 0
         self._started = False
         self._steps = {False: 0, True: 0}
-        self._seconds = {False: 0.0, True: 0.0}
         self._rates = {False: [], True: []}   # steps/s of each timed call
         self._traced = {False: False, True: False}
         self._untimed_steps = 0   # the compiled variant's, until its programs have all run once
-        self._next = False
+        self._block = (False, 0)  # the variant of the trial's current block, steps it has run
 
     def start(self):
         """Decide what can be decided before any step (and log it); once, at the first call."""
@@ -534,18 +534,15 @@ class JitChoice:
         for variant in (False, True):   # each variant's first call traces (and compiles): untimed
             if not self._traced[variant]:
                 return variant, 1
-        variant = self._next
+        variant, run = self._block
+        block = -(-self.trial_steps // self.budget.trial_calls)
         if self._done(variant):   # a variant whose trial is over is not run again while the other's goes on
-            variant = not variant
-        left = self.trial_steps - self._steps[variant]
-        return variant, max(1, min(asked, left, -(-self.trial_steps // self.budget.trial_calls)))
+            variant, run = not variant, 0
+        return variant, max(1, min(asked, self.trial_steps - self._steps[variant], block - run))
 
     def _done(self, variant):
-        """Whether ``variant``'s trial is over: its steps, or (in one process) its seconds, are spent.
-        Synchronous workers decide together, at the same call: by step counts alone."""
-        if self._steps[variant] >= self.trial_steps:
-            return True
-        return self._agree is None and self._seconds[variant] >= self.budget.trial_seconds
+        """Whether ``variant``'s trial steps are spent."""
+        return self._steps[variant] >= self.trial_steps
 
     def record(self, compiled, steps, seconds, warmed=True):
         """``warmed``: every program of the compiled step has run once (``CompiledStep.warmed``);
@@ -558,9 +555,11 @@ class JitChoice:
             self._traced[compiled] = not compiled or warmed or self._untimed_steps >= self.trial_steps
             return
         self._steps[compiled] += steps
-        self._seconds[compiled] += seconds
         self._rates[compiled].append(steps / max(seconds, 1e-12))
-        self._next = not compiled
+        variant, run = self._block
+        run = run + steps if variant == compiled else steps
+        block = -(-self.trial_steps // self.budget.trial_calls)
+        self._block = (not compiled, 0) if run >= block else (compiled, run)
         if self._done(False) and self._done(True):
             self._decide()
 
