@@ -465,7 +465,7 @@ def test_a_rerun_in_the_same_log_dir_keeps_the_measured_choice(tmp_path, monkeyp
     assert f"training with XLA, the choice kept in {tmp_path / 'jit_compile.json'}" in line, line
 
 
-def workers_deciding(measurements):
+def workers_deciding(measurements, kept=(None, None)):
     """Two synchronous workers (the first the chief) measuring in lockstep on threads; ``agree``
     is an OR across both, as ``SyncTrainer.any_worker``'s all-reduce. Their decisions and lines."""
     import threading
@@ -479,7 +479,8 @@ def workers_deciding(measurements):
         barrier.wait()
         return result
 
-    choices = [auto_choice(agree=functools.partial(agree, index), chief=index == 0) for index in range(2)]
+    choices = [auto_choice(agree=functools.partial(agree, index), chief=index == 0, kept=kept[index])
+               for index in range(2)]
     threads = [threading.Thread(target=measured, args=(choice, timings))
                for choice, timings in zip(choices, measurements)]
     for thread in threads:
@@ -498,6 +499,17 @@ def test_synchronous_workers_follow_the_chiefs_measurement_and_say_so(chief_xla)
     assert chief_line.endswith(doing)
     assert worker_line.startswith(f"jit_compile=auto: the chief's measurement decides for every worker: {doing} "
                                   "(this worker measured"), worker_line
+
+
+def test_synchronous_workers_follow_the_chiefs_kept_choice_without_measuring(tmp_path):
+    chief_kept = compilation.KeptChoices(str(tmp_path / "chief"), "model", str(tmp_path / "chief_cache.json"))
+    chief_kept.keep(compilation.Kept(True, "measured before"))
+    worker_kept = compilation.KeptChoices(None, "model", str(tmp_path / "worker_cache.json"))
+    never = {False: [float("nan")], True: [float("nan")]}   # a trial on these would decide without XLA
+    decided, (chief_line, worker_line) = workers_deciding([never, never], kept=(chief_kept, worker_kept))
+    assert decided == [True, True]
+    assert chief_line.startswith("jit_compile=auto: training with XLA, the choice kept in "), chief_line
+    assert worker_line == "jit_compile=auto: the chief's kept choice, for every worker: training with XLA"
 
 
 def test_the_trial_is_at_most_five_percent_of_the_run():

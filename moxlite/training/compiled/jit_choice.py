@@ -159,7 +159,7 @@ class KeptChoices:
         self.key = key
         self.cache_path = cache_path or user_cache_path()
 
-    def _run_path(self):
+    def run_path(self):
         return os.path.join(self.log_dir, KEPT_FILE) if self.log_dir else None
 
     @staticmethod
@@ -172,7 +172,7 @@ class KeptChoices:
 
     def of_run(self):
         """The choice kept in log_dir, if any."""
-        path = self._run_path()
+        path = self.run_path()
         record = self._read(path) if path else None
         if not isinstance(record, dict) or not isinstance(record.get("xla"), bool):
             return None
@@ -189,7 +189,7 @@ class KeptChoices:
     def keep(self, kept):
         """Write ``kept`` to log_dir and the per-user cache (a cache that cannot be written is skipped)."""
         record = {"xla": kept.xla, "rates": kept.rates}
-        path = self._run_path()
+        path = self.run_path()
         if path:
             tf.io.gfile.makedirs(self.log_dir)
             with tf.io.gfile.GFile(path, "w") as out:
@@ -512,7 +512,7 @@ class JitChoice:
         self.decided = kept.xla
         self.logger.info("jit_compile=auto: training %s, the choice kept in %s (%s)", _with(kept.xla),
                          kept.source, kept.rates)
-        if kept.source != self._kept._run_path():
+        if kept.source != self._kept.run_path():
             self._kept.keep(kept)   # the run's own from now on: its resume follows it
         return True
 
