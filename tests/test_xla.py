@@ -625,6 +625,33 @@ def test_two_synchronous_workers_compiled_equal_one_process_without_xla(launches
                          [np.asarray(v) for v in runlib.checkpoint_variables(str(tmp_path / "single"))])
 
 
+@pytest.mark.slow
+def test_two_synchronous_workers_under_auto_train_as_the_chief_measured(launches, tmp_path):
+    """On a loopback cluster: one measurement line from the chief, the other worker's says it
+    follows it, both the same way; the rerun on the same log_dir follows the kept choice."""
+    import re
+
+    from tests import distlib
+
+    def launch(steps):
+        run = launches(["--workers=2", "--sync"],
+                       ["python", distlib.script("train_mnist.py"), f"--log_dir={tmp_path}", f"--steps={steps}",
+                        "--batch=16", f"--save_steps={steps}", f"--log_every={steps}", "--jit_compile=auto"],
+                       timeout=150)
+        assert run.wait() == 0, run.output()
+        return run.output()
+
+    output = launch(240)
+    chief = re.findall(r"jit_compile=auto: [\d.]+ steps/s with XLA .*: training (with|without) XLA", output)
+    worker = re.findall(r"jit_compile=auto: the chief's measurement decides for every worker: training "
+                        r"(with|without) XLA \(this worker measured", output)
+    assert len(chief) == 1 and worker == chief, output
+    assert (tmp_path / "jit_compile.json").exists()
+    output = launch(260)
+    assert len(re.findall(f"training {chief[0]} XLA, the choice kept in", output)) == 1, output
+    assert f"jit_compile=auto: the chief's kept choice, for every worker: training {chief[0]} XLA" in output
+
+
 def test_auto_does_not_measure_a_run_of_unknown_length():
     lines = []
 
