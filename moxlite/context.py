@@ -87,3 +87,24 @@ def training_started():
     """Told by ``run`` once its checks and its restore have passed, before the first step."""
     for listener in list(_start_listeners):
         listener()
+
+
+_evaluation_listeners = []
+
+
+@contextlib.contextmanager
+def on_final_evaluation(listener):
+    """Call ``listener(metrics)`` when a TRAIN ``run`` in the body has evaluated its last step
+    on the whole EVAL input (inter_mode=EVAL): ``metrics`` as a run_mode=EVAL run returns them, ``global_step`` and
+    ``num_samples`` included. The recipe CLI then reports it instead of evaluating again."""
+    _evaluation_listeners.append(listener)
+    try:
+        yield
+    finally:
+        _evaluation_listeners.remove(listener)
+
+
+def final_evaluation(metrics):
+    """Told by a TRAIN ``run`` that evaluated its last step."""
+    for listener in list(_evaluation_listeners):
+        listener(metrics)

@@ -88,6 +88,13 @@ def _fresh_flags_and_keras():
     flags.reset_flags()
 
 
+@pytest.fixture(autouse=True)
+def _own_user_cache(tmp_path_factory, monkeypatch):
+    """Every test has its own per-user cache (jit_compile=auto keeps its choices there): a choice
+    one test measured is not another test's, nor the user's own."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("user_cache")))
+
+
 def _patched_methods(strategy):
     """Names of ``strategy``'s methods (its own or its ``extended``'s) replaced on the instance by
     something other than the method itself (monkeypatch's undo leaves the bound method there)."""

@@ -112,9 +112,10 @@ def test_model_fn_summaries_record_at_the_step_the_loop_gives_their_batch(tmp_pa
 @pytest.mark.parametrize("steps_per_loop", [1, "auto", 4])
 def test_summaries_hold_the_logged_values_and_the_scheduled_rate_at_every_summary_step(
         tmp_path, capsys, num_gpus, steps_per_loop):
-    """Summaries are written inside the traced call that ends on a summary step: they must
-    hold that step's log line values (throughput included) and the rate the schedule gives at
-    that step, once each, whatever the steps per call and the number of replicas."""
+    """Summaries are written inside the traced call that ends on a summary step (and the last
+    step): they must hold that step's log line values (throughput included) and the rate the
+    schedule gives at that step, once each, whatever the steps per call and the number of
+    replicas."""
     mox.set_flag("num_gpus", num_gpus)
     mox.set_flag("log_first_clone", False)   # the mean over replicas
     images, labels = runlib.mnist_rows(400)
@@ -135,7 +136,7 @@ def test_summaries_hold_the_logged_values_and_the_scheduled_rate_at_every_summar
     assert sorted(lines) == [3, 6, 9]
     scalars = read_scalars(str(tmp_path))
     assert sorted(scalars) == ["accuracy", "learning_rate", "loss", "sample_per_sec"]
-    assert scalars["learning_rate"] == {step: float(schedule(step)) for step in (3, 6, 9)}
+    assert scalars["learning_rate"] == {step: float(schedule(step)) for step in (3, 6, 9, 10)}
     for step, line in lines.items():
         assert scalars["loss"][step] == pytest.approx(float(line.group(4)), abs=6e-4)
         assert scalars["accuracy"][step] == pytest.approx(float(line.group(5)), abs=6e-4)

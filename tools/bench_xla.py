@@ -64,7 +64,11 @@ def images_for(name, images):
 
 
 def time_moxlite(model, images, labels, steps, n, jit_compile):
-    """(step, time) marks and auto's choice line (None under true and false)."""
+    """(step, time) marks and auto's choice line (None under true and false). Each run has its own
+    per-user cache, so that auto measures every round instead of reusing the first's choice."""
+    import tempfile
+
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="bench_xla_cache_")
     network, options = MODELS[model]
     times, kept = moxlite_times(
         images, labels, clock, keep_prefixes=(AUTO_LINE,), model_fn=build_model_fn(network, 10, **options),

@@ -162,7 +162,9 @@ def execute(plan, print_fn=print, on_training_started=None):
     if plan.eval_arguments is not None and schema.is_reference(plan.loaded.recipe.model.name):
         # The user's model_fn is called in EVAL before training, so a spec EVAL cannot use fails first.
         config = dataclasses.replace(config, evaluation_follows=True)
-    with context.on_training_started(on_training_started or (lambda: None)):
+    evaluated = []   # the training's evaluation of its last step (inter_mode: eval)
+    with context.on_training_started(on_training_started or (lambda: None)), \
+            context.on_final_evaluation(evaluated.append):
         result = run_config(config)
     mode = config.run_mode
     if mode == ModeKeys.PREDICT and isinstance(config.output_fn, builders.PredictionTally):
@@ -175,7 +177,9 @@ def execute(plan, print_fn=print, on_training_started=None):
         print_fn(f"[RESULT] exported SavedModel to {result}")
         return None
     if plan.eval_arguments is not None and _is_chief(plan.flags):
-        metrics = run_config(plan.config(eval_after_train=True))
+        # One final evaluation: the training's own when it evaluated the whole split at its last step.
+        whole_split = not plan.eval_arguments.get("max_number_of_steps")
+        metrics = evaluated[-1] if evaluated and whole_split else run_config(plan.config(eval_after_train=True))
         print_fn(result_line(metrics, "evaluation on the held-out split after training"))
         return metrics
     return result if isinstance(result, dict) else None

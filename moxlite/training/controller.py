@@ -37,6 +37,9 @@ clock = time.monotonic   # what CallBound measures calls with (a test may replac
 # The bound under steps_per_loop="auto" when synchronous workers must make the same calls:
 # their clocks would disagree, so a fixed count (the default log interval bounds it anyway).
 AUTO_STEPS_ACROSS_WORKERS = 10
+# A run whose first log line is further off than this (tracing included) prints one early, at
+# the end of the call in flight then, so that a slow run is not silent until its first boundary.
+FIRST_LINE_SECONDS = 10.0
 
 
 @dataclasses.dataclass
@@ -127,6 +130,8 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
     logs = {}
     bound = call_bound(cadence)
     boundary_hooks = epoch_hooks(hooks)
+    started, logged = clock(), False
+    summarised = None   # the last step whose summaries were written
     while target_step is None or step < target_step:
         chunk = bound.steps if bound is not None else cadence.steps_per_loop
         # The steps at which the host reports: the end, a log line (and its hooks), a summary,
@@ -141,10 +146,13 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
         if bound is not None:
             bound.start()
         # A call that ends on a report also checks that the weights are finite: per step only
-        # the loss is.
-        summary_step = bool(cadence.save_summary_steps) and (step + chunk) % cadence.save_summary_steps == 0
+        # the loss is. The last step is a summary step too: every run writes its loss.
+        summary_step = bool(cadence.save_summary_steps) and (
+            (step + chunk) % cadence.save_summary_steps == 0 or step + chunk == target_step)
         done, step_logs = loop.run_steps(chunk, check_state=step + chunk in limits,
                                          summary_since=throughput.since() if summary_step else None)
+        # Tracing and compiling are not training: their calls are left out of the throughput.
+        throughput.exclude(*untimed(loop))
         if bound is not None:
             bound.record(done)
         if done == 0:
@@ -153,17 +161,24 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
         step += done
         logs = step_logs
         at_log = cadence.log_every_n_steps and step % cadence.log_every_n_steps == 0
-        at_summary = cadence.save_summary_steps and step % cadence.save_summary_steps == 0
+        at_summary = summary_step and done == chunk
         if at_log or at_summary:
             values = _to_numpy(logs)
             rate = throughput.tick(step)
             if at_log:
+                logged = True
                 logger.info(reporting.train_line(step, step, rate, values))
                 _call_hooks(step, values, hooks, monitors, summaries)
-            if at_summary and not loop.writes_summaries and summaries is not None:
-                # (else the trainer wrote them in the call, which was asked to end on this step)
-                extra = {"sample_per_sec": rate, "learning_rate": np.asarray(loop.learning_rate())}
-                summaries.train.scalars(step, {**values, **extra})
+            if at_summary:
+                summarised = step
+                if not loop.writes_summaries and summaries is not None:
+                    # (else the trainer wrote them in the call, which was asked to end on this step)
+                    extra = {"sample_per_sec": rate, "learning_rate": np.asarray(loop.learning_rate())}
+                    summaries.train.scalars(step, {**values, **extra})
+        elif (cadence.log_every_n_steps and not logged and clock() - started >= FIRST_LINE_SECONDS
+              and throughput.measured(step)):
+            logged = True   # the first line, early (the hooks keep their own steps)
+            logger.info(reporting.train_line(step, step, throughput.tick(step), _to_numpy(logs)))
         if checkpointer is not None and checkpointer.due(step):
             # Steps still in flight (parameter servers) are waited for first: the checkpoint
             # numbered ``step`` holds the state after that many steps.
@@ -179,7 +194,18 @@ def train(loop, start_step, target_step, cadence, checkpointer, summaries, globa
             break
         if should_stop is not None and should_stop():
             break
+    if cadence.save_summary_steps and summaries is not None and logs and summarised != step:
+        # A run that ended before its target (the input, a hook, a signal): its last step's
+        # values, written on the host.
+        summaries.train.scalars(step, {**_to_numpy(logs), "learning_rate": np.asarray(loop.learning_rate())})
     return step, _to_numpy(logs)
+
+
+def untimed(loop):
+    """(seconds, steps) of the trainer's calls since last asked that traced or compiled (none
+    for a trainer that does not say)."""
+    take = getattr(loop, "take_untimed", None)
+    return take() if take is not None else (0.0, 0)
 
 
 def _call_hooks(step, values, hooks, monitors, summaries):
@@ -208,7 +234,9 @@ def evaluate(evaluation, step, summaries):
 
 def report_end(step, logs, summaries, evaluation=None, hooks=(), monitors=()):
     """After the last step of a training that was not interrupted: the last evaluation (unless
-    the last checkpoint's already ran at ``step``), then the hooks and monitors once more."""
+    the last checkpoint's already ran at ``step``), then the hooks and monitors once more.
+    Returns that evaluation's (means, samples), None without one."""
     if evaluation is not None:
         evaluate(evaluation, step, summaries)
     _call_hooks(step, logs, hooks, monitors, summaries)
+    return evaluation.results.get(step) if evaluation is not None else None

@@ -46,7 +46,8 @@ def validation_line(step, values):
 class Throughput:
     """Samples per second between two calls of ``tick``, on the wall clock (seconds since the
     epoch), the clock a trainer's ``tf.timestamp`` reads: a trainer given ``since()``
-    measures the same rate in its traced call."""
+    measures the same rate in its traced call. The calls that traced or compiled the step are
+    left out (``exclude``): the rate is the training's, not the start-up's."""
 
     def __init__(self, global_batch_size):
         self.global_batch_size = global_batch_size
@@ -59,6 +60,16 @@ class Throughput:
     def since(self):
         """(seconds since the epoch, global step) the next ``tick`` measures from."""
         return self._time, self._step
+
+    def exclude(self, seconds, steps):
+        """Leave ``steps`` steps that took ``seconds`` (tracing, compiling) out of the interval."""
+        if steps:
+            self._time += seconds
+            self._step = (self._step or 0) + steps
+
+    def measured(self, step):
+        """Whether the interval up to ``step`` holds a step to measure."""
+        return self._step is not None and step > self._step
 
     def tick(self, step):
         now = time.time()
@@ -94,9 +105,18 @@ MAX_QUEUED_EVENTS = 10_000   # not a bound in practice: the time is
 class SummaryWriter:
     """Scalar summaries in ``log_dir`` (the chief's only); a no-op elsewhere."""
 
-    def __init__(self, log_dir, enabled):
+    def __init__(self, log_dir, enabled, once_per_step=False):
+        """``once_per_step``: a step the directory's event files hold already is not written
+        again (an evaluation of a checkpoint evaluated before, by an earlier run)."""
         self._log_dir = log_dir if enabled else None
         self._writer = None
+        self._recorded = None if once_per_step else frozenset()
+
+    def recorded(self, step):
+        """Whether ``step`` has summaries in this directory from before this writer (once_per_step)."""
+        if self._recorded is None:
+            self._recorded = set(recorded_steps(self._log_dir)) if self._log_dir else set()
+        return int(step) in self._recorded
 
     @property
     def writer(self):
@@ -110,13 +130,14 @@ class SummaryWriter:
         """Write the scalar ``values`` at ``step`` now, whatever condition user summaries are
         recorded under. Eagerly: a traced writer would be traced again for every run (about
         20 ms, mid-run), and the training loop writes its own values in its traced call."""
-        if self.writer is None:
+        if self._log_dir is None or self.recorded(step):
             return
+        writer = self.writer
         arrays = {prefix + name: np.asarray(value) for name, value in values.items()}
         scalars = {name: float(array.reshape(())) for name, array in arrays.items() if array.size == 1}
         if not scalars:
             return
-        with self._writer.as_default(step=int(step)), tf.summary.record_if(True):
+        with writer.as_default(step=int(step)), tf.summary.record_if(True):
             for name, value in scalars.items():
                 tf.summary.scalar(name, tf.constant(value, tf.float32))
 
@@ -133,7 +154,7 @@ class SummaryWriter:
         """A context (entered once for the run) in which summaries written by user functions land
         in this writer on every ``every``-th global step (the step ``user_summary_step`` sets)."""
         stack = contextlib.ExitStack()
-        if self.writer is not None and every:
+        if every and self.writer is not None:   # (reading ``writer`` creates the file)
             stack.enter_context(self.writer.as_default(step=global_step))
             stack.enter_context(tf.summary.record_if(
                 lambda: tf.equal(tf.summary.experimental.get_step() % every, 0)))
@@ -161,14 +182,28 @@ def user_summary_step(step):
         tf.summary.experimental.set_step(previous)
 
 
+def recorded_steps(log_dir):
+    """The steps that the event files directly in ``log_dir`` hold summaries at."""
+    steps = set()
+    for path in tf.io.gfile.glob(os.path.join(log_dir, "events.out.tfevents.*")):
+        try:
+            for event in tf.compat.v1.train.summary_iterator(path):
+                if event.HasField("summary") and event.summary.value:
+                    steps.add(int(event.step))
+        except tf.errors.DataLossError:   # a file cut short (a run killed mid-write): what was read counts
+            continue
+    return steps
+
+
 class Summaries:
     """A run's summary writers: the training scalars in ``log_dir``, the evaluation's in
     ``log_dir/eval`` (TensorBoard shows the two as runs). Each file is created on its first
-    write, so a run that writes nothing leaves no event file."""
+    write, so a run that writes nothing leaves no event file. An evaluation at a step that
+    ``log_dir/eval`` holds already (a rerun's, a repeated run_mode=EVAL's) is not written again."""
 
     def __init__(self, log_dir, enabled):
         self.train = SummaryWriter(log_dir, enabled)
-        self.eval = SummaryWriter(os.path.join(log_dir, "eval") if log_dir else None, enabled)
+        self.eval = SummaryWriter(os.path.join(log_dir, "eval") if log_dir else None, enabled, once_per_step=True)
 
     def close(self):
         self.train.close()

@@ -100,7 +100,10 @@ class TrainingJob:
                                              step, checkpoints.latest_checkpoint(config.log_dir))
                     else:
                         with nonfinite_reported(config.log_dir):   # a fixed loss scale stuck since the last log line
-                            controller.report_end(step, logs, summaries, loop.evaluation, loop.hooks, loop.monitors)
+                            final = controller.report_end(step, logs, summaries, loop.evaluation, loop.hooks,
+                                                          loop.monitors)
+                        if final is not None and not loop.evaluation.max_batches:   # of the whole EVAL input
+                            context.final_evaluation({**final[0], "global_step": step, "num_samples": final[1]})
                 finally:
                     interrupt.restore()
                     trainer.close()
@@ -191,12 +194,32 @@ class TrainingJob:
     def _jit_choice(self, global_step, train_step, any_worker=None):
         """The run's ``jit_choice.JitChoice`` (XLA or not, measured under jit_compile=auto), for
         the steps left to train when it starts (None: until the input ends); a THOR stack keeps
-        its refresh out of XLA."""
+        its refresh out of XLA. A measured choice is kept in log_dir and the per-user cache, under
+        a fingerprint of the step (``_step_description``) and the machine."""
         target = self.config.max_number_of_steps * (self.setup.num_workers if self.async_mode else 1)
+        preconditioned = any(stack.layer_preconditioners() for stack in train_step.pipelines)
+        kept = None
+        if validation.jit_compile_mode(self.config.jit_compile) == "auto":
+            key = jit_choice.fingerprint(self._step_description(train_step, preconditioned))
+            kept = jit_choice.KeptChoices(self.config.log_dir if self.task.is_chief else None, key)
         return jit_choice.JitChoice(self.config.jit_compile, self.strategy,
-                                  lambda: target - int(global_step.numpy()) if target else None, self.logger,
-                                  agree=any_worker if self.setup.num_workers > 1 else None,
-                                  preconditioned=any(stack.layer_preconditioners() for stack in train_step.pipelines))
+                                     lambda: target - int(global_step.numpy()) if target else None, self.logger,
+                                     agree=any_worker if self.setup.num_workers > 1 else None,
+                                     preconditioned=preconditioned, chief=self.task.is_chief, kept=kept)
+
+    def _step_description(self, train_step, preconditioned):
+        """What the train step computes, as far as its speed goes: the variables each loss trains,
+        the optimizer stacks, the input, the batch, the strategy and the precision."""
+        return {
+            "variables": [[(v.name, v.shape.as_list(), v.dtype.name) for v in variables] for variables in self._lists],
+            "optimizers": [[type(link).__name__ for link in stack.links] + [type(stack.base).__name__]
+                           for stack in train_step.pipelines],
+            "preconditioned": preconditioned,
+            "input": [str(spec) for spec in tf.nest.flatten(self._element_spec)],
+            "global_batch_size": self.task.global_batch_size,
+            "strategy": [type(self.strategy).__name__, self.setup.num_replicas_in_sync, self.setup.num_workers],
+            "precision": str(self.config.precision),
+        }
 
     def _make_checkpointer(self, global_step, optimizers, iterator):
         config = self.config
@@ -297,7 +320,9 @@ class TrainingJob:
         """The evaluation the controller runs after checkpoints and at the end (inter_mode=EVAL)."""
         eval_spec, _, _ = self.task.build(ModeKeys.EVAL)
         steps.check_spec(eval_spec, ModeKeys.EVAL)
-        return EvaluationSchedule(self.task.evaluator(), steps.log_values(eval_spec), max_batches)
+        # Batches per call as in run_mode=EVAL: the same sums, so the last evaluation is EVAL's.
+        evaluator = self.task.evaluator(batches_per_call=controller.eval_batches_per_call(self.config.steps_per_loop))
+        return EvaluationSchedule(evaluator, steps.log_values(eval_spec), max_batches)
 
 
 def _count_elements(make_dataset, limit):

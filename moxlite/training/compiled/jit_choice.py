@@ -32,19 +32,40 @@ runs without XLA, with one line naming the ops. Under ``true`` that line is a wa
 without XLA is not made to fail by asking for speed).
 
 ``auto`` (the default) measures: after each variant has been traced (its first call,
-not timed), calls alternate between them until each has run ``trial_steps`` steps or
-``trial_seconds``; the faster is kept and one line gives both rates and the choice.
-The trial steps are ordinary steps of the run (both variants train the same variables;
-they differ only by float32 reordering), so measuring costs only the difference in speed
-on at most ``fraction`` of the run's steps plus one extra trace. A run of fewer than
-``min_steps`` steps, or of unknown length (until the input ends), is not measured: it
-trains without XLA (logged).
+not timed), the variants alternate in blocks of ``trial_steps / Budget.trial_calls`` steps
+until each has run ``trial_steps`` steps. The trial steps are ordinary steps of the run
+(both variants train the same variables; they differ only by float32 reordering), so
+measuring costs only the difference in speed on at most ``fraction`` of the run's steps
+plus one extra trace. Which steps run compiled depends on the step counts alone, never on
+the clock or on how the controller splits its calls: a run that makes the same choice ends
+with the same numbers. XLA changes the numbers a seeded run ends with, so TensorFlow's
+kernels are the default and XLA is kept only when its median rate over its calls beats the
+plain variant's by more than the noise margin (``noise_margin``: the wider of
+``MIN_MARGIN`` and the spread of either variant's per-call rates); a difference inside the
+machine's noise keeps the default. One line gives both rates, the margin and the choice.
+A run of fewer than ``min_steps`` steps, or of unknown length (until the input ends), is
+not measured: it trains without XLA (logged).
+
+A measured choice is kept (``KeptChoices``): in ``log_dir/jit_compile.json``, which a
+resume or a rerun in that log_dir follows whatever its length, and in a per-user cache
+(``$XDG_CACHE_HOME/moxlite/jit_compile.json``, else ``~/.cache/moxlite``) keyed by a
+fingerprint of the model's step and the machine, which a run that would measure follows
+instead. The line then says the choice was reused and where from.
+
+Several synchronous workers train the same variant (each variant's traced collectives are
+its own): the chief's kept choice or measurement decides, broadcast to every worker, and
+each worker's line says what it does and that the chief decided.
 """
 
 import contextlib
 import copy
 import dataclasses
 import functools
+import hashlib
+import json
+import os
+import platform
+import statistics
 import time
 from typing import Optional
 
@@ -62,6 +83,11 @@ TPU_COMPILES = "TPUStrategy compiles every step with XLA itself"
 
 clock = time.perf_counter   # what the measurement times calls with (a test may replace it)
 
+# XLA is kept only when faster than TensorFlow's kernels by more than this share, or by more
+# than the measured spread where that is wider (``noise_margin``).
+MIN_MARGIN = 0.10
+KEPT_FILE = "jit_compile.json"   # the kept choice, in log_dir and in the per-user cache
+
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
@@ -70,7 +96,116 @@ class Budget:
     min_steps: int = 200          # runs shorter than this are not measured (no XLA)
     fraction: float = 0.05        # of the run's steps, at most, in the trial (both variants)
     max_trial_steps: int = 50     # per variant
-    trial_seconds: float = 2.0    # per variant, timed calls only
+    trial_calls: int = 5          # blocks of steps per variant, alternating (the spread is over their calls)
+
+
+def noise_margin(plain_rates, xla_rates, floor=MIN_MARGIN):
+    """The share by which XLA's median rate must beat the plain one's to be kept: the widest
+    spread, (fastest - slowest) / median, of either variant's per-call rates, at least ``floor``."""
+    spreads = [(max(rates) - min(rates)) / statistics.median(rates)
+               for rates in (plain_rates, xla_rates) if rates and statistics.median(rates) > 0]
+    return max([floor] + spreads)
+
+
+def xla_is_faster(plain_rates, xla_rates, floor=MIN_MARGIN):
+    """(keep XLA?, margin): XLA's median rate beats the plain median by more than ``noise_margin``."""
+    margin = noise_margin(plain_rates, xla_rates, floor)
+    if not plain_rates or not xla_rates:
+        return False, margin
+    return statistics.median(xla_rates) > statistics.median(plain_rates) * (1 + margin), margin
+
+
+def machine_description():
+    """What identifies this machine for a kept choice: host, processor, cores, TensorFlow, devices."""
+    model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
+                         model)
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    devices = sorted(f"{device.device_type}:{device.name}" for device in tf.config.list_logical_devices())
+    return {"host": platform.node(), "processor": model, "cores": cores, "tensorflow": tf.__version__,
+            "devices": devices}
+
+
+def fingerprint(program):
+    """A key for ``program`` (a JSON-able description of the model's step) on this machine."""
+    text = json.dumps({"program": program, "machine": machine_description()}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def user_cache_path():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "moxlite", KEPT_FILE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Kept:
+    """A measured choice: XLA or not, the rates it rested on, where it was read from."""
+
+    xla: bool
+    rates: str
+    source: str = ""
+
+
+class KeptChoices:
+    """Where a measured choice is kept and found again (module docstring): ``log_dir`` (the run's
+    own, None for none) and the per-user cache under ``key`` (None: not kept there)."""
+
+    def __init__(self, log_dir, key, cache_path=None):
+        self.log_dir = log_dir
+        self.key = key
+        self.cache_path = cache_path or user_cache_path()
+
+    def run_path(self):
+        return os.path.join(self.log_dir, KEPT_FILE) if self.log_dir else None
+
+    @staticmethod
+    def _read(path):
+        try:
+            with tf.io.gfile.GFile(path) as stored:
+                return json.loads(stored.read())
+        except (tf.errors.NotFoundError, OSError, ValueError):
+            return None
+
+    def of_run(self):
+        """The choice kept in log_dir, if any."""
+        path = self.run_path()
+        record = self._read(path) if path else None
+        if not isinstance(record, dict) or not isinstance(record.get("xla"), bool):
+            return None
+        return Kept(record["xla"], str(record.get("rates", "")), path)
+
+    def of_machine(self):
+        """The choice kept in the per-user cache for this model's step on this machine, if any."""
+        records = self._read(self.cache_path) if self.key else None
+        record = records.get(self.key) if isinstance(records, dict) else None
+        if not isinstance(record, dict) or not isinstance(record.get("xla"), bool):
+            return None
+        return Kept(record["xla"], str(record.get("rates", "")), self.cache_path)
+
+    def keep(self, kept):
+        """Write ``kept`` to log_dir and the per-user cache (a cache that cannot be written is skipped)."""
+        record = {"xla": kept.xla, "rates": kept.rates}
+        path = self.run_path()
+        if path:
+            tf.io.gfile.makedirs(self.log_dir)
+            with tf.io.gfile.GFile(path, "w") as out:
+                out.write(json.dumps({**record, "fingerprint": self.key}, indent=1) + "\n")
+        if self.key:
+            try:
+                records = self._read(self.cache_path)
+                records = records if isinstance(records, dict) else {}
+                records[self.key] = record
+                os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
+                partial = f"{self.cache_path}.{os.getpid()}"
+                with open(partial, "w") as out:
+                    json.dump(records, out, indent=1, sort_keys=True)
+                os.replace(partial, self.cache_path)
+            except OSError:
+                pass
 
 
 def placement(strategy, preconditioned=False):
@@ -297,26 +432,31 @@ class JitChoice:
     steps, seconds)`` tells what it did. ``decided`` is None while measuring.
     """
 
-    def __init__(self, mode, strategy, steps_left, logger, budget=Budget(), agree=None, preconditioned=False):
+    def __init__(self, mode, strategy, steps_left, logger, budget=Budget(), agree=None, preconditioned=False,
+                 chief=True, kept=None):
         """``steps_left()``: the steps this run will train (None: until the input ends), asked
         at the first call (after a resume has restored the global step). ``agree(flag)``:
         with several synchronous workers, True on every worker when any worker passes True
-        (all must run the same variant: each variant's traced collectives are its own);
-        None in one process. ``preconditioned``: the stack holds THOR (see ``placement``)."""
+        (every worker calls it at the same point); None in one process. ``chief``: this
+        process's measurement or kept choice is the one every worker follows.
+        ``preconditioned``: the stack holds THOR (see ``placement``). ``kept``: the
+        ``KeptChoices`` a measured choice is read from and written to (None: not kept)."""
         self.mode = jit_compile_mode(mode)
         self.budget = budget
         self.logger = logger
         self.where, self._reason = placement(strategy, preconditioned)
         self._steps_left = steps_left
         self._agree = agree
+        self._chief = chief
+        self._kept = kept
         self.decided = None
         self.trial_steps = 0
         self._started = False
         self._steps = {False: 0, True: 0}
-        self._seconds = {False: 0.0, True: 0.0}
+        self._rates = {False: [], True: []}   # steps/s of each timed call
         self._traced = {False: False, True: False}
         self._untimed_steps = 0   # the compiled variant's, until its programs have all run once
-        self._next = False
+        self._block = (False, 0)  # the variant of the trial's current block, steps it has run
 
     def start(self):
         """Decide what can be decided before any step (and log it); once, at the first call."""
@@ -336,6 +476,8 @@ class JitChoice:
         elif self.mode == "true":
             self.logger.info("jit_compile=true: the %s compiled by XLA", self.where)
             self.decided = True
+        elif self._reuse(steps_left is not None and steps_left >= budget.min_steps):
+            pass
         elif steps_left is None:
             # A run until the input ends may be short: it is not made to pay for a trial.
             self.logger.info("jit_compile=auto: the run's length is not known (max_number_of_steps=0): without "
@@ -348,6 +490,31 @@ class JitChoice:
         else:
             share = int(steps_left * budget.fraction / 2)
             self.trial_steps = max(1, min(budget.max_trial_steps, share))
+
+    def _reuse(self, would_measure):
+        """Decide from a kept choice (the run's own in log_dir; the machine's when the run would
+        measure); with several workers, the chief's, broadcast. True when one was found."""
+        kept = None
+        if self._kept is not None and self._chief:
+            kept = self._kept.of_run() or (self._kept.of_machine() if would_measure else None)
+        if self._agree is not None:   # every worker calls agree, in the same order
+            found = self._agree(self._chief and kept is not None)
+            xla = self._agree(self._chief and kept is not None and kept.xla)
+            if not found:
+                return False
+            if not self._chief:
+                self.decided = xla
+                self.logger.info("jit_compile=auto: the chief's kept choice, for every worker: training %s",
+                                 _with(xla))
+                return True
+        if kept is None:
+            return False
+        self.decided = kept.xla
+        self.logger.info("jit_compile=auto: training %s, the choice kept in %s (%s)", _with(kept.xla),
+                         kept.source, kept.rates)
+        if kept.source != self._kept.run_path():
+            self._kept.keep(kept)   # the run's own from now on: its resume follows it
+        return True
 
     def _log_without(self, reason):
         if self.mode == "true":
@@ -367,18 +534,15 @@ class JitChoice:
         for variant in (False, True):   # each variant's first call traces (and compiles): untimed
             if not self._traced[variant]:
                 return variant, 1
-        variant = self._next
+        variant, run = self._block
+        block = -(-self.trial_steps // self.budget.trial_calls)
         if self._done(variant):   # a variant whose trial is over is not run again while the other's goes on
-            variant = not variant
-        left = self.trial_steps - self._steps[variant]
-        return variant, max(1, min(asked, left, -(-self.trial_steps // 3)))
+            variant, run = not variant, 0
+        return variant, max(1, min(asked, self.trial_steps - self._steps[variant], block - run))
 
     def _done(self, variant):
-        """Whether ``variant``'s trial is over: its steps, or (in one process) its seconds, are spent.
-        Synchronous workers decide together, at the same call: by step counts alone."""
-        if self._steps[variant] >= self.trial_steps:
-            return True
-        return self._agree is None and self._seconds[variant] >= self.budget.trial_seconds
+        """Whether ``variant``'s trial steps are spent."""
+        return self._steps[variant] >= self.trial_steps
 
     def record(self, compiled, steps, seconds, warmed=True):
         """``warmed``: every program of the compiled step has run once (``CompiledStep.warmed``);
@@ -391,19 +555,35 @@ class JitChoice:
             self._traced[compiled] = not compiled or warmed or self._untimed_steps >= self.trial_steps
             return
         self._steps[compiled] += steps
-        self._seconds[compiled] += seconds
-        self._next = not compiled
+        self._rates[compiled].append(steps / max(seconds, 1e-12))
+        variant, run = self._block
+        run = run + steps if variant == compiled else steps
+        block = -(-self.trial_steps // self.budget.trial_calls)
+        self._block = (not compiled, 0) if run >= block else (compiled, run)
         if self._done(False) and self._done(True):
             self._decide()
 
     def rate(self, compiled):
-        return self._steps[compiled] / max(self._seconds[compiled], 1e-12)
+        """The median steps/s of ``compiled``'s timed calls (0 before any)."""
+        return statistics.median(self._rates[compiled]) if self._rates[compiled] else 0.0
 
     def _decide(self):
         plain, xla = self.rate(False), self.rate(True)
-        self.decided = xla > plain
-        if self._agree is not None:   # with XLA only where every worker measured it faster
-            self.decided = not self._agree(not self.decided)
-        self.logger.info("jit_compile=auto: %.1f steps/s with XLA (%s), %.1f without, over %d and %d steps: "
-                         "training %s", xla, self.where, plain, self._steps[True], self._steps[False],
-                         "with XLA" if self.decided else "without XLA")
+        faster, margin = xla_is_faster(self._rates[False], self._rates[True])
+        measured = (f"{xla:.1f} steps/s with XLA ({self.where}), {plain:.1f} without, medians of {len(self._rates[True])} "
+                    f"and {len(self._rates[False])} calls over {self._steps[True]} and {self._steps[False]} steps, "
+                    f"margin {100 * margin:.0f}%")
+        self.decided = faster
+        if self._agree is not None:   # the chief's measurement decides for every worker
+            self.decided = self._agree(self._chief and faster)
+        if self._chief:
+            self.logger.info("jit_compile=auto: %s: training %s", measured, _with(self.decided))
+            if self._kept is not None:
+                self._kept.keep(Kept(self.decided, measured))
+        else:
+            self.logger.info("jit_compile=auto: the chief's measurement decides for every worker: training %s "
+                             "(this worker measured %s)", _with(self.decided), measured)
+
+
+def _with(xla):
+    return "with XLA" if xla else "without XLA"

@@ -78,14 +78,14 @@ class EvaluationSchedule:
         self.evaluator = evaluator
         self.keys = list(keys)
         self.max_batches = max_batches
-        self._evaluated = set()
+        self.results = {}   # global step -> (means, samples)
 
     def at(self, step):
         """(means of ``keys``, samples evaluated) at global ``step``; None if already done there."""
-        if step in self._evaluated:
+        if step in self.results:
             return None
-        self._evaluated.add(step)
-        return self.evaluator.evaluate(self.keys, self.max_batches)
+        self.results[step] = self.evaluator.evaluate(self.keys, self.max_batches)
+        return self.results[step]
 
 
 def predict(strategy, dataset_fn, template, output_fn, output_every_n_steps=0, max_batches=0):

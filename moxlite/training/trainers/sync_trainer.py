@@ -99,6 +99,8 @@ class SyncTrainer(Trainer):
         # (seconds since the epoch) and global step the summary's throughput is measured from].
         self._reports = {kind: tf.constant([kind, 0.0, 0.0], tf.float64) for kind in (NO_REPORT, CHECK)}
         self._any_worker = None
+        self._untimed = (0.0, 0)   # see ``take_untimed``
+        self._warm = False         # every program of the compiled step has run once
 
     def _steps(self, iterator, num_steps, report, compiled=False):
         """Up to ``num_steps`` steps; ends early at the input's end or after a non-finite step
@@ -224,17 +226,24 @@ class SyncTrainer(Trainer):
         is finite.
         """
         total, last_logs, logs = 0, None, {}
-        if summary_since is not None:
-            since_time, since_step = summary_since
-            report = tf.constant([CHECK_AND_SUMMARIES, since_time, since_step], tf.float64)
-        else:
-            report = self._reports[CHECK if check_state else NO_REPORT]
+        untimed_before = self._untimed
         while total < num_steps:
             asked = num_steps - total
             # Under jit_compile=auto a call may be split: part of it on each variant of the step.
             compiled, part = self._choice.plan(asked) if self._choice is not None else (False, asked)
+            if self._traced is not None and compiled not in self._traced:
+                part = 1   # the call that traces runs one step: the throughput leaves it out
             final = part == asked   # the call's report (check, summaries) is made after its last step
-            values = self._call(compiled, part, report if final else self._reports[NO_REPORT])
+            if not final:
+                report = self._reports[NO_REPORT]
+            elif summary_since is not None:
+                # measured from ``summary_since`` without this call's earlier traced parts, as the host does
+                since_time, since_step = summary_since
+                report = tf.constant([CHECK_AND_SUMMARIES, since_time + self._untimed[0] - untimed_before[0],
+                                      since_step + self._untimed[1] - untimed_before[1]], tf.float64)
+            else:
+                report = self._reports[CHECK if check_state else NO_REPORT]
+            values = self._call(compiled, part, report)
             done, bad, broken, step = (int(value) for value in values[:4])
             bad_loss = float(values[4])
             logs = {key: np.float32(value) for key, value in zip(self._shown_keys, values[5:])}
@@ -266,8 +275,10 @@ class SyncTrainer(Trainer):
         the compiled variant into the plain one for the rest of the run."""
         if num_steps not in self._step_counts:
             self._step_counts[num_steps] = tf.constant(num_steps, tf.int64)
+        started = jit_choice.clock()   # a call that traces is timed with its tracing
         self.create_layer_state()
-        if compiled not in self._traced:
+        tracing = compiled not in self._traced
+        if tracing:
             # Called directly, with the iterator flattened once: a tf.function call looks
             # up its trace by the arguments' type specs and binds them to the signature,
             # each time (about 0.3 ms a call here, more than a one-step graph).
@@ -279,14 +290,23 @@ class SyncTrainer(Trainer):
                 # Traced without XLA after all: it serves as the plain variant.
                 self._choice.refuse(self._compiled_step.refused)
                 self._traced.setdefault(False, self._traced[True])
-        started = jit_choice.clock()
+        compiling = tracing or (compiled and not self._warm)
         values = self._traced[compiled](self._flat_iterator + [self._step_counts[num_steps], report]).numpy()
+        seconds = jit_choice.clock() - started
+        if compiling:
+            self._untimed = (self._untimed[0] + seconds, self._untimed[1] + int(values[0]))
+            self._warm = self._warm or (compiled and (self._compiled_step is None or self._compiled_step.warmed()))
         if self._choice is not None:
-            seconds = jit_choice.clock() - started
             warmed = (not compiled or self._choice.decided is not None or self._compiled_step is None
                       or self._compiled_step.warmed())
             self._choice.record(compiled, int(values[0]), seconds, warmed)
         return values
+
+    def take_untimed(self):
+        """(seconds, steps) of the calls since last asked that traced the loop or ran a compiled
+        program for the first time (XLA compiles it then); the throughput leaves them out."""
+        untimed, self._untimed = self._untimed, (0.0, 0)
+        return untimed
 
     def create_layer_state(self):
         """Before the loop is first traced: the per-layer state of the step's links (THOR's
