@@ -141,7 +141,7 @@ class Link:
 
     def create_layer_state(self):
         """Eagerly, in the strategy's scope, after ``see_layers``: create the per-layer state,
-        so that tracing the step creates no variable (see ``SyncTrainer._create_layer_state``)."""
+        so that tracing the step creates no variable (see ``SyncTrainer.create_layer_state``)."""
 
     def accumulation(self, inner):
         """How a loop that accumulates inside one step applies this stack, given ``inner``, what
