@@ -23,7 +23,7 @@ from moxlite.data import datasets, sources
 from moxlite.recipes import cli
 from tests import runlib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT
 
 
 # ----------------------------------------------------------------- fixtures

@@ -66,7 +66,7 @@ def numpy_moving_statistics(num_replicas):
     of each replica's batch mean and (biased) variance; one replica sees the global batch.
 
     The run's build call of model_fn leaves the statistics at their initial values
-    (tests/test_build_call_state.py).
+    (tests/training/test_build_call_state.py).
     """
     mean = np.zeros(6)
     variance = np.ones(6)

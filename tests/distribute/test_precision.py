@@ -11,7 +11,7 @@ import pytest
 from moxlite import flags
 from tests import distlib, runlib
 from tests.dist_scripts import train_mnist
-from tests.test_loss_scaling import loss_scale_state
+from tests.training.mixed_precision.test_loss_scaling import loss_scale_state
 
 pytestmark = pytest.mark.slow  # real multi-process clusters on loopback
 

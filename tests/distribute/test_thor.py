@@ -117,7 +117,7 @@ def test_one_worker_and_one_ps_with_a_damping_schedule_equal_one_process(one_wor
 def test_batch_gradients_over_thor_on_one_worker_and_one_ps_equals_one_process(launches, tmp_path):
     """Async accumulation (N micro-batches read inside one scheduled step): thor's factors are summed
     over the N micro-batches in the step, so it equals the synchronous batch_gradients(thor) run,
-    which equals one N*B batch (tests/test_thor.py)."""
+    which equals one N*B batch (tests/optimizers/thor/test_thor.py)."""
     steps = 12   # 6 updates of 2 micro-batches; refreshes at updates 0 and 3
     run = launches(["--workers=1", "--ps=1", "--async"],
                    SCRIPT + [f"--log_dir={tmp_path / 'cluster'}", f"--steps={steps}", "--batch=8",

@@ -13,7 +13,7 @@ import numpy as np
 
 from tests import distlib, runlib
 from tests.dist_scripts import train_mnist
-from tests.test_run_logs import read_scalars
+from tests.training.test_run_logs import read_scalars
 import pytest
 
 pytestmark = pytest.mark.slow  # real multi-process clusters on loopback

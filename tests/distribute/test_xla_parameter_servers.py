@@ -2,7 +2,7 @@
 values read from the parameter servers (moxlite/training/compiled/ps_steps.py).
 
 References: one process without XLA (1 worker + 1 ps steps one batch after another, as one
-process does), to the tolerance tests/test_xla.py states (rtol 1e-5, atol 1e-6; measured
+process does), to the tolerance tests/training/test_xla.py states (rtol 1e-5, atol 1e-6; measured
 differences here are below 1e-7). That XLA compiled the step on the worker is shown by XLA's
 own dump (``XLA_FLAGS=--xla_dump_to``): the modules of moxlite's compiled forward and
 backward (``compilation.Compiled``'s function ``_flat``), which only a worker runs.
@@ -20,7 +20,7 @@ from moxlite.training.trainers import async_trainer as async_loop
 from moxlite.training.compiled import jit_choice as compilation
 from tests import distlib, runlib, thorlib
 from tests.dist_scripts import train_mnist, train_thor
-from tests.test_xla import assert_weights_close
+from tests.training.test_xla import assert_weights_close
 
 COMPILED_LINE = ("jit_compile=true: the per-worker forward and backward on values read from the parameter "
                  "servers compiled by XLA")

@@ -8,7 +8,7 @@ it keeps working when modules move into sub-packages: a moved module changes its
 import pathlib
 import re
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^\|\s*`(?P<path>[^`]+)`\s*\|\s*(?P<what>.*?)\s*\|\s*$")
 
 

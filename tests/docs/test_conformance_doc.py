@@ -1,7 +1,7 @@
 """docs/reference/conformance.md is what tools/conformance_table.py prints, and its examples exist.
 
-The rows themselves are checked against the code by test_conformance_file.py and
-test_conformance_rows.py; this keeps the published table from drifting from those rows.
+The rows themselves are checked against the code by tests/moxing/test_conformance_file.py and
+tests/moxing/test_conformance_rows.py; this keeps the published table from drifting from those rows.
 """
 
 import importlib.util
@@ -9,7 +9,7 @@ import pathlib
 
 from moxlite import conformance
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _tool():
@@ -26,7 +26,7 @@ def test_the_published_table_is_what_the_tool_prints():
 
 
 def test_every_ported_example_has_its_script_and_a_test_that_runs_it():
-    tests = "".join(path.read_text() for path in (ROOT / "tests").glob("test_moxing_ports*.py"))
+    tests = "".join(path.read_text() for path in (ROOT / "tests" / "moxing").glob("test_ports*.py"))
     for port, source, status, note in conformance.EXAMPLES:
         assert (ROOT / "tests" / "moxing_ports" / port).is_file(), port
         assert port.removesuffix(".py") in tests, f"no test runs {port}"

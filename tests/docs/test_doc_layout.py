@@ -10,7 +10,7 @@ import collections
 import pathlib
 import re
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROSE = sorted({ROOT / "README.md", ROOT / "moxlite" / "ARCHITECTURE.md", ROOT / "tests" / "README.md",
                 ROOT / "tools" / "README.md", *(ROOT / "docs" / "guide").glob("*.md")})
 

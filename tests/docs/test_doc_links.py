@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCUMENTS = sorted({ROOT / "README.md", ROOT / "moxlite" / "ARCHITECTURE.md", ROOT / "tests" / "README.md",
                     ROOT / "tools" / "README.md", *(ROOT / "docs").rglob("*.md")})
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")

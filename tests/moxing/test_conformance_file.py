@@ -17,7 +17,7 @@ from moxlite import conformance
 from moxlite import file as mox_file
 from moxlite.errors import MoxliteError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT
 
 # function -> its documented arguments (set_auth's from its signature line; the rest from the lists).
 DOCUMENTED = {

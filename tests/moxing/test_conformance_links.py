@@ -13,7 +13,7 @@ import os
 from moxlite import conformance, conformance_links
 from moxlite.data import conformance_rows
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT
 ALL_ROWS = list(conformance.ROWS) + list(conformance_rows.ROWS)
 
 
@@ -49,7 +49,7 @@ def test_every_link_belongs_to_a_row_and_untested_rows_link_none():
 
 
 def test_the_check_fails_for_a_missing_file_or_function():
-    assert existing("tests/test_conformance_links.py::test_every_same_row_names_an_existing_test")
-    assert not existing("tests/test_conformance_links.py::test_that_does_not_exist")
+    assert existing("tests/moxing/test_conformance_links.py::test_every_same_row_names_an_existing_test")
+    assert not existing("tests/moxing/test_conformance_links.py::test_that_does_not_exist")
     assert not existing("tests/test_no_such_file.py::test_every_same_row_names_an_existing_test")
     assert not existing("test_every_same_row_names_an_existing_test")

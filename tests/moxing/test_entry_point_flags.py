@@ -11,7 +11,7 @@ import pytest
 import moxlite as mox
 from moxlite.distribute import cluster
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT
 
 SCRIPT = textwrap.dedent("""
     import sys

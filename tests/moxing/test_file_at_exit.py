@@ -15,7 +15,7 @@ import textwrap
 
 from tests.s3lib import s3  # noqa: F401 -- the module's S3 server fixture
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT
 
 
 def run_script(source, cwd, extra_env=None):

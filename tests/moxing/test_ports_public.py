@@ -142,7 +142,7 @@ def test_modelarts_train_mnist_tf_stages_data_and_results_with_copy_parallel(s3,
 
 @pytest.mark.slow   # a ResNet-50 trained 40 steps in a subprocess
 def test_modelarts_mox_flowers_zoo_on_a_raw_folder_for_twenty_epochs(tmp_path):
-    from tests.test_moxing_raw_images import write_digit_folders
+    from tests.moxing.test_raw_images import write_digit_folders
     data_dir, out = tmp_path / "flower_photos", tmp_path / "train"
     write_digit_folders(str(data_dir), per_class=3, classes=(0, 1), size=(40, 40))
     finished = run_port("modelarts_mox_flowers.py", f"--data_url={data_dir}", f"--train_url={out}",
@@ -157,7 +157,7 @@ def test_modelarts_mox_flowers_zoo_on_a_raw_folder_for_twenty_epochs(tmp_path):
 @pytest.mark.slow   # a ResNet-50 trained and evaluated in a subprocess until the hook stops it
 def test_moxing_doc_early_stopping_stops_by_the_documented_rule(tmp_path):
     import re
-    from tests.test_moxing_raw_images import write_digit_folders
+    from tests.moxing.test_raw_images import write_digit_folders
     write_digit_folders(str(tmp_path / "data" / "train"), per_class=4, classes=(0, 1), size=(40, 40))
     write_digit_folders(str(tmp_path / "data" / "eval"), per_class=2, classes=(0, 1), size=(40, 40))
     finished = run_port("moxing_doc_early_stopping.py", f"--data_url={tmp_path / 'data'}",
@@ -215,7 +215,7 @@ def _resnet50_predicting_checkpoint(directory, images, seed=0):
 def test_moxing_doc_predict_output_fn_writes_a_dataframe_to_obs(s3, tmp_path):
     import re
     import moxlite as mox
-    from tests.test_moxing_raw_images import write_digit_folders
+    from tests.moxing.test_raw_images import write_digit_folders
     write_digit_folders(str(tmp_path / "eval"), per_class=2, classes=(0, 1, 2), size=(40, 40))
     meta = mox.ImageClassificationRawMetadata(base_dir=str(tmp_path / "eval"))
     # Reference: each file decoded and resized as the script's input_fn does, through plain Keras
@@ -266,8 +266,8 @@ def test_modelarts_mox_flowers_advanced_stops_when_its_fixed_loss_scale_overflow
     saves nothing (the fine-tuning, logits exclusion and export of this script are the
     project's own resnet_finetune_raw port's subject, test_moxing_ports_zoo).
     """
-    from tests.test_moxing_ports_zoo import _pretrained_checkpoint, SIZE
-    from tests.test_moxing_raw_images import write_digit_folders
+    from tests.moxing.test_ports_zoo import _pretrained_checkpoint, SIZE
+    from tests.moxing.test_raw_images import write_digit_folders
     data_dir, pretrained_dir, out = tmp_path / "flower_photos", tmp_path / "pretrained", tmp_path / "train"
     write_digit_folders(str(data_dir), per_class=3, classes=(0, 1), size=(40, 40))
     _pretrained_checkpoint(str(pretrained_dir))   # 5 classes, global step 1234
@@ -283,7 +283,7 @@ def test_modelarts_mox_flowers_advanced_stops_when_its_fixed_loss_scale_overflow
 @pytest.mark.slow   # a ResNet-50 trained, exported twice and served, in subprocesses
 def test_moxing_doc_export_tf_serving_versions_and_serves_the_checkpoint(tmp_path):
     import keras
-    from tests.test_moxing_raw_images import write_digit_folders
+    from tests.moxing.test_raw_images import write_digit_folders
     write_digit_folders(str(tmp_path / "train_images"), per_class=2, classes=(0, 1), size=(40, 40))
     args = [f"--data_url={tmp_path / 'train_images'}", f"--train_url={tmp_path / 'log'}", "--image_size=32",
             "--batch_size=2"]
@@ -308,7 +308,7 @@ def test_moxing_doc_export_tf_serving_versions_and_serves_the_checkpoint(tmp_pat
 
 @pytest.mark.slow   # a ResNet-50 trained a few steps in a subprocess
 def test_moxing_doc_resnet50_basic_structure_trains_max_number_of_steps(tmp_path):
-    from tests.test_moxing_raw_images import write_digit_folders
+    from tests.moxing.test_raw_images import write_digit_folders
     write_digit_folders(str(tmp_path / "train_images"), per_class=3, classes=(0, 1), size=(40, 40))
     finished = run_port("moxing_doc_resnet50_basic.py", f"--data_url={tmp_path / 'train_images'}",
                         f"--train_url={tmp_path / 'log'}", "--image_size=32", "--batch_size=4", "--max_steps=5")

@@ -15,7 +15,7 @@ import tensorflow as tf
 from tests import runlib
 from tests.portlib import PORTS, run_port
 from tests.s3lib import s3  # noqa: F401  (the server fixture)
-from tests.test_moxing_ports_public import _idx_gz, _mnist_uint8
+from tests.moxing.test_ports_public import _idx_gz, _mnist_uint8
 
 pytestmark = pytest.mark.slow   # each script starts its own TensorFlow process
 
@@ -136,7 +136,7 @@ def test_modelarts_iceberg_with_cache_trains_in_a_local_cache_and_uploads_it_at_
     import io
     import pandas as pd
     from moxlite import file as mox_file
-    from tests.test_moxing_ports_public import _iceberg_images, _iceberg_rows, _put_tfrecord
+    from tests.moxing.test_ports_public import _iceberg_images, _iceberg_rows, _put_tfrecord
     bucket = s3.new_bucket()
     train, *_ = _iceberg_rows(32, seed=0)
     evaluation, *_ = _iceberg_rows(10, seed=1)
@@ -403,7 +403,7 @@ def _pretrained_mobilenet_025(directory, classes=5, step=777, moving_variance=3.
 
 
 def test_moxing_doc_transfer_learning_raw_warm_starts_without_logits_in_fp16(tmp_path):
-    from tests.test_moxing_raw_images import write_digit_folders
+    from tests.moxing.test_raw_images import write_digit_folders
     data_dir, pretrained_dir, out, rates_log = tmp_path / "flowers", tmp_path / "pretrained", tmp_path / "train", \
         tmp_path / "rates.txt"
     write_digit_folders(str(data_dir), per_class=3, classes=(0, 1), size=(40, 40))

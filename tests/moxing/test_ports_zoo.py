@@ -9,7 +9,7 @@ import moxlite as mox
 from moxlite.training.state.checkpoints import Checkpointer
 from tests import runlib
 from tests.portlib import run_port
-from tests.test_moxing_raw_images import write_digit_folders
+from tests.moxing.test_raw_images import write_digit_folders
 
 SIZE = 32
 PRETRAINED_STEP = 1234

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT
 
 SCRIPT = textwrap.dedent("""
     import sys

@@ -20,6 +20,7 @@ from moxlite.optimizers import named_optimizers as factory
 from moxlite.optimizers import wrapper_stack as registry
 from moxlite.optimizers.thor import schedules as thor_schedules
 from moxlite.recipes import schema
+from tests import ROOT
 
 
 def _arguments(cls, leave_out=("self", "name")):
@@ -174,7 +175,7 @@ def test_the_count_of_keys_with_a_declared_range_matches_the_tool():
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = ROOT
     printed = subprocess.run([sys.executable, os.path.join(root, "tools", "count_ranged_keys.py")], cwd=root,
                              capture_output=True, text=True, check=True,
                              env=dict(os.environ, PYTHONPATH=root)).stdout

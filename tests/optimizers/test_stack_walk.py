@@ -14,7 +14,7 @@ import keras
 import moxlite as mox
 from moxlite.optimizers import accumulation, apply_if_finite, clipping, pipeline
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_no_isinstance_check_on_a_link_class_remains_in_moxlite():

@@ -293,7 +293,7 @@ def test_a_recipe_stacks_lars_over_an_optimizer_fn_returning_a_tf1_optimizer(cap
     recipe = tmp_path / "tf1.yaml"
     recipe.write_text(f"run: {{steps: 4, batch_size: 32, eval_steps: 1, log_dir: {log_dir}}}\n"
                       "input: {name: mnist}\nmodel: {name: mlp, mlp: {hidden_units: [16]}}\n"
-                      "optimizer:\n  name: tests.test_tf1_optimizers:recipe_optimizer_fn\n"
+                      "optimizer:\n  name: tests.optimizers.test_tf1_optimizers:recipe_optimizer_fn\n"
                       "  wrappers: [{name: lars, ratio: 0.01}]\n")
     arguments = [str(recipe)]
     assert cli.main(arguments + ["--dry-run"]) == 0

@@ -293,7 +293,7 @@ def test_a_python_number_read_from_the_step_is_constant_and_says_so(tmp_path, ca
 
 def test_overlapping_runs_on_two_threads_each_see_their_step_and_leave_tf1_as_it_was():
     """Two runs in one process may call their optimizer_fn at the same time on two threads
-    (tests/test_amp_levels.py runs two at once). Forced here into the order that once leaked:
+    (tests/training/mixed_precision/test_amp_levels.py runs two at once). Forced here into the order that once leaked:
     A opens, B opens, A closes, B closes. Each thread reads its own step while open, and
     afterwards TF1's getters and decay functions behave as TF1's own again: in a graph, a graph
     variable and a graph tensor; eagerly, TF2's callable."""

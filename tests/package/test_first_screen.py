@@ -15,7 +15,7 @@ import moxlite as mox
 from moxlite import logs
 from tests import runlib
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT as REPO
 QUICK_START = os.path.join(REPO, "recipes", "mnist_mlp.yaml")
 
 

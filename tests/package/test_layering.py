@@ -9,7 +9,7 @@ import ast
 import glob
 import os
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT as REPO
 
 
 def _imported_modules(path):

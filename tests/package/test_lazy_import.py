@@ -20,7 +20,7 @@ import yaml
 
 import moxlite
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT as REPO
 CASES_PATH = os.path.join(REPO, "tests", "bad_recipes", "cases.yaml")
 with open(CASES_PATH, encoding="utf-8") as _handle:
     CASES = yaml.safe_load(_handle)

@@ -46,7 +46,7 @@ import tensorflow as tf
 import moxlite as mox
 from tests import realmodels, thorlib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT
 LEVELS = ("O0", "O1", "THOR")
 CHECKS = ("train", "resume", "replicas", "export", "eval", "fresh_eval")
 STEPS = 4

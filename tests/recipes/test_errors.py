@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from moxlite.recipes import cli
+from tests import ROOT
 
-CASES_PATH = os.path.join(os.path.dirname(__file__), "bad_recipes", "cases.yaml")
+CASES_PATH = os.path.join(ROOT, "tests", "bad_recipes", "cases.yaml")
 with open(CASES_PATH, encoding="utf-8") as _handle:
     CASES = yaml.safe_load(_handle)
 

@@ -16,7 +16,7 @@ import yaml
 
 from moxlite.recipes import cli, loader
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT as REPO
 QUICK_START = os.path.join(REPO, "recipes", "mnist_mlp.yaml")
 
 

@@ -20,7 +20,7 @@ from moxlite.models import build_model_fn
 from moxlite.recipes import cli, loader
 from tests import runlib
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT as REPO
 QUICK_START = os.path.join(REPO, "recipes", "mnist_mlp.yaml")
 RESULT = re.compile(r"^\[RESULT\] accuracy: (\d\.\d+)", re.MULTILINE)
 
@@ -219,7 +219,7 @@ def test_32k_resnet50_recipe_runs_shortened_on_synthetic_images(capsys, tmp_path
     images (the recipe's header runs 224x224): the network and its weights are the same (its
     convolutions fix them, not the image size), and most of the time is graph building, which a
     second replica doubles; the stack on 2 workers against one process is checked on MNIST
-    (tests/test_distributed_wrappers.py).
+    (tests/distribute/test_wrappers.py).
     """
     log_dir = tmp_path / "r50"
     code, out, _ = run_recipe(

@@ -28,7 +28,7 @@ def masked_lm_model_fn(inputs, mode):
 def plan_input(tmp_path, block):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(f"run: {{steps: 5, log_dir: {tmp_path / 'logs'}}}\ninput: {block}\n"
-                      f"model: {{name: 'tests.test_text_recipes:masked_lm_model_fn'}}\noptimizer: {{name: sgd}}\n")
+                      f"model: {{name: 'tests.recipes.test_text_recipes:masked_lm_model_fn'}}\noptimizer: {{name: sgd}}\n")
     loaded = loader.load([str(recipe)])
     return builders._build_input(loaded)
 
@@ -78,7 +78,7 @@ def test_a_vocabulary_without_mask_in_a_recipe_is_one_located_line_and_nothing_w
     vocabulary.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\nend\n")
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(f"run: {{steps: 5, log_dir: {tmp_path / 'logs'}}}\ninput:\n  name: text\n  text:\n"
-                      f"    vocabulary: {vocabulary}\nmodel: {{name: 'tests.test_text_recipes:masked_lm_model_fn'}}\n"
+                      f"    vocabulary: {vocabulary}\nmodel: {{name: 'tests.recipes.test_text_recipes:masked_lm_model_fn'}}\n"
                       f"optimizer: {{name: sgd}}\n")
     assert cli.main([str(recipe)]) == 2
     err = capsys.readouterr().err.strip()
@@ -118,7 +118,7 @@ def test_text_and_vocabulary_on_object_storage_give_the_local_examples(s3, tmp_p
 
 
 def test_a_bert_tfrecord_recipe_reads_the_schema_from_the_files(tmp_path):
-    from tests.test_text_data import bert_examples
+    from tests.data.test_text_data import bert_examples
 
     train, held_out = bert_examples(4, 10, 2, True, seed=1), bert_examples(3, 10, 2, True, seed=2)
     text_datasets.write_bert_tfrecord(str(tmp_path / "train.tfrecord"), train)

@@ -9,9 +9,9 @@ import tensorflow as tf
 from moxlite import context
 from moxlite.optimizers import current_learning_rate
 from moxlite.recipes import builders, cli, loader
-from tests.test_thor_schedules import mindspore_lr_table
+from tests.optimizers.thor.test_schedules import mindspore_lr_table
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT as REPO
 MLP = os.path.join(REPO, "recipes", "mnist_mlp.yaml")
 
 
@@ -151,7 +151,7 @@ def test_resnet50_thor_recipe_runs_shortened_on_the_real_network(capsys, tmp_pat
     switched off: on CPU it is emulated and makes the test several times slower (the recipe
     header gives the fp16 run). One device, not the recipe's replicas: a second replica doubles
     the graph (107 s against about half of it here), and THOR on 2 replicas equal to 1 is checked
-    on smaller models (tests/test_thor_real_models.py, tests/test_thor_bert.py).
+    on smaller models (tests/optimizers/thor/test_real_models.py, tests/optimizers/thor/test_bert.py).
     """
     import keras
     import numpy as np

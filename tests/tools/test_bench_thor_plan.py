@@ -6,7 +6,8 @@ import sys
 import keras
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+from tests import ROOT
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 import thor_plan  # noqa: E402
 
 

@@ -4,7 +4,8 @@ the seeds, and the timing of intervals, against hand-worked cases."""
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+from tests import ROOT
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 import bench_thor_bert  # noqa: E402
 import sweeplib  # noqa: E402
 
@@ -75,7 +76,7 @@ def test_the_benchmarks_first_thor_setting_is_the_tiny_recipes_schedules():
     """What the benchmark measures as "thor" at its first setting is what bert_tiny_mlm_thor.yaml runs."""
     from moxlite.recipes import builders, loader
 
-    recipe = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes",
+    recipe = os.path.join(ROOT, "recipes",
                           "bert_tiny_mlm_thor.yaml")
     loaded = loader.load([recipe], [])
     plan = builders.build_plan(loaded)
@@ -131,7 +132,7 @@ def test_the_grammar_workload_reads_its_recipe_and_schedules_thor_as_mindspore_s
     those steps, refreshing every 10; configure("bert_tiny") puts the BERT-tiny constants back."""
     from moxlite.recipes import builders, loader
 
-    recipe = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes",
+    recipe = os.path.join(ROOT, "recipes",
                           "grammar_mlm_lamb.yaml")
     loaded = loader.load([recipe], [])
     plan = builders.build_plan(loaded)

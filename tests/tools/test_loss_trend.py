@@ -5,7 +5,8 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+from tests import ROOT
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 import loss_trend  # noqa: E402
 
 

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+from tests import ROOT
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 import mlm_baselines  # noqa: E402
 
 

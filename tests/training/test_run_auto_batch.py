@@ -127,7 +127,7 @@ def twenty_samples_input_fn(mode):
 
 RECIPE = """
 run: {mode: train, steps: 5, batch_size: 100, log_dir: %(log_dir)s}
-input: {name: "tests.test_run_auto_batch:twenty_samples_input_fn", num_samples: 20}
+input: {name: "tests.training.test_run_auto_batch:twenty_samples_input_fn", num_samples: 20}
 model: {name: "tests.runlib:softmax_model_fn"}
 optimizer: {name: sgd, learning_rate: 0.5}
 """

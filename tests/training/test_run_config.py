@@ -10,7 +10,7 @@ from moxlite.contract import ModeKeys
 from moxlite.recipes import cli
 from moxlite.training import config
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT as REPO
 QUICK_START = os.path.join(REPO, "recipes", "mnist_mlp.yaml")
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import moxlite as mox
 from tests import runlib
-from tests.test_run_logs import read_scalars
+from tests.training.test_run_logs import read_scalars
 
 BATCH = 20
 

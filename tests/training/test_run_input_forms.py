@@ -168,7 +168,7 @@ def test_interleaved_evaluation_of_get_next_input_covers_every_sample_each_time(
     mox.run(input_fn=input_fn, model_fn=runlib.softmax_model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.5),
             run_mode=mox.ModeKeys.TRAIN, inter_mode=mox.ModeKeys.EVAL, log_dir=str(tmp_path),
             max_number_of_steps=4, save_model_steps=2)
-    from tests.test_run_logs import read_scalars
+    from tests.training.test_run_logs import read_scalars
 
     evaluated = read_scalars(str(tmp_path / "eval"))["accuracy"]
     assert sorted(evaluated) == [2, 4]

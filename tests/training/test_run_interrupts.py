@@ -22,7 +22,7 @@ from moxlite.distribute import cluster
 from moxlite.recipes import cli
 from tests import runlib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT
 
 
 def _recipe_args(log_dir, steps):

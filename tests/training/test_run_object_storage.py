@@ -17,7 +17,7 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite.file.errors import MissingPathError
-from tests import runlib
+from tests import ROOT, runlib
 from tests.s3lib import s3  # noqa: F401  (the server fixture)
 
 BATCH = 16
@@ -154,7 +154,7 @@ def test_recipe_trains_to_s3_and_evaluates_from_it(s3, cache_dir, capsys):
     from moxlite.recipes import cli
 
     bucket = s3.new_bucket()
-    recipe = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "mnist_mlp.yaml")
+    recipe = os.path.join(ROOT, "recipes", "mnist_mlp.yaml")
     common = [recipe, "--set", f"run.log_dir=s3://{bucket}/recipe", "--set", "model.mlp.hidden_units=[8]"]
     assert cli.main(common + ["--set", "run.steps=20", "--set", "run.log_every_n_steps=10"]) == 0
     trained = capsys.readouterr().out
@@ -171,7 +171,7 @@ def test_recipe_trains_to_s3_and_evaluates_from_it(s3, cache_dir, capsys):
 KILLED_TRAINER = """
 import sys
 import moxlite as mox
-from tests import test_run_object_storage as here
+from tests.training import test_run_object_storage as here
 mox.run(**here.arguments(sys.argv[1], 100000, save_model_steps=5))
 """
 
@@ -190,7 +190,7 @@ def remote_checkpoint_step(s3, bucket, key):
 def test_a_killed_run_resumes_from_what_reached_object_storage(s3, tmp_path, cache_dir):
     bucket = s3.new_bucket()
     remote = f"s3://{bucket}/run"
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = ROOT
     environ = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
                    TF_CPP_MIN_LOG_LEVEL="3")
     trainer = subprocess.Popen([sys.executable, "-c", KILLED_TRAINER, remote], env=environ, cwd=root,
@@ -234,7 +234,7 @@ def test_a_log_dir_that_is_an_object_is_refused(s3, cache_dir):
 def test_moxlite_run_reports_a_missing_bucket_in_one_line(s3, cache_dir, capsys):
     from moxlite.recipes import cli
 
-    recipe = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "mnist_mlp.yaml")
+    recipe = os.path.join(ROOT, "recipes", "mnist_mlp.yaml")
     code = cli.main([recipe, "--set", "run.log_dir=obs://no-such-bucket-y/run", "--set", "run.steps=5"])
     err = capsys.readouterr().err.strip()
     assert code == 2

@@ -16,7 +16,7 @@ import moxlite as mox
 from moxlite.optimizers import wrapper
 from moxlite.training.trainers import nonfinite
 from tests import runlib
-from tests.test_xla import BATCH, _rows, tiny_model_fn
+from tests.training.test_xla import BATCH, _rows, tiny_model_fn
 
 REPLACEABLE = ("_all_reduce_sum_gradients", "_distributed_tf_update_step", "apply", "apply_gradients")
 

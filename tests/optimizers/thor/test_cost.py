@@ -13,7 +13,8 @@ from moxlite.optimizers.thor import factors as thor_factors
 from moxlite.optimizers.thor import inverse as thor_inverse
 from tests import runlib, thorlib
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+from tests import ROOT
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 import thor_plan  # noqa: E402
 
 BATCH = 16

@@ -14,7 +14,7 @@ import moxlite as mox
 from tests import runlib, thorlib
 from tests.precisionlib import make_model
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import ROOT
 BATCH = 16
 
 
@@ -51,7 +51,7 @@ def _preconditioned(out):
 
 
 def _in_a_fresh_process(log_dir):
-    code = ("import json, sys; from tests.test_thor_names import thor_script; "
+    code = ("import json, sys; from tests.optimizers.thor.test_names import thor_script; "
             "weights = thor_script(sys.argv[1]); "
             "print('WEIGHTS ' + json.dumps([w.tolist() for w in weights]))")
     environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")

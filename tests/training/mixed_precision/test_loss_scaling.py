@@ -14,7 +14,7 @@ import moxlite as mox
 from moxlite.optimizers import loss_scaling
 from moxlite.training.trainers import nonfinite
 from tests import runlib
-from tests.test_run_logs import read_scalars
+from tests.training.test_run_logs import read_scalars
 
 BATCH = 20
 STEPS = 6
