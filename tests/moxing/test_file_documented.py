@@ -28,7 +28,7 @@ def bucket(s3):
 
 @pytest.fixture(params=WHERE)
 def root(request, tmp_path):
-    """A folder URL on local disk or on the S3 server (obs:// is the same store; see test_mox_file)."""
+    """A folder URL on local disk or on the S3 server (obs:// is the same store; see tests/moxing/test_file.py)."""
     if request.param == "local":
         return str(tmp_path / "root")
     server = request.getfixturevalue("s3")

@@ -264,7 +264,7 @@ def test_modelarts_mox_flowers_advanced_stops_when_its_fixed_loss_scale_overflow
     before issue 18) skipped every such step and ended "trained" with the pretrained weights;
     moxlite now stops after max_consecutive_nonfinite (10) in a row, says so in one line, and
     saves nothing (the fine-tuning, logits exclusion and export of this script are the
-    project's own resnet_finetune_raw port's subject, test_moxing_ports_zoo).
+    project's own resnet_finetune_raw port's subject, tests/moxing/test_ports_zoo.py).
     """
     from tests.moxing.test_ports_zoo import _pretrained_checkpoint, SIZE
     from tests.moxing.test_raw_images import write_digit_folders

@@ -74,9 +74,10 @@ def test_cli_interrupted_saves_at_the_current_step_and_resumes_as_if_never_stopp
 @pytest.mark.slow
 @pytest.mark.cluster   # sync_run_stopped_by_sigterm starts it through tests.distlib
 def test_launch_local_forwards_sigterm_and_sync_workers_stop_together(sync_run_stopped_by_sigterm):
-    # The cluster (tests.distlib.stopped_and_resumed_sync_run, shared with test_distributed_training's
-    # resume test): two synchronous workers, SIGTERM to the launcher after the step-10 checkpoint,
-    # then the same command resumed 40 steps past the checkpoint the workers saved.
+    # The cluster (tests.distlib.stopped_and_resumed_sync_run, shared with
+    # tests/distribute/test_training.py's resume test): two synchronous workers, SIGTERM to the
+    # launcher after the step-10 checkpoint, then the same command resumed 40 steps past the
+    # checkpoint the workers saved.
     run = sync_run_stopped_by_sigterm
     assert run.reached, run.first.output()
     assert run.first_code == 128 + signal.SIGTERM, run.first.output()
