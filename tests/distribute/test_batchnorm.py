@@ -55,9 +55,8 @@ def built_inside(synchronized):
 
 def train(log_dir, num_gpus, model_fn):
     mox.set_flag("num_gpus", num_gpus)
-    mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=0.1),
-            run_mode=mox.ModeKeys.TRAIN, batch_size=GLOBAL_BATCH // num_gpus, log_dir=str(log_dir),
-            max_number_of_steps=STEPS)
+    runlib.train(log_dir, input_fn, model_fn, mox.get_optimizer_fn("sgd", learning_rate=0.1), steps=STEPS,
+                 batch_size=GLOBAL_BATCH // num_gpus)
     return runlib.checkpoint_by_name(str(log_dir))
 
 

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite.models import bert
-from tests import bertlib
+from tests import bertlib, runlib
 
 STEPS = 2
 PER_REPLICA = 4
@@ -23,10 +23,9 @@ def train(tmp_path, name, backbone, batch_size, num_gpus):
     mox.set_flag("num_gpus", num_gpus)
     keras.utils.set_random_seed(7)   # the heads, made inside model_fn
     model_fn = bert.bert_model_fn(backbone=backbone)
-    mox.run(input_fn=bertlib.input_fn_for(bertlib.pretraining_arrays(16)), model_fn=model_fn,
-            optimizer_fn=mox.get_optimizer_fn("momentum", learning_rate=0.1, momentum=0.9),
-            run_mode=mox.ModeKeys.TRAIN, batch_size=batch_size, log_dir=str(tmp_path / name),
-            max_number_of_steps=STEPS, log_every_n_steps=STEPS)
+    runlib.train(tmp_path / name, bertlib.input_fn_for(bertlib.pretraining_arrays(16)), model_fn,
+                 mox.get_optimizer_fn("momentum", learning_rate=0.1, momentum=0.9), steps=STEPS,
+                 batch_size=batch_size, log_every_n_steps=STEPS)
     return bertlib.weights_of(model_fn)
 
 

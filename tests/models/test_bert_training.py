@@ -12,11 +12,10 @@ from tests.dist_scripts import train_bert
 
 def train(log_dir, steps, **kwargs):
     keras.utils.set_random_seed(0)   # the encoder and heads, made inside model_fn
-    return mox.run(input_fn=bertlib.input_fn_for(bertlib.pretraining_arrays(24)),
-                   model_fn=bert.bert_model_fn("tiny", **bertlib.SIZES),
-                   optimizer_fn=mox.get_optimizer_fn("lamb", learning_rate=0.01),
-                   run_mode=mox.ModeKeys.TRAIN, batch_size=4, log_dir=str(log_dir), max_number_of_steps=steps,
-                   log_every_n_steps=steps, **kwargs)
+    return runlib.train(log_dir, bertlib.input_fn_for(bertlib.pretraining_arrays(24)),
+                        bert.bert_model_fn("tiny", **bertlib.SIZES),
+                        mox.get_optimizer_fn("lamb", learning_rate=0.01), steps=steps, batch_size=4,
+                        log_every_n_steps=steps, **kwargs)
 
 
 def test_an_interrupted_then_resumed_lamb_run_ends_with_the_uninterrupted_weights(tmp_path):

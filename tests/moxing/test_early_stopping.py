@@ -39,9 +39,8 @@ def _run(tmp_path, patience, min_delta, inter_mode=mox.ModeKeys.EVAL, max_steps=
                                      min_delta=min_delta, patience=patience, prefix="[EarlyStopping]")
         return mox.ModelSpec(loss=spec.loss, log_info={"loss": spec.loss}, hooks=[hook])
 
-    mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", LEARNING_RATE),
-            run_mode=mox.ModeKeys.TRAIN, inter_mode=inter_mode, batch_size=BATCH, log_dir=str(tmp_path / "log"),
-            max_number_of_steps=max_steps, log_every_n_steps=1000)
+    runlib.train(tmp_path / "log", input_fn, model_fn, mox.get_optimizer_fn("sgd", LEARNING_RATE),
+                 steps=max_steps, batch_size=BATCH, inter_mode=inter_mode, log_every_n_steps=1000)
     return train_images, train_labels, eval_images[:EVAL], eval_labels[:EVAL]
 
 

@@ -57,10 +57,9 @@ def moxlite_probe(tmp_path, optimizer_fn, replicas=1, steps=STEPS, name="run", j
     images, labels = runlib.mnist_rows(BATCH * (steps + 1))
     mox.set_flag("num_gpus", replicas)
     probes = []
-    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=probe_model_fn(probes),
-            optimizer_fn=optimizer_fn, run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH // replicas,
-            max_number_of_steps=steps + 1, log_dir=str(tmp_path / name), log_every_n_steps=1,
-            save_summary_steps=0, jit_compile=jit_compile)
+    runlib.train(tmp_path / name, runlib.input_fn_for(images, labels), probe_model_fn(probes), optimizer_fn,
+                 steps=steps + 1, batch_size=BATCH // replicas, log_every_n_steps=1, save_summary_steps=0,
+                 jit_compile=jit_compile)
     by_step = dict(probes)   # (the last line's hooks may be called again at the end)
     assert sorted(by_step) == list(range(1, steps + 2)), probes
     return np.array([by_step[step] for step in sorted(by_step)])   # read in the forward of steps 0..steps

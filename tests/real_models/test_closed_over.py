@@ -37,8 +37,8 @@ def efficientnet_b0():
 
 
 def train(log_dir, model_fn, steps):
-    mox.run(input_fn=INPUT_FN, model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=0.01),
-            run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=steps)
+    runlib.train(log_dir, INPUT_FN, model_fn, mox.get_optimizer_fn("sgd", learning_rate=0.01), steps=steps,
+                 batch_size=BATCH)
     return runlib.checkpoint_by_name(str(log_dir))
 
 

@@ -44,7 +44,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
-from tests import realmodels, thorlib
+from tests import realmodels, runlib, thorlib
 
 from tests import ROOT
 LEVELS = ("O0", "O1", "THOR")
@@ -115,11 +115,10 @@ def train(matrix_cell, log_dir, steps, seed=0, num_gpus=1, export=False):
             built = realmodels.cell(matrix_cell.model, matrix_cell.style, seed=seed)
     else:
         built = realmodels.cell(matrix_cell.model, matrix_cell.style, seed=seed)
-    result = mox.run(input_fn=realmodels.input_fn_for(matrix_cell.model), model_fn=built.model_fn,
-                     optimizer_fn=optimizer_fn_for(matrix_cell), run_mode=mox.ModeKeys.TRAIN,
-                     batch_size=BATCH // num_gpus, log_dir=str(log_dir), max_number_of_steps=steps,
-                     log_every_n_steps=steps, steps_per_loop=1,
-                     export_model=mox.ExportKeys.TF_SERVING if export else False)
+    result = runlib.train(log_dir, realmodels.input_fn_for(matrix_cell.model), built.model_fn,
+                          optimizer_fn_for(matrix_cell), steps=steps, batch_size=BATCH // num_gpus,
+                          log_every_n_steps=steps, steps_per_loop=1,
+                          export_model=mox.ExportKeys.TF_SERVING if export else False)
     mox.set_flag("num_gpus", 1)
     return built, result
 

@@ -59,9 +59,8 @@ def train(log_dir, model_fn=runlib.softmax_model_fn, optimizer_fn=None, input_fn
     if input_fn is None:
         images, labels = runlib.mnist_rows(32)
         input_fn = runlib.input_fn_for(images, labels)
-    return mox.run(input_fn=input_fn, model_fn=model_fn,
-                   optimizer_fn=optimizer_fn or mox.get_optimizer_fn("sgd", 0.1), run_mode=mox.ModeKeys.TRAIN,
-                   batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=2)
+    return runlib.train(log_dir, input_fn, model_fn, optimizer_fn or mox.get_optimizer_fn("sgd", 0.1),
+                        steps=2, batch_size=BATCH)
 
 
 def raised(error_type, call):

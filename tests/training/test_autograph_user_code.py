@@ -169,8 +169,8 @@ def train(log_dir, model_fn, path):
     level, optimizer_fn = PATHS[path]
     images, labels = runlib.mnist_rows(BATCH * STEPS)
     mox.set_flag("amp_level", level)
-    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn, optimizer_fn=optimizer_fn,
-            run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=STEPS)
+    runlib.train(log_dir, runlib.input_fn_for(images, labels), model_fn, optimizer_fn, steps=STEPS,
+                 batch_size=BATCH)
     return runlib.checkpoint_variables(str(log_dir))
 
 

@@ -38,9 +38,8 @@ def numpy_statistics(images, kernel, bias, mean, variance, replicas=1):
 def train(tmp_path, model_fn, images, labels, replicas=1):
     # A rate far below float32's resolution of the weights: the Dense kernel stays as it was,
     # so the numpy reference can use it, while the moving statistics follow the batches.
-    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
-            optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=1e-30), run_mode=mox.ModeKeys.TRAIN,
-            batch_size=BATCH // replicas, log_dir=str(tmp_path), max_number_of_steps=STEPS)
+    runlib.train(tmp_path, runlib.input_fn_for(images, labels), model_fn,
+                 mox.get_optimizer_fn("sgd", learning_rate=1e-30), steps=STEPS, batch_size=BATCH // replicas)
 
 
 def test_a_closed_over_pretrained_batchnorm_keeps_its_statistics_through_the_build(tmp_path):

@@ -37,9 +37,8 @@ def optimizer_fn(thor=None):
 def train(log_dir, steps, optimizer, amp_level="O0"):
     images, labels = runlib.mnist_rows(64)
     mox.set_flag("amp_level", amp_level)
-    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.mlp_model_fn,
-                   optimizer_fn=optimizer, run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=str(log_dir),
-                   max_number_of_steps=steps, log_every_n_steps=100)
+    return runlib.train(log_dir, runlib.input_fn_for(images, labels), runlib.mlp_model_fn, optimizer,
+                        steps=steps, batch_size=BATCH, log_every_n_steps=100)
 
 
 THOR = {"frequency": 2, "block_size": 128}

@@ -28,9 +28,8 @@ def _two_layer_model_fn(inputs, mode):
 
 def _train(log_dir, model_fn, steps=3, **kwargs):
     images, labels = runlib.mnist_rows(96)
-    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
-                   optimizer_fn=mox.get_optimizer_fn("sgd", 0.5), run_mode=mox.ModeKeys.TRAIN,
-                   batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=steps, **kwargs)
+    return runlib.train(log_dir, runlib.input_fn_for(images, labels), model_fn,
+                        mox.get_optimizer_fn("sgd", 0.5), steps=steps, batch_size=BATCH, **kwargs)
 
 
 def test_var_scopes_with_one_loss_trains_only_that_scope(tmp_path):

@@ -67,9 +67,8 @@ def unnamed_inserted_model_fn(inputs, mode):
 
 def _run(log_dir, model_fn, steps, lr=0.05, **kwargs):
     images, labels = runlib.mnist_rows(128)
-    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
-                   optimizer_fn=mox.get_optimizer_fn("sgd", lr), run_mode=mox.ModeKeys.TRAIN,
-                   batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=steps, **kwargs)
+    return runlib.train(log_dir, runlib.input_fn_for(images, labels), model_fn,
+                        mox.get_optimizer_fn("sgd", lr), steps=steps, batch_size=BATCH, **kwargs)
 
 
 def test_warm_start_with_an_inserted_layer_restores_each_variable_by_name(tmp_path):
@@ -180,9 +179,8 @@ OPTIMIZER_STACKS = {
 
 def _run_stack(log_dir, model_fn, steps, stack):
     images, labels = runlib.mnist_rows(128)
-    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
-                   optimizer_fn=OPTIMIZER_STACKS[stack](), run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH,
-                   log_dir=str(log_dir), max_number_of_steps=steps, save_model_steps=1)
+    return runlib.train(log_dir, runlib.input_fn_for(images, labels), model_fn, OPTIMIZER_STACKS[stack](),
+                        steps=steps, batch_size=BATCH, save_model_steps=1)
 
 
 @pytest.mark.parametrize("stack", list(OPTIMIZER_STACKS))

@@ -67,9 +67,8 @@ def _run(log_dir, model_fn, steps, lr=0.05, momentum=0.0, frozen="", **kwargs):
     mox.set_flag("trainable_exclude_patterns", frozen)
     images, labels = runlib.mnist_rows(64)
     optimizer = mox.get_optimizer_fn("momentum", lr, momentum=momentum) if momentum else mox.get_optimizer_fn("sgd", lr)
-    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn, optimizer_fn=optimizer,
-                   run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=str(log_dir),
-                   max_number_of_steps=steps, **kwargs)
+    return runlib.train(log_dir, runlib.input_fn_for(images, labels), model_fn, optimizer, steps=steps,
+                        batch_size=BATCH, **kwargs)
 
 
 @pytest.mark.parametrize("inside", [True, False], ids=["built-inside", "closed-over"])

@@ -15,9 +15,8 @@ def earlier_run(tmp_path_factory):
     """A log_dir holding an earlier run's checkpoint and summaries."""
     log_dir = tmp_path_factory.mktemp("earlier")
     images, labels = runlib.mnist_rows(100)
-    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.softmax_model_fn,
-            optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=0.1), run_mode=mox.ModeKeys.TRAIN,
-            batch_size=10, log_dir=str(log_dir), max_number_of_steps=3, save_summary_steps=1)
+    runlib.train(log_dir, runlib.input_fn_for(images, labels), runlib.softmax_model_fn,
+                 mox.get_optimizer_fn("sgd", learning_rate=0.1), steps=3, batch_size=10, save_summary_steps=1)
     return log_dir
 
 

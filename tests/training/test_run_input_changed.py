@@ -19,9 +19,8 @@ BATCH = 16
 
 
 def _train(log_dir, input_fn, steps):
-    return mox.run(input_fn=input_fn, model_fn=runlib.softmax_model_fn,
-                   optimizer_fn=mox.get_optimizer_fn("momentum", 0.5, momentum=0.9), run_mode=mox.ModeKeys.TRAIN,
-                   batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=steps)
+    return runlib.train(log_dir, input_fn, runlib.softmax_model_fn,
+                        mox.get_optimizer_fn("momentum", 0.5, momentum=0.9), steps=steps, batch_size=BATCH)
 
 
 def _numpy(images, labels, batch_indices):

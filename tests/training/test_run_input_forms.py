@@ -24,10 +24,8 @@ def data():
 
 
 def _train(input_fn, log_dir, **kwargs):
-    kwargs.setdefault("max_number_of_steps", 10 ** 9)
-    return mox.run(input_fn=input_fn, model_fn=runlib.softmax_model_fn,
-                   optimizer_fn=mox.get_optimizer_fn("sgd", 0.5), run_mode=mox.ModeKeys.TRAIN,
-                   log_dir=str(log_dir), **kwargs)
+    return runlib.train(log_dir, input_fn, runlib.softmax_model_fn, mox.get_optimizer_fn("sgd", 0.5),
+                        steps=10 ** 9, **kwargs)
 
 
 def _evaluate(input_fn, log_dir, **kwargs):

@@ -27,10 +27,9 @@ def trained(tmp_path_factory):
 
     from moxlite import flags
     flags.reset_flags()
-    mox.run(input_fn=input_fn, model_fn=runlib.softmax_model_fn,
-            optimizer_fn=mox.get_optimizer_fn("momentum", learning_rate=0.1, momentum=0.9),
-            run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=log_dir, max_number_of_steps=30,
-            log_every_n_steps=10)
+    runlib.train(log_dir, input_fn, runlib.softmax_model_fn,
+                 mox.get_optimizer_fn("momentum", learning_rate=0.1, momentum=0.9), steps=30,
+                 batch_size=BATCH, log_every_n_steps=10)
     kernel, bias = runlib.checkpoint_variables(log_dir)
     return dict(log_dir=log_dir, input_fn=input_fn, kernel=kernel, bias=bias,
                 eval_images=eval_images, eval_labels=eval_labels)

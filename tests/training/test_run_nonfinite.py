@@ -30,10 +30,9 @@ def _poisoned(images, bad_batches):
 def _train(log_dir, images, labels, num_gpus=1, steps=30, momentum=0.0, **kwargs):
     mox.set_flag("num_gpus", num_gpus)
     extra = {"momentum": momentum} if momentum else {}
-    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.softmax_model_fn,
-                   optimizer_fn=mox.get_optimizer_fn("momentum" if momentum else "sgd", 0.5, **extra),
-                   run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH // num_gpus, log_dir=str(log_dir),
-                   max_number_of_steps=steps, save_model_steps=5, keep_checkpoint_max=1, **kwargs)
+    return runlib.train(log_dir, runlib.input_fn_for(images, labels), runlib.softmax_model_fn,
+                        mox.get_optimizer_fn("momentum" if momentum else "sgd", 0.5, **extra), steps=steps,
+                        batch_size=BATCH // num_gpus, save_model_steps=5, keep_checkpoint_max=1, **kwargs)
 
 
 def _numpy(images, labels, num_steps, skipped=(), momentum=0.0):
@@ -160,10 +159,9 @@ def _train_poisoned(log_dir, model_fn, bad_batch, num_gpus=1, steps_per_loop=1, 
     def input_fn(mode):
         return tf.data.Dataset.from_tensor_slices((images, labels, poison)).repeat()
 
-    mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", 0.5),
-            run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH // num_gpus, log_dir=str(log_dir),
-            max_number_of_steps=30, save_model_steps=5, keep_checkpoint_max=1, steps_per_loop=steps_per_loop,
-            **kwargs)
+    runlib.train(log_dir, input_fn, model_fn, mox.get_optimizer_fn("sgd", 0.5), steps=30,
+                 batch_size=BATCH // num_gpus, save_model_steps=5, keep_checkpoint_max=1,
+                 steps_per_loop=steps_per_loop, **kwargs)
     return images, labels
 
 

@@ -25,9 +25,8 @@ def _run(log_dir, repeat=REPEATS):
         dataset = tf.data.Dataset.from_tensor_slices((images, labels))
         return dataset.repeat(repeat) if repeat else dataset.repeat()
 
-    return mox.run(input_fn=input_fn, model_fn=runlib.softmax_model_fn,
-                   optimizer_fn=mox.get_optimizer_fn("sgd", RATES), run_mode=mox.ModeKeys.TRAIN,
-                   batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=SAMPLES * REPEATS // BATCH)
+    return runlib.train(log_dir, input_fn, runlib.softmax_model_fn, mox.get_optimizer_fn("sgd", RATES),
+                        steps=SAMPLES * REPEATS // BATCH, batch_size=BATCH)
 
 
 def _numpy(images, labels, samples_per_epoch, num_steps):

@@ -21,9 +21,8 @@ NOTICE = "Checkpoints cannot save the input position because input_fn's pipeline
 
 
 def _train(log_dir, input_fn, steps, model_fn=runlib.softmax_model_fn, **kwargs):
-    return mox.run(input_fn=input_fn, model_fn=model_fn,
-                   optimizer_fn=mox.get_optimizer_fn("momentum", 0.5, momentum=0.9), run_mode=mox.ModeKeys.TRAIN,
-                   batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=steps, **kwargs)
+    return runlib.train(log_dir, input_fn, model_fn, mox.get_optimizer_fn("momentum", 0.5, momentum=0.9),
+                        steps=steps, batch_size=BATCH, **kwargs)
 
 
 def _numpy(images, labels, num_steps):

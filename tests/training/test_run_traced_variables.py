@@ -36,8 +36,8 @@ INPUT_FN = paths.input_fn_for(IMAGES, LABELS)
 
 
 def train(log_dir, model_fn, steps=STEPS):
-    mox.run(input_fn=INPUT_FN, model_fn=model_fn, optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=0.1),
-            run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=steps)
+    runlib.train(log_dir, INPUT_FN, model_fn, mox.get_optimizer_fn("sgd", learning_rate=0.1), steps=steps,
+                 batch_size=BATCH)
     return runlib.checkpoint_by_name(str(log_dir))
 
 

@@ -14,14 +14,9 @@ STEPS = 12
 
 def train(log_dir, model_fn=runlib.softmax_model_fn, input_fn=None, optimizer_fn=None, **kwargs):
     images, labels = runlib.mnist_rows(400)
-    arguments = dict(
-        input_fn=input_fn or runlib.input_fn_for(images, labels),
-        model_fn=model_fn,
-        optimizer_fn=optimizer_fn or mox.get_optimizer_fn("sgd", learning_rate=0.5),
-        run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=str(log_dir),
-        max_number_of_steps=STEPS, log_every_n_steps=4)
-    arguments.update(kwargs)
-    return mox.run(**arguments)
+    kwargs = {"batch_size": BATCH, "log_every_n_steps": 4, **kwargs}
+    return runlib.train(log_dir, input_fn or runlib.input_fn_for(images, labels), model_fn,
+                        optimizer_fn or mox.get_optimizer_fn("sgd", learning_rate=0.5), steps=STEPS, **kwargs)
 
 
 @pytest.mark.parametrize("name, kwargs, momentum", [

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
+from tests import runlib
 
 BATCH = 8
 RNG = np.random.RandomState(0)
@@ -51,8 +52,8 @@ def model_fn_for(build, built):
 
 
 def train_then_evaluate(tmp_path, train_fn, eval_fn):
-    mox.run(input_fn=input_fn, model_fn=train_fn, optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=0.5),
-            run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=str(tmp_path), max_number_of_steps=3)
+    runlib.train(tmp_path, input_fn, train_fn, mox.get_optimizer_fn("sgd", learning_rate=0.5), steps=3,
+                 batch_size=BATCH)
     return mox.run(input_fn=input_fn, model_fn=eval_fn, run_mode=mox.ModeKeys.EVAL, batch_size=BATCH,
                    checkpoint_path=str(tmp_path))
 

@@ -24,9 +24,8 @@ def stack(num_batches):
 
 def train(log_dir, optimizer_fn, batch_size, steps):
     images, labels = runlib.mnist_rows(400)
-    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.mlp_model_fn,
-                   optimizer_fn=optimizer_fn, run_mode=mox.ModeKeys.TRAIN, batch_size=batch_size,
-                   log_dir=str(log_dir), max_number_of_steps=steps, log_every_n_steps=4)
+    return runlib.train(log_dir, runlib.input_fn_for(images, labels), runlib.mlp_model_fn, optimizer_fn,
+                        steps=steps, batch_size=batch_size, log_every_n_steps=4)
 
 
 @pytest.mark.parametrize("num_gpus", [1, 2])

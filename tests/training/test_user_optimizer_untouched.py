@@ -52,9 +52,9 @@ def _run(log_dir, images, labels, made, num_gpus=1, jit_compile=False):
         return optimizer
 
     mox.set_flag("num_gpus", num_gpus)
-    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=tiny_model_fn, optimizer_fn=optimizer_fn,
-            run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH // num_gpus, log_dir=str(log_dir),
-            max_number_of_steps=4, log_every_n_steps=2, save_summary_steps=0, jit_compile=jit_compile)
+    runlib.train(log_dir, runlib.input_fn_for(images, labels), tiny_model_fn, optimizer_fn, steps=4,
+                 batch_size=BATCH // num_gpus, log_every_n_steps=2, save_summary_steps=0,
+                 jit_compile=jit_compile)
 
 
 @pytest.mark.parametrize("num_gpus, jit_compile", [(1, False), (2, True)])

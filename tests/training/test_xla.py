@@ -88,10 +88,9 @@ def train(log_dir, jit_compile, steps=4, optimizer="momentum", num_gpus=1, model
         mox.set_flag("amp_level", "O1")
         mox.set_flag("loss_scale", "dynamic")
     images, labels = _rows()
-    result = mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
-                     optimizer_fn=OPTIMIZERS[optimizer](), run_mode=mox.ModeKeys.TRAIN,
-                     batch_size=BATCH // num_gpus, log_dir=str(log_dir), max_number_of_steps=steps,
-                     log_every_n_steps=2, save_summary_steps=0, jit_compile=jit_compile)
+    result = runlib.train(log_dir, runlib.input_fn_for(images, labels), model_fn, OPTIMIZERS[optimizer](),
+                          steps=steps, batch_size=BATCH // num_gpus, log_every_n_steps=2,
+                          save_summary_steps=0, jit_compile=jit_compile)
     return result, [np.asarray(value) for value in runlib.checkpoint_variables(str(log_dir))]
 
 

@@ -14,9 +14,8 @@ TOLERANCE = 0.05   # of the largest weight change: float16 statistics perturb th
 def train(log_dir, level):
     images, labels = runlib.mnist_rows(BATCH * STEPS)
     mox.set_flag("amp_level", level)
-    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=runlib.mlp_model_fn,
-            optimizer_fn=thorlib.thor_optimizer_fn(damping=0.05, frequency=2), run_mode=mox.ModeKeys.TRAIN,
-            batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=STEPS)
+    runlib.train(log_dir, runlib.input_fn_for(images, labels), runlib.mlp_model_fn,
+                 thorlib.thor_optimizer_fn(damping=0.05, frequency=2), steps=STEPS, batch_size=BATCH)
     return runlib.checkpoint_variables(log_dir)
 
 

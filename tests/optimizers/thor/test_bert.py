@@ -30,9 +30,9 @@ def _numpy_reference_test(tmp_path, include, preconditioned):
     start = [v.numpy() for v in model.trainable_variables]
     thor = dict(THOR, **({"include": [include]} if include else {}))
     lr, momentum = thor.pop("lr"), thor.pop("momentum")
-    mox.run(input_fn=thorbertlib.input_fn_for(tokens, segments, labels), model_fn=thorbertlib.closed_over_model_fn(model),
-            optimizer_fn=thorbertlib.thor_optimizer_fn(lr, momentum, **thor), run_mode=mox.ModeKeys.TRAIN,
-            batch_size=BATCH, log_dir=str(tmp_path), max_number_of_steps=2)
+    runlib.train(tmp_path, thorbertlib.input_fn_for(tokens, segments, labels),
+                 thorbertlib.closed_over_model_fn(model), thorbertlib.thor_optimizer_fn(lr, momentum, **thor),
+                 steps=2, batch_size=BATCH)
     trained = runlib.checkpoint_by_name(str(tmp_path))
     for variable, value in zip(model.trainable_variables, start):
         variable.assign(value)

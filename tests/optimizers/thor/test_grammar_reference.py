@@ -22,9 +22,9 @@ BATCH = 8
 
 
 def _train(log_dir, network, features, batch):
-    mox.run(input_fn=thormlmlib.input_fn_for(features), model_fn=network.model_fn,
-            optimizer_fn=thormlmlib.thor_optimizer_fn(STEPS, FREQUENCY), run_mode=mox.ModeKeys.TRAIN,
-            batch_size=batch, log_dir=str(log_dir), max_number_of_steps=STEPS, log_every_n_steps=STEPS)
+    runlib.train(log_dir, thormlmlib.input_fn_for(features), network.model_fn,
+                 thormlmlib.thor_optimizer_fn(STEPS, FREQUENCY), steps=STEPS, batch_size=batch,
+                 log_every_n_steps=STEPS)
     return runlib.checkpoint_by_name(str(log_dir))
 
 

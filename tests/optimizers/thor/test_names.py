@@ -27,8 +27,8 @@ def _sgd_thor(**thor):
 
 def _run(log_dir, model_fn, optimizer_fn, inputs, steps):
     images, labels = inputs
-    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn, optimizer_fn=optimizer_fn,
-            run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=steps)
+    runlib.train(log_dir, runlib.input_fn_for(images, labels), model_fn, optimizer_fn, steps=steps,
+                 batch_size=BATCH)
     return runlib.checkpoint_variables(log_dir)
 
 

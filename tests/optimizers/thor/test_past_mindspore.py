@@ -21,9 +21,8 @@ BATCH = 16
 def _run(log_dir, optimizer_fn, steps, batch=BATCH, images=None, labels=None):
     if images is None:
         images, labels = thorlib.small_digits(BATCH * 2 * 8)
-    mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=thorlib.conv_model_fn("same"),
-            optimizer_fn=optimizer_fn, run_mode=mox.ModeKeys.TRAIN, batch_size=batch, log_dir=str(log_dir),
-            max_number_of_steps=steps, log_every_n_steps=100)
+    runlib.train(log_dir, runlib.input_fn_for(images, labels), thorlib.conv_model_fn("same"), optimizer_fn,
+                 steps=steps, batch_size=batch, log_every_n_steps=100)
     return thorlib.model_variables(log_dir)
 
 

@@ -21,9 +21,8 @@ SETTINGS = dict(lr=0.1, momentum=0.9, damping=0.03, frequency=2)
 
 
 def _train(log_dir, model_fn, inputs, labels, optimizer_fn, steps, batch=BATCH):
-    mox.run(input_fn=runlib.input_fn_for(inputs, labels), model_fn=model_fn, optimizer_fn=optimizer_fn,
-            run_mode=mox.ModeKeys.TRAIN, batch_size=batch, log_dir=str(log_dir),
-            max_number_of_steps=steps, log_every_n_steps=100)
+    runlib.train(log_dir, runlib.input_fn_for(inputs, labels), model_fn, optimizer_fn, steps=steps,
+                 batch_size=batch, log_every_n_steps=100)
     return runlib.checkpoint_by_name(str(log_dir))
 
 

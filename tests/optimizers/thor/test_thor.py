@@ -13,9 +13,8 @@ BATCH = 16
 
 
 def _train(log_dir, model_fn, inputs, labels, optimizer_fn, steps, batch=BATCH):
-    return mox.run(input_fn=runlib.input_fn_for(inputs, labels), model_fn=model_fn, optimizer_fn=optimizer_fn,
-                   run_mode=mox.ModeKeys.TRAIN, batch_size=batch, log_dir=str(log_dir),
-                   max_number_of_steps=steps, log_every_n_steps=100)
+    return runlib.train(log_dir, runlib.input_fn_for(inputs, labels), model_fn, optimizer_fn, steps=steps,
+                        batch_size=batch, log_every_n_steps=100)
 
 
 @pytest.mark.parametrize("padding", ["same", "valid"])

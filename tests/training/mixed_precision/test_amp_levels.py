@@ -64,9 +64,8 @@ def expected(level, compute, name, cls):
 
 def train(log_dir, model_fn, steps=STEPS):
     images, labels = runlib.mnist_rows(64)
-    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
-                   optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=0.1), run_mode=mox.ModeKeys.TRAIN,
-                   batch_size=BATCH, log_dir=str(log_dir), max_number_of_steps=steps)
+    return runlib.train(log_dir, runlib.input_fn_for(images, labels), model_fn,
+                        mox.get_optimizer_fn("sgd", learning_rate=0.1), steps=steps, batch_size=BATCH)
 
 
 def table(layers):

@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
+from tests import runlib
 
 VOCABULARY, LENGTH, BATCH, CLASSES = 20, 7, 8, 3
 
@@ -74,9 +75,8 @@ def _train(tmp_path, kind, inside, level, compute_dtype, steps):
 
     ids, labels = _data()
     log_dir = tmp_path / f"{level}-{compute_dtype}"
-    mox.run(input_fn=lambda mode: tf.data.Dataset.from_tensor_slices((ids, labels)).repeat(), model_fn=model_fn,
-            optimizer_fn=mox.get_optimizer_fn("sgd", 0.5), run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH,
-            log_dir=str(log_dir), max_number_of_steps=steps, log_every_n_steps=1)
+    runlib.train(log_dir, lambda mode: tf.data.Dataset.from_tensor_slices((ids, labels)).repeat(), model_fn,
+                 mox.get_optimizer_fn("sgd", 0.5), steps=steps, batch_size=BATCH, log_every_n_steps=1)
     reader = tf.train.load_checkpoint(str(log_dir))
     weights = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
                if name.startswith("model/")}

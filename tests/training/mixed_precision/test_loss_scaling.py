@@ -41,10 +41,9 @@ def train(log_dir, arrays, num_gpus=1, optimizer_fn=None, steps=STEPS):
     def input_fn(mode):
         return tf.data.Dataset.from_tensor_slices(arrays).repeat()
 
-    return mox.run(input_fn=input_fn, model_fn=model_fn,
-                   optimizer_fn=optimizer_fn or mox.get_optimizer_fn("sgd", learning_rate=LEARNING_RATE),
-                   run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH // num_gpus, log_dir=str(log_dir),
-                   max_number_of_steps=steps, log_every_n_steps=1, save_summary_steps=1)
+    return runlib.train(log_dir, input_fn, model_fn,
+                        optimizer_fn or mox.get_optimizer_fn("sgd", learning_rate=LEARNING_RATE), steps=steps,
+                        batch_size=BATCH // num_gpus, log_every_n_steps=1, save_summary_steps=1)
 
 
 def numpy_sgd(images, labels, steps, skipped=(), clip=0.0, clip_type="global_norm", accumulate=1):

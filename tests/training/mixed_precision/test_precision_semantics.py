@@ -31,10 +31,9 @@ def model_fn_over(model, seen=None):
 
 def train(log_dir, model_fn, steps=3, optimizer_fn=None, **kwargs):
     images, labels = runlib.mnist_rows(BATCH * 4)
-    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
-                   optimizer_fn=optimizer_fn or mox.get_optimizer_fn("sgd", learning_rate=0.1),
-                   run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=str(log_dir),
-                   max_number_of_steps=steps, **kwargs)
+    return runlib.train(log_dir, runlib.input_fn_for(images, labels), model_fn,
+                        optimizer_fn or mox.get_optimizer_fn("sgd", learning_rate=0.1), steps=steps,
+                        batch_size=BATCH, **kwargs)
 
 
 def keras_classes():

@@ -15,9 +15,9 @@ STEPS = 6
 def train(log_dir, model_fn=runlib.softmax_model_fn, num_gpus=1):
     mox.set_flag("num_gpus", num_gpus)
     images, labels = runlib.mnist_rows(400)
-    return mox.run(input_fn=runlib.input_fn_for(images, labels), model_fn=model_fn,
-                   optimizer_fn=mox.get_optimizer_fn("sgd", learning_rate=0.5), run_mode=mox.ModeKeys.TRAIN,
-                   batch_size=BATCH // num_gpus, log_dir=str(log_dir), max_number_of_steps=STEPS)
+    return runlib.train(log_dir, runlib.input_fn_for(images, labels), model_fn,
+                        mox.get_optimizer_fn("sgd", learning_rate=0.5), steps=STEPS,
+                        batch_size=BATCH // num_gpus)
 
 
 def reference(**kwargs):
