@@ -2,18 +2,84 @@
 
 import contextlib
 
+import numpy as np
 import tensorflow as tf
 
-from moxlite.training.trainers.async_trainer import AsyncTrainer
+import moxlite as mox
+from moxlite.training import training_job
 from moxlite.training.state.input_resume import RestartingTrainer
-from moxlite.training.trainers.sync_trainer import SyncTrainer
 from moxlite.training.trainer_protocol import Trainer
+from tests import runlib
+
+# What a one-process run asks of its SyncTrainer, which writes its own summaries. A trainer that
+# leaves them to the controller is also asked its learning_rate, and one with workers any_worker.
+ASKED = {"run_steps", "writes_summaries", "finish", "user_summaries", "close"}
 
 
-def test_every_trainer_implements_every_method_of_the_protocol():
-    for trainer_class in (SyncTrainer, AsyncTrainer, RestartingTrainer):
-        assert issubclass(trainer_class, Trainer)
-        assert not trainer_class.__abstractmethods__, trainer_class
+class _ProtocolOnly(Trainer):
+    """The trainer a run built, reachable through the protocol's members only: anything else the
+    runner asked of it would be an AttributeError. ``asked`` lists the members it was asked for."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.asked = []
+
+    def _ask(self, name, *args, **kwargs):
+        self.asked.append(name)
+        return getattr(self._inner, name)(*args, **kwargs)
+
+    def run_steps(self, num_steps, check_state=False, summary_since=None):
+        return self._ask("run_steps", num_steps, check_state=check_state, summary_since=summary_since)
+
+    @property
+    def writes_summaries(self):
+        self.asked.append("writes_summaries")
+        return self._inner.writes_summaries
+
+    def learning_rate(self):
+        return self._ask("learning_rate")
+
+    def finish(self, counted_step):
+        return self._ask("finish", counted_step)
+
+    def any_worker(self, requested):
+        return self._ask("any_worker", requested)
+
+    def user_summaries(self):
+        return self._ask("user_summaries")
+
+    def close(self):
+        return self._ask("close")
+
+
+def _train(log_dir):
+    images, labels = runlib.mnist_rows(48)
+    result = runlib.train(log_dir, runlib.input_fn_for(images, labels), runlib.softmax_model_fn,
+                          mox.get_optimizer_fn("momentum", 0.5, momentum=0.9), steps=6, batch_size=8,
+                          log_every_n_steps=2, save_summary_steps=3, save_model_steps=4)
+    return result, runlib.checkpoint_variables(str(log_dir))
+
+
+def test_a_run_drives_its_trainer_through_the_protocol_alone(tmp_path, monkeypatch):
+    """The runner and the controller (log lines, summaries, checkpoints, the stop rule, the end)
+    ask the trainer that the set-up built for the protocol's members and nothing else; the run
+    ends as the same run with the trainer itself."""
+    plain, plain_weights = _train(tmp_path / "plain")
+    wrapped = []
+    set_up = training_job.restore_and_resume
+
+    def restore_and_resume(*args, **kwargs):
+        trainer, checkpointer = set_up(*args, **kwargs)
+        wrapped.append(_ProtocolOnly(trainer))
+        return wrapped[-1], checkpointer
+
+    monkeypatch.setattr(training_job, "restore_and_resume", restore_and_resume)
+    result, weights = _train(tmp_path / "protocol")
+    assert len(wrapped) == 1
+    assert set(wrapped[0].asked) == ASKED, sorted(set(wrapped[0].asked))
+    assert result["global_step"] == plain["global_step"] == 6
+    for got, want in zip(weights, plain_weights):
+        np.testing.assert_array_equal(got, want)
 
 
 class _Recording(Trainer):
