@@ -22,7 +22,6 @@ from moxlite import errors
 from moxlite.data import datasets, sources
 from moxlite.recipes import cli
 from tests import runlib
-
 from tests import ROOT
 
 

@@ -14,6 +14,7 @@ from moxlite import conformance, conformance_links
 from moxlite.data import conformance_rows
 
 from tests import ROOT
+
 ALL_ROWS = list(conformance.ROWS) + list(conformance_rows.ROWS)
 
 

@@ -14,7 +14,6 @@ import sys
 import textwrap
 
 from tests.s3lib import s3  # noqa: F401 -- the module's S3 server fixture
-
 from tests import ROOT
 
 

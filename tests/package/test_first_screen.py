@@ -14,8 +14,8 @@ import pytest
 import moxlite as mox
 from moxlite import logs
 from tests import runlib
-
 from tests import ROOT as REPO
+
 QUICK_START = os.path.join(REPO, "recipes", "mnist_mlp.yaml")
 
 

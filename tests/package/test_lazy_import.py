@@ -21,6 +21,7 @@ import yaml
 import moxlite
 
 from tests import ROOT as REPO
+
 CASES_PATH = os.path.join(REPO, "tests", "bad_recipes", "cases.yaml")
 with open(CASES_PATH, encoding="utf-8") as _handle:
     CASES = yaml.safe_load(_handle)

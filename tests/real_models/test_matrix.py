@@ -45,8 +45,8 @@ import tensorflow as tf
 
 import moxlite as mox
 from tests import realmodels, runlib, thorlib
-
 from tests import ROOT
+
 LEVELS = ("O0", "O1", "THOR")
 CHECKS = ("train", "resume", "replicas", "export", "eval", "fresh_eval")
 STEPS = 4

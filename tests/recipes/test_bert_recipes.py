@@ -9,6 +9,7 @@ import tensorflow as tf
 from moxlite.recipes import builders, cli, loader
 
 from tests import ROOT as REPO
+
 TINY_THOR = os.path.join(REPO, "recipes", "bert_tiny_mlm_thor.yaml")
 TINY_LAMB = os.path.join(REPO, "recipes", "bert_tiny_mlm_lamb.yaml")
 PRETRAIN = {size: os.path.join(REPO, "recipes", f"bert_{size}_pretrain_thor.yaml") for size in ("base", "large")}

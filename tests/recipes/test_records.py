@@ -17,6 +17,7 @@ import yaml
 from moxlite.recipes import cli, loader
 
 from tests import ROOT as REPO
+
 QUICK_START = os.path.join(REPO, "recipes", "mnist_mlp.yaml")
 
 

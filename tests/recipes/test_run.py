@@ -19,8 +19,8 @@ from moxlite.data import datasets, mnist
 from moxlite.models import build_model_fn
 from moxlite.recipes import cli, loader
 from tests import runlib
-
 from tests import ROOT as REPO
+
 QUICK_START = os.path.join(REPO, "recipes", "mnist_mlp.yaml")
 RESULT = re.compile(r"^\[RESULT\] accuracy: (\d\.\d+)", re.MULTILINE)
 

@@ -10,8 +10,8 @@ from moxlite import context
 from moxlite.optimizers import current_learning_rate
 from moxlite.recipes import builders, cli, loader
 from tests.optimizers.thor.test_schedules import mindspore_lr_table
-
 from tests import ROOT as REPO
+
 MLP = os.path.join(REPO, "recipes", "mnist_mlp.yaml")
 
 

@@ -10,8 +10,8 @@ import moxlite as mox
 from moxlite.recipes import cli
 from tests import runlib
 from tests.recipes.test_run import RESULT, checkpoint_model_weights, run_recipe
-
 from tests import ROOT as REPO
+
 VIT_RECIPE = os.path.join(REPO, "recipes", "vit_digits_amp.yaml")
 SWIN_RECIPE = os.path.join(REPO, "recipes", "swin_tiny_imagenet.yaml")
 # The recipe's ViT, made smaller and shorter so that four levels fit in a test.

@@ -11,6 +11,7 @@ from moxlite.recipes import cli
 from moxlite.training import config
 
 from tests import ROOT as REPO
+
 QUICK_START = os.path.join(REPO, "recipes", "mnist_mlp.yaml")
 
 

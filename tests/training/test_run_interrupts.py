@@ -21,7 +21,6 @@ import pytest
 from moxlite.distribute import cluster
 from moxlite.recipes import cli
 from tests import runlib
-
 from tests import ROOT
 
 

@@ -12,7 +12,6 @@ import moxlite as mox
 from moxlite.optimizers.thor import factors as thor_factors
 from moxlite.optimizers.thor import inverse as thor_inverse
 from tests import runlib, thorlib
-
 from tests import ROOT
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import thor_plan  # noqa: E402

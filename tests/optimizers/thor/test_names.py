@@ -13,8 +13,8 @@ import numpy as np
 import moxlite as mox
 from tests import runlib, thorlib
 from tests.precisionlib import make_model
-
 from tests import ROOT
+
 BATCH = 16
 
 
