@@ -14,11 +14,11 @@ from tests import runlib
 BATCH = 16
 
 
-def train(log_dir, steps, model_fn=runlib.mlp_model_fn, **kwargs):
+def train(log_dir, steps, model_fn=runlib.mlp_model_fn, optimizer_fn=None, **kwargs):
     images, labels = runlib.mnist_rows(300)
     kwargs = {"batch_size": BATCH, "log_every_n_steps": 5, **kwargs}
     return runlib.train(log_dir, runlib.input_fn_for(images, labels, shuffle_seed=7), model_fn,
-                        mox.get_optimizer_fn("adam", learning_rate=0.01), steps=steps, **kwargs)
+                        optimizer_fn or mox.get_optimizer_fn("adam", learning_rate=0.01), steps=steps, **kwargs)
 
 
 @pytest.mark.parametrize("num_gpus", [1, 2])

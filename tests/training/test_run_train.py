@@ -14,9 +14,10 @@ STEPS = 12
 
 def train(log_dir, model_fn=runlib.softmax_model_fn, input_fn=None, optimizer_fn=None, **kwargs):
     images, labels = runlib.mnist_rows(400)
+    steps = kwargs.pop("max_number_of_steps", STEPS)
     kwargs = {"batch_size": BATCH, "log_every_n_steps": 4, **kwargs}
     return runlib.train(log_dir, input_fn or runlib.input_fn_for(images, labels), model_fn,
-                        optimizer_fn or mox.get_optimizer_fn("sgd", learning_rate=0.5), steps=STEPS, **kwargs)
+                        optimizer_fn or mox.get_optimizer_fn("sgd", learning_rate=0.5), steps=steps, **kwargs)
 
 
 @pytest.mark.parametrize("name, kwargs, momentum", [
