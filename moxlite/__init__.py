@@ -7,7 +7,7 @@
 The package face is lazy (PEP 562): ``import moxlite`` imports no TensorFlow,
 and each public name is imported on first use. This keeps ``moxlite-run
 --help``, ``--help-recipe`` and the rejection of a bad recipe free of
-TensorFlow's start-up (seconds). tests/test_lazy_import.py holds that promise.
+TensorFlow's start-up (seconds). tests/package/test_lazy_import.py holds that promise.
 
 To export a name, add one line to ``_EXPORTS``: the name, then where it lives,
 as ``"package.module:attribute"`` for an object or ``"package.module"`` for a

@@ -3,7 +3,7 @@
 moxlite pins TensorFlow 2.21 and Keras 3.15. The helpers below reach into
 their internals where no public API does the job; each says what it relies on
 and why no public API serves, and raises ``CompatibilityError`` naming the
-missing piece when a version no longer has it. tests/test_compat.py holds one
+missing piece when a version no longer has it. tests/package/test_compat.py holds one
 test per helper, so an upgrade that changes one of them fails there with that
 name instead of as a wrong number somewhere in a run.
 """

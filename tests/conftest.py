@@ -173,9 +173,9 @@ def launches():
 @pytest.fixture(scope="session")
 def sync_run_stopped_by_sigterm(tmp_path_factory):
     """``distlib.stopped_and_resumed_sync_run``: one cluster (four TensorFlow processes, two
-    runs) for the two tests that check it, test_distributed_training's resume and
-    test_run_interrupts' SIGTERM forwarding. Both are in the cluster group (they are marked
-    ``cluster``), so under xdist one worker runs both and starts it once."""
+    runs) for the two tests that check it, tests/distribute/test_training.py's resume and
+    tests/training/test_run_interrupts.py's SIGTERM forwarding. Both are in the cluster group
+    (they are marked ``cluster``), so under xdist one worker runs both and starts it once."""
     from tests import distlib
 
     return distlib.stopped_and_resumed_sync_run(tmp_path_factory.mktemp("sync_run_stopped_by_sigterm"))

@@ -73,6 +73,17 @@ def mlp_model_fn(inputs, mode):
     return spec_for(images, labels, logits)
 
 
+def train(log_dir, input_fn, model_fn, optimizer_fn, *, steps, batch_size=None, **arguments):
+    """``mox.run`` in TRAIN mode: ``steps`` steps of ``input_fn``'s batches of ``batch_size``
+    samples (per replica) through ``model_fn`` and ``optimizer_fn``, into ``log_dir``.
+
+    The tests' one way to train: every other argument of ``mox.run`` (log cadence,
+    checkpoints, ``jit_compile`` ...) is passed as given. Returns ``mox.run``'s result.
+    """
+    return mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=optimizer_fn, run_mode=mox.ModeKeys.TRAIN,
+                   batch_size=batch_size, log_dir=str(log_dir), max_number_of_steps=steps, **arguments)
+
+
 def checkpoint_variables(log_dir):
     """model_fn's variables from the newest checkpoint in ``log_dir``, in creation order
     (the order the checkpoint records next to its name-keyed variables)."""

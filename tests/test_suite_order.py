@@ -1,10 +1,12 @@
 """The suite's own scheduling (tests/conftest.py): recorded times read back, longest tests first."""
 
+import ast
+import os
 from types import SimpleNamespace
 
 import pytest
 
-from tests import conftest
+from tests import ROOT, conftest
 
 
 class _Item:
@@ -70,6 +72,52 @@ def test_the_cluster_group_is_marked_before_xdist_reads_the_groups(request):
         clusters = [item for item in request.session.items
                     if "launches" in item.fixturenames or item.get_closest_marker("cluster")]
         assert all(item.nodeid.endswith("@" + conftest.CLUSTER_GROUP) for item in clusters)
+
+
+def _parametrized(function):
+    return any(isinstance(d, ast.Call) and ast.unparse(d.func).endswith("mark.parametrize")
+               for d in function.decorator_list)
+
+
+def _missing_from_the_suite(nodeid):
+    """Why ``nodeid`` (a `--durations` id) names no test of the suite, or None if it names one.
+
+    Read from the source, without importing it: the file, then the class and function names the
+    id gives. An id without parameters must not name a parametrized function (whose ids all carry
+    them); one with parameters is not checked further (a fixture's params make them too)."""
+    path, *names = nodeid.split("::")
+    if not os.path.isfile(os.path.join(ROOT, path)):
+        return "no such file"
+    with open(os.path.join(ROOT, path), encoding="utf-8") as source:
+        body = ast.parse(source.read()).body
+    *classes, function = names
+    for name in classes:
+        found = [node for node in body if isinstance(node, ast.ClassDef) and node.name == name]
+        if not found:
+            return f"no class {name}"
+        body = found[0].body
+    name, parametrized = function.split("[", 1)[0], "[" in function
+    found = [node for node in body if isinstance(node, ast.FunctionDef) and node.name == name]
+    if not found:
+        return f"no function {name}"
+    if not parametrized and _parametrized(found[0]):
+        return f"{name} is parametrized: its ids end in [...]"
+    return None
+
+
+def test_every_test_in_the_times_file_is_in_the_suite():
+    """A test renamed, moved or parametrized after the table was made would keep no place in the
+    order; the table names only tests that exist, by the ids pytest gives them."""
+    missing = {nodeid: why for nodeid in conftest.recorded_test_times()
+               if (why := _missing_from_the_suite(nodeid))}
+    assert not missing, missing
+    assert _missing_from_the_suite("tests/test_suite_order.py::test_no_such_test") == "no function test_no_such_test"
+    assert _missing_from_the_suite("tests/test_no_such_file.py::test_a") == "no such file"
+    assert _missing_from_the_suite("tests/test_warmstart.py::Absent::test_a") == "no class Absent"
+    assert _missing_from_the_suite("tests/test_suite_order.py::test_grappler_is_off_in_the_pytest_process_unless_asked_for") is None
+    ps_nonfinite = "tests/training/test_run_nonfinite.py::test_parameter_server_training_stops_at_a_non_finite_step_and_keeps_finite_checkpoints"
+    assert _missing_from_the_suite(ps_nonfinite).endswith("is parametrized: its ids end in [...]")
+    assert _missing_from_the_suite(ps_nonfinite + "[2]") is None
 
 
 def _meta_optimizer_disabled_for_function_calls():

@@ -1,5 +1,5 @@
 """THOR on issue 32's grammar masked LM, and the same THOR in numpy (the reference of
-tests/test_thor_grammar_reference.py).
+tests/optimizers/thor/test_grammar_reference.py).
 
 The model is the one ``recipes/grammar_mlm_thor.yaml`` trains (keras-hub's BertBackbone, 2 layers,
 128 wide, feed-forward 512, the grammar corpus's 689-word vocabulary, moxlite's masked-LM head tied

@@ -7,7 +7,7 @@
 ``factory``, ``registry`` and the wrapper classes read these tables, and the recipe
 loader checks a recipe against them before TensorFlow is imported, so a typo is
 rejected in a fraction of a second. The Keras argument lists are written out for the
-pinned Keras 3.15; tests/test_compat.py compares them with the classes' signatures.
+pinned Keras 3.15; tests/package/test_compat.py compares them with the classes' signatures.
 """
 
 import dataclasses

@@ -47,7 +47,7 @@ BERT_MODEL_NAMES = ("bert_tiny", "bert_base", "bert_large")   # masked-LM pre-tr
 AMP_LEVELS = ("", "O0", "O1", "O2", "O3")
 RUN_MODES = ("train", "eval", "predict", "export")
 STRATEGIES = ("auto", "mirrored", "multi_worker", "parameter_server", "tpu")
-# moxlite.distribute.cluster.CLUSTER_SOURCES (tests/test_catalog.py keeps them equal).
+# moxlite.distribute.cluster.CLUSTER_SOURCES (tests/optimizers/test_recipe_tables.py keeps them equal).
 CLUSTER_SOURCES = ("auto", "flags", "tf_config", "slurm", "single")
 
 # Schedule name -> keras.optimizers.schedules class name. The accepted
@@ -71,7 +71,7 @@ THOR_SCHEDULES = {
 
 # Schedule name -> (required arguments, optional arguments), in the order of the class's
 # signature (Keras 3.15's, and moxlite.optimizers.thor.schedules'), so that a schedule block
-# is checked without importing TensorFlow; tests/test_catalog.py compares them with the
+# is checked without importing TensorFlow; tests/optimizers/test_recipe_tables.py compares them with the
 # signatures. steps_per_epoch of THOR's schedules is derived from the run when left out.
 SCHEDULE_ARGUMENTS = {
     "piecewise_constant": (("boundaries", "values"), ()),
@@ -515,7 +515,7 @@ class DistributeSection:
 
 
 # Keras 3.15's layer classes (keras.layers), for precision.keep_fp32 without importing Keras;
-# tests/test_catalog.py compares the list with keras.layers. "Layer" itself is left out: it is
+# tests/optimizers/test_recipe_tables.py compares the list with keras.layers. "Layer" itself is left out: it is
 # the base of every layer, so keeping it would keep the whole network in float32. "GELU" names
 # an Activation layer computing GELU (moxlite.training.mixed_precision.levels).
 KERAS_LAYER_NAMES = (

@@ -1,6 +1,6 @@
 """Train a tiny keras-hub BERT built BEFORE run() inside moxlite.strategy_scope(), in whatever cluster the flags say.
 
-Used by tests/test_bert_training.py (one process per task, started by tools/launch_local.py)
+Used by tests/models/test_bert_training.py (one process per task, started by tools/launch_local.py)
 and, imported, for the single-process reference run at the global batch.
 
     python tests/dist_scripts/train_bert.py --log_dir=/tmp/x --steps=3 --batch=4  + MoXing cluster flags

@@ -1,6 +1,6 @@
 """Train an MLP with BatchNormalization on MNIST rows that pass through ``tf.py_function``.
 
-Used by tests/test_clean_exit.py: once under MultiWorkerMirroredStrategy (one
+Used by tests/package/test_clean_exit.py: once under MultiWorkerMirroredStrategy (one
 process per worker, started by tools/launch_local.py), once on two logical CPU
 devices. A run of this kind once left interpreter exit waiting forever; the
 test checks that each process ends by itself.

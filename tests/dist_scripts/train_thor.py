@@ -1,6 +1,6 @@
 """Train the small digits CNN with thor(momentum) through moxlite.run, in whatever cluster the flags say.
 
-Used by tests/test_distributed_thor.py (one process per task, started by tools/launch_local.py)
+Used by tests/distribute/test_thor.py (one process per task, started by tools/launch_local.py)
 and, imported, for the single-process reference run.
 
     python tests/dist_scripts/train_thor.py --log_dir=/tmp/x --steps=6 --batch=16  + MoXing cluster flags

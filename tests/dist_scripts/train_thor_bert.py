@@ -1,5 +1,5 @@
 """Train the tiny keras-hub BERT masked-LM with thor(momentum) through moxlite.run, in whatever
-cluster the flags say (tests/test_distributed_thor.py; imported for the single-process run).
+cluster the flags say (tests/distribute/test_thor.py; imported for the single-process run).
 
     python tests/dist_scripts/train_thor_bert.py --log_dir=/tmp/x --steps=3 --batch=4  + MoXing cluster flags
 """

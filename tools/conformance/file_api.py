@@ -13,7 +13,7 @@ class, argument, mode, method, exception or documented case, with its status:
 Rows from several APIs live side by side: ``ROWS`` is the concatenation of the per-API
 lists, ``API_MODULES`` names the moxlite module each API's names are looked up in, and
 ``resolve`` finds the object a row names. ``tools/conformance_table.py`` prints them as a
-markdown table; ``tests/test_conformance_file.py`` checks the file rows against the module,
+markdown table; ``tests/moxing/test_conformance_file.py`` checks the file rows against the module,
 so the table cannot drift from the code. Import-light: nothing here imports TensorFlow.
 
 Name conventions, by kind: ``function`` / ``class`` / ``exception``: the attribute

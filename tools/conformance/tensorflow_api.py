@@ -6,7 +6,7 @@ Sources, read for these rows: huaweicloud/ModelArts-Lab ``docs/moxing_api_doc/``
 in moxlite: ``module:attribute``, ``module:function(argument)``, or a module path), ``kind``,
 ``status`` (same / different / refused / untested: no test shows it yet), ``note`` (what differs and why, or the refusal's message) and ``test``, the test that shows a "same" row
 (``links.py``, beside this file).
-``tests/test_conformance_rows.py`` checks every row against the code, so the table cannot drift.
+``tests/moxing/test_conformance_rows.py`` checks every row against the code, so the table cannot drift.
 The file-API rows are in ``file_api.py``; ``tools/conformance_table.py`` prints both.
 """
 
@@ -170,7 +170,7 @@ ROWS = [
     *_args("mox.get_optimizer_fn", "moxlite:get_optimizer_fn", ["learning_rate"], "same",
            "a number, an epoch string, a tensor that optimizer_fn computed from the global step, a function of "
            "the step or the functools.partial of a TF1 decay function; evaluated at every update "
-           "(tests/test_tf1_step_rates.py)"),
+           "(tests/optimizers/test_tf1_step_rates.py)"),
     Row("mox.get_optimizer_fn('foo')", "moxlite:get_optimizer_fn", "exception", "same",
         "a ValueError naming the known optimizers"),
     Row("mox.get_optimizer_wrapper_fn", "moxlite:get_optimizer_wrapper_fn", "function", "same", ""),
