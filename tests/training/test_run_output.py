@@ -12,11 +12,11 @@ import pytest
 import moxlite as mox
 from moxlite.recipes import cli
 from moxlite.training import controller
-from tests import runlib
+from tests import ROOT, runlib
 from tests.training.test_run_logs import LINE, read_scalars
 
 BATCH = 20
-MLP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "mnist_mlp.yaml")
+MLP = os.path.join(ROOT, "recipes", "mnist_mlp.yaml")
 
 
 def _train(log_dir, model_fn=runlib.softmax_model_fn, **kwargs):
