@@ -19,7 +19,11 @@ from moxlite.optimizers import recipe_tables as catalog
 from moxlite.optimizers import named_optimizers as factory
 from moxlite.optimizers import wrapper_stack as registry
 from moxlite.optimizers.thor import schedules as thor_schedules
+from moxlite import declarations
+from moxlite.data.augment_options import AugmentOptions
+from moxlite.models import options as model_options
 from moxlite.recipes import schema
+from moxlite.training.mixed_precision import options as precision_options
 
 
 def _arguments(cls, leave_out=("self", "name")):
@@ -126,9 +130,9 @@ def test_the_keep_fp32_names_are_keras_layer_classes_but_the_base_class():
     # is left out on purpose (keeping it would keep every layer in float32).
     known = {name for name, value in vars(keras.layers).items()
              if isinstance(value, type) and issubclass(value, keras.layers.Layer)}
-    assert set(schema.KERAS_LAYER_NAMES) == known - {"Layer"}, (
-        f"keras.layers now has {sorted(known - {'Layer'} - set(schema.KERAS_LAYER_NAMES))} more and lacks "
-        f"{sorted(set(schema.KERAS_LAYER_NAMES) - known)}; update schema.KERAS_LAYER_NAMES")
+    assert set(precision_options.KERAS_LAYER_NAMES) == known - {"Layer"}, (
+        f"keras.layers now has {sorted(known - {'Layer'} - set(precision_options.KERAS_LAYER_NAMES))} more and lacks "
+        f"{sorted(set(precision_options.KERAS_LAYER_NAMES) - known)}; update precision_options.KERAS_LAYER_NAMES")
 
 
 def _blocks(cls=schema.Recipe, prefix=""):
@@ -145,7 +149,7 @@ def test_every_declared_default_is_inside_its_declared_range():
                for f in dataclasses.fields(cls)):
             continue   # a block with required keys (run, input, ...) has no complete default
         values = dataclasses.asdict(cls())
-        assert schema.check_values(cls, values, image_shapes.get(path.split(".")[-1])) is None, path
+        assert declarations.check_values(cls, values, image_shapes.get(path.split(".")[-1])) is None, path
     for name, table in catalog.WRAPPER_PARAMETERS.items():
         assert all(parameter.check(parameter.default) for parameter in table.values()), name
 
@@ -158,12 +162,13 @@ def test_every_schedule_argument_has_a_declared_range(kind):
 
 # The recipe sections issue 21 lists: every key has a declared range (a Range, choices or a
 # rule), except booleans, which the type check settles.
-CHECKED_SECTIONS = (schema.PrecisionSection, schema.AugmentOptions, schema.SwinTinyOptions, schema.VitTinyOptions)
+CHECKED_SECTIONS = (precision_options.PrecisionOptions, AugmentOptions, model_options.SwinTinyOptions,
+                    model_options.VitTinyOptions)
 
 
 @pytest.mark.parametrize("cls", CHECKED_SECTIONS, ids=lambda cls: cls.__name__)
 def test_every_key_of_the_newer_sections_has_a_declared_range(cls):
-    ruled = {rule.key for rule in schema.RULES.get(cls, ())}
+    ruled = {rule.key for rule in declarations.rules_of(cls)}
     unchecked = [f.name for f in dataclasses.fields(cls)
                  if not (f.metadata.get("valid") or f.metadata.get("choices") or f.name in ruled)
                  and f.type not in (bool, typing.Optional[bool])]

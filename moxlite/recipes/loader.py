@@ -10,7 +10,6 @@ one line as ``file:line: dotted.key: what is wrong; what is accepted``.
 """
 
 import dataclasses
-import difflib
 import math
 import os
 import typing
@@ -18,7 +17,7 @@ from typing import Any, Dict, List, Optional, Union
 
 import yaml
 
-from moxlite import errors
+from moxlite import declarations, errors
 from moxlite.data import sources
 from moxlite.distribute import cluster
 from moxlite.optimizers import learning_rates
@@ -309,7 +308,7 @@ def build(cls, mapping, path, locations):
             if rest_field is not None:
                 rest[key] = value
                 continue
-            raise locations.error(key_path, f"unknown key{did_you_mean(key, _declared(cls))}; accepted: {_accepted(cls)}")
+            raise locations.error(key_path, f"unknown key{declarations.did_you_mean(key, _declared(cls))}; accepted: {_accepted(cls)}")
         values[key] = convert(value, hints[key], key_path, locations, fields[key])
     for name, field in fields.items():
         if name in values or field.metadata.get("rest"):
@@ -342,12 +341,12 @@ def _convert(value, annotation, path, locations, field=None):
         for option in options:
             if _matches(value, option):
                 return _convert(value, option, path, locations, field)
-        raise locations.error(path, f"expected {schema.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
+        raise locations.error(path, f"expected {declarations.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
     if dataclasses.is_dataclass(annotation):
         return build(annotation, value, path, locations)
     if origin is list:
         if not isinstance(value, list):
-            raise locations.error(path, f"expected {schema.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
+            raise locations.error(path, f"expected {declarations.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
         return [convert(item, args[0], path + (index,), locations) for index, item in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
@@ -356,7 +355,7 @@ def _convert(value, annotation, path, locations, field=None):
     if annotation is Any:
         return value
     if not _matches(value, annotation):
-        raise locations.error(path, f"expected {schema.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
+        raise locations.error(path, f"expected {declarations.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
     if annotation is float:
         value = float(value)
         if not math.isfinite(value):
@@ -366,24 +365,15 @@ def _convert(value, annotation, path, locations, field=None):
     if choices and value not in choices and not (field.name == "name" and schema.is_reference(value)):
         extra = " or a 'package.module:function' reference" if field.name == "name" else ""
         raise locations.error(path, f"{value!r} is not one of {', '.join(repr(c) for c in choices)}{extra}"
-                                    f"{did_you_mean(str(value), [str(c) for c in choices])}")
+                                    f"{declarations.did_you_mean(str(value), [str(c) for c in choices])}")
     return value
 
 
 def _matches(value, annotation):
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is str:
-        return isinstance(value, str)
-    if dataclasses.is_dataclass(annotation) or typing.get_origin(annotation) is dict:
+    """The declared type check, a recipe's block being a mapping (not yet its dataclass)."""
+    if dataclasses.is_dataclass(annotation):
         return isinstance(value, dict)
-    if typing.get_origin(annotation) is list:
-        return isinstance(value, list)
-    return True
+    return declarations.matches(value, annotation)
 
 
 def _kind(value):
@@ -413,14 +403,9 @@ def shadowed_package(log_dir, cwd=None):
     return first if first == "moxlite" else None
 
 
-def did_you_mean(word, candidates):
-    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def _choices(word, candidates):
     """The end of a message about a ``word`` not among ``candidates``: the closest one, then all."""
-    return f"{did_you_mean(word, list(candidates))}; accepted: {', '.join(candidates)}"
+    return f"{declarations.did_you_mean(word, list(candidates))}; accepted: {', '.join(candidates)}"
 
 
 # ----------------------------------------------------------------- checks across fields
@@ -472,8 +457,8 @@ def check(loaded):
 
 
 def _check_rules(loaded, path, block, image_shape=None):
-    """The rules across the keys of ``block`` (schema.RULES), as a located error on the key a rule names."""
-    found = schema.check_values(type(block), dataclasses.asdict(block), image_shape)
+    """The rules across the keys of ``block`` (its declaration's), as a located error on the key a rule names."""
+    found = declarations.check_values(type(block), dataclasses.asdict(block), image_shape)
     if found:
         raise loaded.error(path + (found[0],), found[1])
 
@@ -660,7 +645,7 @@ def _check_distribute(loaded):
 
 
 def _check_precision(loaded):
-    """Ranges were checked key by key (schema.PrecisionSection); here the rules across its keys."""
+    """Ranges were checked key by key (PrecisionOptions); here the rules across its keys."""
     _check_rules(loaded, ("precision",), loaded.recipe.precision)
 
 

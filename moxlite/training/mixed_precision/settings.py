@@ -21,7 +21,8 @@ from typing import Optional, Union
 
 from moxlite import errors, flags, logs
 from moxlite.optimizers import pipeline
-from moxlite.training.mixed_precision import levels as amp
+from moxlite.declarations import check_values
+from moxlite.training.mixed_precision import levels, options
 from moxlite.optimizers import clipping
 from moxlite.optimizers import loss_scaling
 
@@ -32,7 +33,7 @@ class PrecisionSettings:
     loss_scale: Optional[Union[str, float]] = None   # None, "dynamic" or a positive number
     gradient_clip: float = 0.0
     gradient_clip_type: str = "global_norm"
-    amp_plan: amp.AmpPlan = dataclasses.field(default_factory=amp.AmpPlan)
+    amp_plan: levels.AmpPlan = dataclasses.field(default_factory=levels.AmpPlan)
     drop_overflow_update: bool = True
 
 
@@ -78,7 +79,7 @@ def _amp_plan(values):
     if level == "O0":
         _warn_no_effect_at_o0(keep_text, batchnorm_text)
     try:
-        return amp.plan_for(level, compute_dtype, keep, keep_batchnorm)
+        return levels.plan_for(level, compute_dtype, keep, keep_batchnorm)
     except errors.ArgumentError as error:
         raise errors.ArgumentError(f"--{error}") from None
 
@@ -99,14 +100,12 @@ def from_flags():
 
 
 def _check_declared(values):
-    """The recipe schema's precision ranges and rules (schema.PrecisionSection), on the flags' values."""
-    from moxlite.recipes import schema
-
+    """The declared precision ranges and rules (options.PrecisionOptions), on the flags' values."""
     declared = {"use_fp16": bool(values["use_fp16"]), "amp_level": str(values["amp_level"]).strip().upper(),
                 "compute_dtype": str(values["compute_dtype"]).strip().lower(), "loss_scale": values["loss_scale"],
                 "drop_overflow_update": bool(values["drop_overflow_update"]),
                 "gradient_clip": values["gradient_clip"]}
-    found = schema.check_values(schema.PrecisionSection, declared)
+    found = check_values(options.PrecisionOptions, declared)
     if found:
         raise errors.ArgumentError(f"--{found[0]}={found[1]}")
 
@@ -138,7 +137,7 @@ def from_values(values):
 @contextlib.contextmanager
 def compute_policy(settings):
     """The level's dtype policies on every layer model_fn calls, while the body runs."""
-    with amp.layer_policies(settings.amp_plan):
+    with levels.layer_policies(settings.amp_plan):
         yield
 
 
