@@ -6,7 +6,6 @@ on the command line (``python train.py --num_gpus=2``). Flags that moxlite
 does not know are left for the script's own parser.
 """
 
-import difflib
 import json
 import math
 import os
@@ -15,6 +14,7 @@ import sys
 from absl import flags as absl_flags
 
 from moxlite import errors
+from moxlite.declarations import did_you_mean
 
 FLAGS = absl_flags.FLAGS
 
@@ -235,10 +235,10 @@ def unheeded_command_line_flags(argv=None):
         if instead:
             lines.append(f"{argument}: a MoXing flag moxlite does not implement, ignored; {instead}")
             continue
-        close = difflib.get_close_matches(name, FLAG_TABLE, n=1, cutoff=0.8)
-        if close:
+        near = did_you_mean(name, FLAG_TABLE, cutoff=0.8, quote=lambda flag: "--" + flag)
+        if near:
             lines.append(f"{argument}: not a moxlite flag, and the script defines no absl flag of that name; "
-                         f"moxlite ignores it (did you mean --{close[0]}?)")
+                         f"moxlite ignores it{near}")
     return lines
 
 

@@ -4,16 +4,17 @@
 - the recipe-visible wrappers and their parameters (default, description, accepted range
   and its check), which the wrapper classes use as their ``PARAMETERS``.
 
-``factory``, ``registry`` and the wrapper classes read these tables, and the recipe
+``named_optimizers``, ``wrapper_stack`` and the wrapper classes read these tables, and the recipe
 loader checks a recipe against them before TensorFlow is imported, so a typo is
 rejected in a fraction of a second. The Keras argument lists are written out for the
-pinned Keras 3.15; tests/test_compat.py compares them with the classes' signatures.
+pinned Keras 3.15; tests/test_catalog.py compares them with the classes' signatures.
 """
 
 import dataclasses
 from typing import Any, Callable
 
 from moxlite import errors, ranges
+from moxlite.declarations import did_you_mean
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,13 +303,10 @@ def check_schedule_arguments(kind, params, accepted):
 
     ``accepted``: the argument names the schedule takes (schema.SCHEDULE_ARGUMENTS' or a signature's).
     """
-    import difflib
-
     for key in params:
         if key not in accepted:
-            close = difflib.get_close_matches(key, list(accepted), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise errors.OptimizerError(f"{kind}: unknown argument {key!r}{hint}; accepted: {', '.join(accepted)}")
+            raise errors.OptimizerError(f"{kind}: unknown argument {key!r}{did_you_mean(key, accepted)}; "
+                                        f"accepted: {', '.join(accepted)}")
     found = schedule_problem(kind, params)
     if found:
         raise errors.OptimizerError(found[1])

@@ -294,7 +294,8 @@ def _build_optimizer_fn(loaded, flags=None, num_samples=None):
         try:
             base_fn = optimizers.get_optimizer_fn(section.name, learning_rate, **section.kwargs)
         except errors.UserInputError as error:
-            raise loaded.error(("optimizer",), str(error)) from None
+            named = [key for key in section.kwargs if key in str(error)]
+            raise loaded.error(("optimizer", "kwargs", named[0]) if named else ("optimizer",), str(error)) from None
     optimizer_fn = base_fn
     for index, wrapper in enumerate(section.wrappers):
         path = ("optimizer", "wrappers", index)
