@@ -17,6 +17,7 @@ Nothing here imports TensorFlow.
 import collections.abc
 import dataclasses
 import difflib
+import types
 import typing
 from typing import Any, Callable, Dict, List, Union
 
@@ -69,19 +70,28 @@ def with_settings_of(declared):
         hints = typing.get_type_hints(declared)
         for field in dataclasses.fields(declared):
             cls.__annotations__[field.name] = hints[field.name]
-            setattr(cls, field.name, _copy(field))
+            setattr(cls, field.name, _copy(field, owner=declared))
         _RULES[cls] = _RULES.get(cls, ()) + _RULES.get(declared, ())
         return cls
     return add_settings
 
 
-def _copy(field, default=dataclasses.MISSING):
+def _copy(field, default=dataclasses.MISSING, owner=None):
+    """``field`` for another class; ``owner``, the class that declares it, is kept as ``declared_in``."""
     if default is dataclasses.MISSING:
         default = field.default if field.default is not dataclasses.MISSING else (
             field.default_factory() if field.default_factory is not dataclasses.MISSING else REQUIRED)
-    if field.metadata.get("rest"):
-        return params_field(field.metadata["help"])
-    return setting(default, field.metadata["help"], field.metadata["choices"], field.metadata.get("valid"))
+    copied = (params_field(field.metadata["help"]) if field.metadata.get("rest") else
+              setting(default, field.metadata["help"], field.metadata["choices"], field.metadata.get("valid")))
+    owner = declared_in(field) or owner
+    if owner is not None:
+        copied.metadata = types.MappingProxyType(dict(copied.metadata, declared_in=owner))
+    return copied
+
+
+def declared_in(field):
+    """The class that declares ``field`` when another class holds it (with_settings_of), else None."""
+    return field.metadata.get("declared_in")
 
 
 def with_defaults(**defaults):
@@ -189,9 +199,8 @@ def defaults(cls):
 def matches(value, kind):
     """True when ``value`` is of the declared type ``kind``.
 
-    An int is not a bool, a float accepts an int, a dataclass block accepts a mapping (a
-    recipe's section) or an instance, a list or mapping is checked for its kind only (a
-    recipe's items are checked one by one, each at its own path), a tuple item by item.
+    An int is not a bool, a float accepts an int, a list or mapping is checked for its kind
+    only (a recipe's items are checked one by one, each at its own path), a tuple item by item.
     """
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if kind is Any:
@@ -212,8 +221,6 @@ def matches(value, kind):
         return isinstance(value, int) and not isinstance(value, bool)
     if kind is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if dataclasses.is_dataclass(kind):
-        return isinstance(value, (dict, kind))
     return isinstance(value, kind)
 
 

@@ -174,18 +174,24 @@ def test_bad_amp_flags_are_refused_before_any_work(tmp_path, flag, value, messag
     assert not (tmp_path / "never").exists()
 
 
+def _precision_from_flags():
+    from moxlite import run_settings
+    from moxlite.training.mixed_precision import settings
+
+    return settings.from_values({name: run_settings.from_flag(name, mox.get_flag(name)) for name in settings.NAMES})
+
+
 def test_use_fp16_is_o3_in_float16_and_contradictions_are_refused(tmp_path):
     mox.set_flag("use_fp16", True)
-    from moxlite.training.mixed_precision import settings as precision
-    settings = precision.from_flags()
+    settings = _precision_from_flags()
     assert settings.amp_plan == amp.plan_for("O3", "float16") and settings.loss_scale == "dynamic"
     mox.set_flag("amp_level", "O0")
     with pytest.raises(mox.errors.ArgumentError, match=r"--use_fp16=True asks for float16 but amp_level O0 for float32; drop one of them"):
-        precision.from_flags()
+        _precision_from_flags()
     mox.set_flag("use_fp16", False)
     mox.set_flag("amp_level", "O1")
     mox.set_flag("compute_dtype", "bfloat16")
-    assert precision.from_flags().loss_scale is None     # bfloat16 needs no loss scaling
+    assert _precision_from_flags().loss_scale is None     # bfloat16 needs no loss scaling
 
 
 def test_two_runs_in_two_threads_each_compute_at_their_own_level(tmp_path):

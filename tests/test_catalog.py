@@ -3,7 +3,7 @@
 moxlite.optimizers.recipe_tables and the schema's SCHEDULE_ARGUMENTS write out what Keras's and
 moxlite's signatures say, for the pinned Keras 3.15; an upgrade that changes one fails here
 by name, instead of letting a recipe through that the builder then rejects (or the reverse).
-The schema's defaults are checked the same way against the flags and the network functions.
+The schema's defaults are checked the same way against the network functions.
 """
 
 import dataclasses
@@ -108,21 +108,6 @@ def test_the_transformer_blocks_defaults_are_the_network_functions(block, networ
         default = parameters[key].default
         assert (list(default) if isinstance(default, tuple) else default) == value, (
             f"model.{block}.{key}: schema default {value!r}, {network}() default {default!r}")
-
-
-def test_a_recipe_that_leaves_a_setting_out_gets_the_moxing_flags_default():
-    # schema.py states these defaults again (it imports no flags): they must not drift apart.
-    from moxlite import flags
-    from moxlite.recipes import builders
-
-    recipe = schema.Recipe(run=schema.RunSection(log_dir="unused"), input=schema.InputSection(name="mnist"),
-                           model=schema.ModelSection(name="mlp"))
-    settings = builders.flags_of(recipe)
-    settings.update(steps_per_loop=recipe.run.steps_per_loop, keep_checkpoint_max=recipe.run.keep_checkpoint_max)
-    settings["loss_scale"] = flags.parse_loss_scale(settings["loss_scale"])
-    defaults = {name: flags.FLAG_TABLE[name][1] for name in settings}
-    defaults["loss_scale"] = flags.parse_loss_scale(defaults["loss_scale"])
-    assert settings == defaults
 
 
 def test_the_keep_fp32_names_are_keras_layer_classes_but_the_base_class():

@@ -68,6 +68,7 @@ def test_help_recipe_lists_the_sections_and_exits_0(capsys):
 
 def test_distribute_and_precision_sections_become_moxing_flags(tmp_path):
     import moxlite
+    from moxlite import run_settings
     from moxlite.recipes import builders, loader
 
     loaded = loader.load(["recipes/mnist_mlp.yaml"], [
@@ -75,8 +76,14 @@ def test_distribute_and_precision_sections_become_moxing_flags(tmp_path):
         "distribute={strategy: parameter_server, sync_replicas: false, num_gpus: 2, job_name: worker, "
         "task_index: 1, ps_hosts: ['h0:2222'], worker_hosts: ['h0:2223', 'h1:2223']}",
         "precision={use_fp16: true, loss_scale: dynamic, gradient_clip: 5, gradient_clip_type: norm}"])
-    for name, value in builders.flags_of(loaded.recipe).items():
-        moxlite.set_flag(name, value)
+    settings = builders.settings_of(loaded.recipe)
+    assert {name: settings[name] for name in ("ps_hosts", "worker_hosts", "checkpoint_exclude_patterns", "keep_fp32",
+                                              "sync_replicas", "gradient_clip")} == {
+        "ps_hosts": ["h0:2222"], "worker_hosts": ["h0:2223", "h1:2223"], "checkpoint_exclude_patterns": ["logits", "bn"],
+        "keep_fp32": None, "sync_replicas": False, "gradient_clip": 5}
+    # As flags (what a script calling run() with plan.arguments() sets), each in its flag's form.
+    for name, value in settings.items():
+        moxlite.set_flag(name, run_settings.flag_text(name, value))
     expected = {"num_gpus": 2, "sync_replicas": False, "job_name": "worker", "task_index": 1,
                 "ps_hosts": "h0:2222", "worker_hosts": "h0:2223,h1:2223", "use_fp16": True,
                 "loss_scale": "dynamic", "gradient_clip": 5.0, "gradient_clip_type": "norm",

@@ -235,7 +235,8 @@ def test_moxlite_run_exits_2_with_one_line_and_writes_nothing(capsys, monkeypatc
 
 
 def test_the_cluster_flag_after_the_recipe_files_is_the_recipe_key():
-    assert cli.cluster_flag_overrides(["--cluster=slurm"]) == ['distribute.cluster="slurm"']
+    assert [(o.text, o.written) for o in cli.cluster_flag_overrides(["--cluster=slurm"])] == [
+        ('distribute.cluster="slurm"', "--cluster=slurm")]
 
 
 def test_cluster_slurm_with_hosts_in_the_recipe_is_refused_at_the_key(capsys, tmp_path):

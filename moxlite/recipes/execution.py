@@ -11,15 +11,6 @@ from moxlite.contract import ModeKeys
 from moxlite.recipes import builders
 
 
-def apply_flags(plan):
-    """Set the MoXing flags to the recipe's values, for a script that calls ``moxlite.run`` with
-    ``plan.arguments()`` itself (a recipe run does not: it passes them as RunConfig fields)."""
-    import moxlite
-
-    for name, value in plan.flags.items():
-        moxlite.set_flag(name, value)
-
-
 def prepare_distribution(plan):
     """Build this process's distribution set-up now, before the optimizer probe starts TensorFlow.
 
@@ -32,7 +23,7 @@ def prepare_distribution(plan):
 
     try:
         return distribute.setup(local_only=plan.loaded.recipe.run.mode.upper() != ModeKeys.TRAIN,
-                                get_flag=Distribution.of(plan.flags.__getitem__).get_flag)
+                                get_flag=Distribution.of(plan.settings.__getitem__).get_flag)
     except errors.UserInputError as error:
         raise plan.loaded.error(("distribute",), str(error)) from None
 
@@ -55,7 +46,7 @@ def probe_optimizer(plan):
         global_step=tf.Variable(0, dtype=tf.int64, trainable=False),
         global_batch_size=facts.global_batch, num_samples=facts.num_samples,
         num_replicas=facts.replicas_in_sync,
-        num_workers=facts.num_workers, sync_replicas=plan.flags["sync_replicas"])
+        num_workers=facts.num_workers, sync_replicas=plan.settings["sync_replicas"])
     try:
         with context.activate(run_context):
             optimizer = optimizers.tf1_adapter.call_optimizer_fn(plan.optimizer_fn)
@@ -140,8 +131,9 @@ def write_resolved_recipe(plan, file_name="recipe.yaml"):
     return path
 
 
-def _is_chief(flags):
-    return flags["job_name"] in ("", "worker", "chief") and (flags["job_name"] == "chief" or flags["task_index"] == 0)
+def _is_chief(settings):
+    return settings["job_name"] in ("", "worker", "chief") and (settings["job_name"] == "chief"
+                                                                or settings["task_index"] == 0)
 
 
 def execute(plan, print_fn=print, on_training_started=None):
@@ -170,7 +162,7 @@ def execute(plan, print_fn=print, on_training_started=None):
     if mode == ModeKeys.EXPORT:
         print_fn(f"[RESULT] exported SavedModel to {result}")
         return None
-    if plan.eval_arguments is not None and _is_chief(plan.flags):
+    if plan.eval_arguments is not None and _is_chief(plan.settings):
         metrics = run_config(plan.config(eval_after_train=True))
         print_fn(result_line(metrics, "evaluation on the held-out split after training"))
         return metrics

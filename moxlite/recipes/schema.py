@@ -35,6 +35,7 @@ from moxlite.data.augment_options import AugmentOptions
 from moxlite.declarations import (REQUIRED, Rule, defaults, params_field, rules_of, setting, type_name,
                                   with_options_blocks, with_rules, with_settings_of)
 from moxlite.models import options as model_options
+from moxlite.run_settings import CLUSTER_SOURCES, DistributeOptions, RunOptions
 from moxlite.training.mixed_precision.options import AMP_LEVELS, PrecisionOptions
 
 # The names recipes may use for built-ins. The implementations live in
@@ -49,8 +50,6 @@ IMAGE_MODEL_NAMES = model_options.IMAGE_MODEL_NAMES
 BERT_MODEL_NAMES = model_options.BERT_MODEL_NAMES
 RUN_MODES = ("train", "eval", "predict", "export")
 STRATEGIES = ("auto", "mirrored", "multi_worker", "parameter_server", "tpu")
-# moxlite.distribute.cluster.CLUSTER_SOURCES (tests/test_catalog.py keeps them equal).
-CLUSTER_SOURCES = ("auto", "flags", "tf_config", "slurm", "single")
 
 # Schedule name -> keras.optimizers.schedules class name. The accepted
 # parameters are read from the class signature when a recipe is checked.
@@ -90,6 +89,7 @@ SCHEDULE_ARGUMENTS = {
 # ----------------------------------------------------------------- run
 
 @dataclasses.dataclass(kw_only=True)
+@with_settings_of(RunOptions)
 class RunSection:
     """How to run: the arguments of moxlite.run."""
 
@@ -102,13 +102,6 @@ class RunSection:
     save_summary_steps: int = setting(100, "Write summaries every this many steps.")
     save_model_secs: Optional[int] = setting(None, "Save a checkpoint every this many seconds (wins over save_model_steps).")
     save_model_steps: Optional[int] = setting(None, "Save a checkpoint every this many steps.")
-    keep_checkpoint_max: int = setting(5, "Checkpoints kept in log_dir.")
-    nonfinite_policy: str = setting("stop", "At a non-finite loss or gradient: stop (nothing saved, the last finite checkpoint kept) or skip the step.", ("stop", "skip"))
-    allow_input_restart: bool = setting(True, "Resume with the input restarted when the saved input position no longer fits the input pipeline (false: stop).")
-    max_consecutive_nonfinite: int = setting(10, "With nonfinite_policy: skip, stop after this many non-finite steps in a row.",
-                                             valid=ranges.integer(1))
-    steps_per_loop: Union[int, str] = setting("auto", "Training steps run inside one traced call; 'auto' runs each call up to the next log line, summary, checkpoint or the end (bounded to about a second).")
-    jit_compile: Union[bool, str] = setting("auto", "Compile the train step with XLA: auto (time both after tracing, keep the faster), true or false.", ("auto", True, False))
     export_model: bool = setting(False, "Export a SavedModel for serving (ExportKeys.TF_SERVING) after the run.")
     inter_mode: Optional[str] = setting(None, "A second mode run interleaved with the main one (e.g. eval during train).", ("eval",))
     output_every_n_steps: int = setting(0, "Call output_fn every this many steps (predict).")
@@ -116,8 +109,6 @@ class RunSection:
     evaluate: bool = setting(True, "After train, evaluate on the held-out split and print the accuracy.")
     eval_steps: int = setting(0, "Steps of the evaluation; 0 evaluates the whole held-out split.")
     seed: Optional[int] = setting(0, "Seed for Python, NumPy and TensorFlow (keras.utils.set_random_seed); null leaves them unseeded.")
-    checkpoint_exclude_patterns: List[str] = setting([], "Variable-name patterns not restored from checkpoint_path.")
-    trainable_exclude_patterns: List[str] = setting([], "Variable-name patterns left out of training.")
 
 
 # ----------------------------------------------------------------- input
@@ -303,20 +294,11 @@ class OptimizerSection:
 # ----------------------------------------------------------------- distribute and precision
 
 @dataclasses.dataclass(kw_only=True)
+@with_settings_of(DistributeOptions)
 class DistributeSection:
     """Replicas and cluster: MoXing's distribution flags."""
 
     strategy: str = setting("auto", "auto derives the strategy from the flags below, as MoXing did.", STRATEGIES)
-    num_gpus: int = setting(1, "Local devices (replicas) per worker; >1 on CPU splits it into logical devices.")
-    sync_replicas: bool = setting(True, "Synchronous data parallelism (true) or asynchronous parameter-server training (false).")
-    job_name: str = setting("", "This task's job: 'worker', 'ps' or 'chief' ('' for one process).", ("", "worker", "ps", "chief"))
-    task_index: int = setting(0, "This task's index within its job; worker 0 is the chief.")
-    ps_hosts: List[str] = setting([], "host:port of each parameter server.")
-    worker_hosts: List[str] = setting([], "host:port of each worker.")
-    chief_hosts: str = setting("", "host:port of the coordinator in asynchronous mode ('' picks a free port).")
-    tpu: str = setting("", "TPU name or grpc:// address; selects TPUStrategy.")
-    cluster: str = setting("auto", "Where the cluster comes from: auto (the hosts above if set, else TF_CONFIG, else the Slurm job step srun started, else one process), flags, tf_config, slurm or single.", CLUSTER_SOURCES)
-    log_first_clone: bool = setting(True, "Log the first replica's log_info (true) or the mean over replicas (false).")
 
 
 @dataclasses.dataclass(kw_only=True)
