@@ -6,7 +6,7 @@ attached with ``@with_rules(Rule(...))``. Everything that reads a setting reads 
 the recipe schema (``moxlite.recipes.schema`` nests the blocks into sections), the Python API
 (``check_values``), ``--help-recipe`` and the reference docs. The blocks live beside what they
 configure: the built-in models' options in ``moxlite.models.options``, augmentation's in
-``moxlite.data.augment_options``, precision's in ``moxlite.training.mixed_precision.declared``.
+``moxlite.data.augment_options``, precision's in ``moxlite.training.mixed_precision.options``.
 
 Also here, used by every layer: the one runtime type check (``matches``) and the one
 "did you mean" (``did_you_mean``, ``nearest``).

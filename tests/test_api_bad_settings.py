@@ -225,10 +225,10 @@ def test_precision_settings_are_checked_before_anything_is_written(log_dir, sett
 # ----------------------------------------------------------------- one declaration
 
 def test_recipe_and_api_read_the_same_range_objects():
-    from moxlite.optimizers import recipe_tables as catalog
+    from moxlite.optimizers import recipe_tables
 
     assert declarations.field_range(AugmentOptions, "mix_batch").check(2)
     assert not declarations.field_range(AugmentOptions, "mix_batch").check(1)
-    lars_ratio = catalog.WRAPPER_PARAMETERS["lars"]["ratio"]
+    lars_ratio = recipe_tables.WRAPPER_PARAMETERS["lars"]["ratio"]
     assert lars_ratio.check(0.001) and not lars_ratio.check(math.inf)
-    assert catalog.schedule_problem("cosine", {"initial_learning_rate": "abc"})[0] == "initial_learning_rate"
+    assert recipe_tables.schedule_problem("cosine", {"initial_learning_rate": "abc"})[0] == "initial_learning_rate"

@@ -1,6 +1,6 @@
 """The tables the recipe loader checks without TensorFlow agree with the code they stand for.
 
-moxlite.optimizers.recipe_tables and the schema's SCHEDULE_ARGUMENTS write out what Keras's and
+moxlite.optimizers.recipe_tables (its SCHEDULES and optimizer arguments) writes out what Keras's and
 moxlite's signatures say, for the pinned Keras 3.15; an upgrade that changes one fails here
 by name, instead of letting a recipe through that the builder then rejects (or the reverse).
 The schema's defaults are checked the same way against the network functions.
@@ -15,7 +15,7 @@ import keras
 import pytest
 
 from moxlite.data import datasets
-from moxlite.optimizers import recipe_tables as catalog
+from moxlite.optimizers import recipe_tables
 from moxlite.optimizers import named_optimizers as factory
 from moxlite.optimizers import wrapper_stack as registry
 from moxlite.optimizers.thor import schedules as thor_schedules
@@ -32,39 +32,41 @@ def _arguments(cls, leave_out=("self", "name")):
     return names, [n for n in names if parameters[n].default is inspect.Parameter.empty]
 
 
-@pytest.mark.parametrize("class_name", sorted(catalog.KERAS_ARGUMENTS))
+@pytest.mark.parametrize("class_name", sorted(recipe_tables.KERAS_ARGUMENTS))
 def test_keras_optimizer_arguments_are_the_class_signature(class_name):
     names, _ = _arguments(getattr(keras.optimizers, class_name), leave_out=("self", "learning_rate"))
     expected = set(names) - set(factory._REFUSED)
-    assert set(catalog.keras_arguments(class_name)) == expected, (
-        f"keras.optimizers.{class_name} takes {sorted(expected)}; update catalog.KERAS_ARGUMENTS")
+    assert set(recipe_tables.keras_arguments(class_name)) == expected, (
+        f"keras.optimizers.{class_name} takes {sorted(expected)}; update recipe_tables.KERAS_ARGUMENTS")
 
 
 def test_every_optimizer_name_maps_to_a_listed_keras_class():
-    for name, (class_name, fixed, aliases) in catalog.OPTIMIZERS.items():
-        accepted = catalog.accepted_arguments(name)
+    for name, (class_name, fixed, aliases) in recipe_tables.OPTIMIZERS.items():
+        accepted = recipe_tables.accepted_arguments(name)
         assert not set(fixed) & set(accepted), name
-        assert set(aliases.values()) <= set(catalog.keras_arguments(class_name)), name
+        assert set(aliases.values()) <= set(recipe_tables.keras_arguments(class_name)), name
         assert factory._OPTIMIZERS[name][0] is getattr(keras.optimizers, class_name)
 
 
 def test_the_wrapper_classes_use_the_catalog_tables():
-    assert set(registry.WRAPPERS) == set(catalog.WRAPPER_PARAMETERS)
+    assert set(registry.WRAPPERS) == set(recipe_tables.WRAPPER_PARAMETERS)
     for name, cls in registry.WRAPPERS.items():
-        assert cls.PARAMETERS is catalog.WRAPPER_PARAMETERS[name]
+        assert cls.PARAMETERS is recipe_tables.WRAPPER_PARAMETERS[name]
         assert all(parameter.check(parameter.default) for parameter in cls.PARAMETERS.values()), name
 
 
-@pytest.mark.parametrize("kind", sorted(schema.SCHEDULE_ARGUMENTS))
+@pytest.mark.parametrize("kind", sorted(recipe_tables.SCHEDULES))
 def test_schedule_arguments_are_the_class_signature(kind):
-    if kind in schema.THOR_SCHEDULES:
+    schedule = recipe_tables.SCHEDULES[kind]
+    if schedule.owner == recipe_tables.THOR_SCHEDULES:
         cls = thor_schedules.SCHEDULE_CLASSES[kind]
     else:
-        cls = getattr(keras.optimizers.schedules, schema.SCHEDULES[kind])
+        cls = getattr(keras.optimizers.schedules, schedule.owner)
     names, required = _arguments(cls)
-    assert schema.SCHEDULE_ARGUMENTS[kind] == (tuple(required), tuple(n for n in names if n not in required)), (
-        f"{cls.__name__}{inspect.signature(cls.__init__)}; update schema.SCHEDULE_ARGUMENTS[{kind!r}]")
-    assert set(schema.SCHEDULE_ARGUMENTS) == set(schema.SCHEDULES) | set(schema.THOR_SCHEDULES)
+    assert (schedule.required, schedule.optional) == (tuple(required), tuple(n for n in names if n not in required)), (
+        f"{cls.__name__}{inspect.signature(cls.__init__)}; update recipe_tables.SCHEDULES[{kind!r}]")
+    assert set(recipe_tables.SCHEDULES) == set(thor_schedules.SCHEDULE_CLASSES) | {
+        kind for kind, schedule in recipe_tables.SCHEDULES.items() if schedule.owner != recipe_tables.THOR_SCHEDULES}
 
 
 def test_the_mnist_image_shape_the_loader_assumes_is_the_data_sets():
@@ -76,7 +78,7 @@ def test_the_lazy_optimizers_face_gives_its_names_and_submodules():
     from moxlite.optimizers import wrapper
 
     assert optimizers.get_optimizer_fn is factory.get_optimizer_fn
-    assert optimizers.WRAPPER_NAMES == catalog.WRAPPER_NAMES
+    assert optimizers.WRAPPER_NAMES == recipe_tables.WRAPPER_NAMES
     assert optimizers.wrapper is wrapper
     with pytest.raises(AttributeError, match="no attribute 'get_optimiser_fn'"):
         optimizers.get_optimiser_fn  # noqa: B018
@@ -92,7 +94,7 @@ def test_the_lazy_optimizers_face_gives_its_names_and_submodules():
     ("lars", "exclude", [(), ["bias"], ("gamma", "beta")], ["bias", ["("], [1]]),
 ])
 def test_the_parameter_checks_accept_and_refuse_what_they_say(wrapper, key, good, bad):
-    parameter = catalog.WRAPPER_PARAMETERS[wrapper][key]
+    parameter = recipe_tables.WRAPPER_PARAMETERS[wrapper][key]
     assert all(parameter.check(value) for value in good), parameter.accepted
     assert not any(parameter.check(value) for value in bad), parameter.accepted
 
@@ -135,14 +137,8 @@ def test_every_declared_default_is_inside_its_declared_range():
             continue   # a block with required keys (run, input, ...) has no complete default
         values = dataclasses.asdict(cls())
         assert declarations.check_values(cls, values, image_shapes.get(path.split(".")[-1])) is None, path
-    for name, table in catalog.WRAPPER_PARAMETERS.items():
+    for name, table in recipe_tables.WRAPPER_PARAMETERS.items():
         assert all(parameter.check(parameter.default) for parameter in table.values()), name
-
-
-@pytest.mark.parametrize("kind", sorted(catalog.SCHEDULE_PARAMETERS))
-def test_every_schedule_argument_has_a_declared_range(kind):
-    required, optional = schema.SCHEDULE_ARGUMENTS[kind]
-    assert set(catalog.SCHEDULE_PARAMETERS[kind]) == set(required + optional)
 
 
 # The recipe sections issue 21 lists: every key has a declared range (a Range, choices or a

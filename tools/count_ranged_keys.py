@@ -3,7 +3,7 @@
 A key has a declared range when its schema field carries ``valid`` (a moxlite.ranges.Range)
 or ``choices``, or a rule of its block names it (moxlite.declarations.rules_of); wrapper parameters and schedule arguments
 count from moxlite.optimizers.recipe_tables's tables. Written so that it also runs on a tree from
-before issue 21 (no ``valid``, no rules, no SCHEDULE_PARAMETERS), to give the "before" figure:
+before issue 21 (no ``valid``, no rules, no schedule ranges), to give the "before" figure:
 
     PYTHONPATH=. python tools/count_ranged_keys.py [--list]
 """
@@ -39,7 +39,10 @@ def ranged_keys():
     walk(schema.Recipe, "")
     keys += [f"optimizer.wrappers[].{name}.{key}" for name, table in recipe_tables.WRAPPER_PARAMETERS.items()
              for key in table]
-    schedules = getattr(recipe_tables, "SCHEDULE_PARAMETERS", {})
+    if hasattr(recipe_tables, "SCHEDULES"):
+        schedules = {kind: schedule.arguments for kind, schedule in recipe_tables.SCHEDULES.items()}
+    else:   # a tree whose schedule ranges are SCHEDULE_PARAMETERS (none before issue 21)
+        schedules = getattr(recipe_tables, "SCHEDULE_PARAMETERS", {})
     keys += [f"schedule.{kind}.{key}" for kind, table in schedules.items() for key in table]
     return keys, unranged
 

@@ -147,9 +147,8 @@ def recipe_keys_page():
               "Required arguments first; `steps_per_epoch` of `thor` and `thor_damping` defaults to the run's "
               "(training samples // samples per applied update).", "",
               "| kind | class | argument | required | accepted |", "| --- | --- | --- | --- | --- |"]
-    for kind, (required, optional) in schema.SCHEDULE_ARGUMENTS.items():
-        owner = schema.SCHEDULES.get(kind, "moxlite.optimizers.thor.schedules")
-        ranges = recipe_tables.SCHEDULE_PARAMETERS.get(kind, {})
+    for kind, schedule in recipe_tables.SCHEDULES.items():
+        required, optional, owner, ranges = schedule.required, schedule.optional, schedule.owner, schedule.arguments
         for argument in required + optional:
             accepted = ranges[argument].accepted if argument in ranges else ""
             lines.append(f"| `{kind}` | {owner} | `{argument}` | {'yes' if argument in required else 'no'} | "

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from moxlite import declarations, errors, run_settings
 from moxlite.contract import ExportKeys, ModeKeys
+from moxlite.optimizers import recipe_tables
 from moxlite.recipes import references, schema
 from moxlite.recipes.loader import LoadedRecipe
 
@@ -306,12 +307,12 @@ def _schedule(loaded, path, block, settings, num_samples):
 
     params = dict(block)
     kind = params.pop("schedule")
-    if kind in schema.THOR_SCHEDULES:
+    schedule = recipe_tables.SCHEDULES[kind]
+    if schedule.owner == recipe_tables.THOR_SCHEDULES:
         schedule_class = thor_schedules.SCHEDULE_CLASSES[kind]
     else:
-        schedule_class = getattr(keras.optimizers.schedules, schema.SCHEDULES[kind])
-    required, _ = schema.SCHEDULE_ARGUMENTS[kind]
-    if kind in schema.THOR_SCHEDULES and "steps_per_epoch" in required and "steps_per_epoch" not in params:
+        schedule_class = getattr(keras.optimizers.schedules, schedule.owner)
+    if "steps_per_epoch" in schedule.derived_from_run and "steps_per_epoch" not in params:
         params["steps_per_epoch"] = _updates_per_epoch(loaded, path, kind, settings, num_samples)
     try:
         return schedule_class(**params)

@@ -25,7 +25,7 @@ from moxlite import declarations, errors
 from moxlite.data import sources
 from moxlite.distribute import cluster
 from moxlite.optimizers import learning_rates
-from moxlite.optimizers import recipe_tables as catalog
+from moxlite.optimizers import recipe_tables
 from moxlite.recipes import references, schema
 
 
@@ -638,9 +638,9 @@ def _check_optimizer(loaded):
             raise error(("optimizer", "kwargs"), "only used with a built-in optimizer name; "
                                                  "your optimizer_fn takes no arguments")
     elif section.name is not None:
-        if section.name not in catalog.OPTIMIZER_NAMES:
+        if section.name not in recipe_tables.OPTIMIZER_NAMES:
             raise error(("optimizer", "name"), f"{section.name!r} is not an optimizer"
-                                               f"{_choices(section.name, catalog.OPTIMIZER_NAMES)} "
+                                               f"{_choices(section.name, recipe_tables.OPTIMIZER_NAMES)} "
                                                f"or a 'package.module:function' reference")
         learning_rate = section.learning_rate
         if isinstance(learning_rate, schema.ScheduleBlock):
@@ -651,7 +651,7 @@ def _check_optimizer(loaded):
                 learning_rates.check_number_or_string(learning_rate)
             except errors.UserInputError as problem:
                 raise error(("optimizer", "learning_rate"), str(problem)) from None
-        accepted = catalog.accepted_arguments(section.name)
+        accepted = recipe_tables.accepted_arguments(section.name)
         for key, value in section.kwargs.items():
             if key not in accepted:
                 raise error(("optimizer", "kwargs", key), f"{section.name} takes no argument {key!r}"
@@ -668,10 +668,10 @@ def _check_optimizer(loaded):
 
 
 def _check_wrapper(loaded, path, wrapper):
-    if wrapper.name not in catalog.WRAPPER_NAMES:
+    if wrapper.name not in recipe_tables.WRAPPER_NAMES:
         raise loaded.error(path + ("name",), f"{wrapper.name!r} is not a wrapper"
-                                             f"{_choices(wrapper.name, catalog.WRAPPER_NAMES)}")
-    table = catalog.WRAPPER_PARAMETERS[wrapper.name]
+                                             f"{_choices(wrapper.name, recipe_tables.WRAPPER_NAMES)}")
+    table = recipe_tables.WRAPPER_PARAMETERS[wrapper.name]
     for key in wrapper.params:
         if key not in table:
             raise loaded.error(path + (key,), f"wrapper {wrapper.name!r} takes no parameter {key!r}"
@@ -680,7 +680,7 @@ def _check_wrapper(loaded, path, wrapper):
     if isinstance(params.get("damping"), dict):   # a schedule block, built into a callable later
         check_schedule(loaded, path + ("damping",), params.pop("damping"))
     try:
-        catalog.checked_parameters(wrapper.name, table, params)
+        recipe_tables.checked_parameters(wrapper.name, table, params)
     except errors.UserInputError as problem:
         named = [key for key in params if f" {key}=" in str(problem)]
         raise loaded.error(path + tuple(named[:1]), str(problem)) from None
@@ -693,20 +693,19 @@ def check_schedule(loaded, path, block):
     """
     params = dict(block)
     kind = params.pop("schedule", None)
-    kinds = list(schema.SCHEDULE_ARGUMENTS)
+    kinds = list(recipe_tables.SCHEDULES)
     if kind not in kinds:
         raise loaded.error(path + ("schedule",), f"{kind!r} is not a schedule{_choices(str(kind), kinds)}")
-    required, optional = schema.SCHEDULE_ARGUMENTS[kind]
-    accepted = list(required + optional)
+    schedule = recipe_tables.SCHEDULES[kind]
+    required, accepted = schedule.required, list(schedule.arguments)
     for key in params:
         if key not in accepted:
             raise loaded.error(path + (key,), f"schedule {kind!r} takes no argument {key!r}"
                                               f"{_choices(key, accepted)}")
-    derived = ("steps_per_epoch",) if kind in schema.THOR_SCHEDULES else ()
     for name in required:
-        if name not in params and name not in derived:
+        if name not in params and name not in schedule.derived_from_run:
             raise loaded.error(path + (name,), f"missing: schedule {kind!r} needs {', '.join(required)}")
-    found = catalog.schedule_problem(kind, params)
+    found = recipe_tables.schedule_problem(kind, params)
     if found:
         raise loaded.error(path + (found[0],), found[1])
 

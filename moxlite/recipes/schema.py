@@ -35,6 +35,7 @@ from moxlite.data.augment_options import AugmentOptions
 from moxlite.declarations import (REQUIRED, Rule, defaults, params_field, rules_of, setting, type_name,
                                   with_options_blocks, with_rules, with_settings_of)
 from moxlite.models import options as model_options
+from moxlite.optimizers import recipe_tables
 from moxlite.run_settings import CLUSTER_SOURCES, DistributeOptions, RunOptions
 from moxlite.training.mixed_precision.options import AMP_LEVELS, PrecisionOptions
 
@@ -50,41 +51,6 @@ IMAGE_MODEL_NAMES = model_options.IMAGE_MODEL_NAMES
 BERT_MODEL_NAMES = model_options.BERT_MODEL_NAMES
 RUN_MODES = ("train", "eval", "predict", "export")
 STRATEGIES = ("auto", "mirrored", "multi_worker", "parameter_server", "tpu")
-
-# Schedule name -> keras.optimizers.schedules class name. The accepted
-# parameters are read from the class signature when a recipe is checked.
-SCHEDULES = {
-    "piecewise_constant": "PiecewiseConstantDecay",
-    "cosine": "CosineDecay",
-    "cosine_restarts": "CosineDecayRestarts",
-    "exponential": "ExponentialDecay",
-    "polynomial": "PolynomialDecay",
-    "inverse_time": "InverseTimeDecay",
-}
-# THOR's schedules (moxlite.optimizers.thor.schedules), for the learning rate
-# and for the thor wrapper's damping; steps_per_epoch may be left out (derived
-# from the run: training samples // samples per applied update).
-THOR_SCHEDULES = {
-    "thor": "lr_init, lr_decay, lr_end_epoch, decay_epochs (MindSpore's get_thor_lr)",
-    "thor_damping": "damping_init, decay_rate (get_thor_damping)",
-    "thor_polynomial": "initial_value, end_value, total_steps, power, warmup_steps (the BERT lr and damping)",
-}
-
-# Schedule name -> (required arguments, optional arguments), in the order of the class's
-# signature (Keras 3.15's, and moxlite.optimizers.thor.schedules'), so that a schedule block
-# is checked without importing TensorFlow; tests/test_catalog.py compares them with the
-# signatures. steps_per_epoch of THOR's schedules is derived from the run when left out.
-SCHEDULE_ARGUMENTS = {
-    "piecewise_constant": (("boundaries", "values"), ()),
-    "cosine": (("initial_learning_rate", "decay_steps"), ("alpha", "warmup_target", "warmup_steps")),
-    "cosine_restarts": (("initial_learning_rate", "first_decay_steps"), ("t_mul", "m_mul", "alpha")),
-    "exponential": (("initial_learning_rate", "decay_steps", "decay_rate"), ("staircase",)),
-    "polynomial": (("initial_learning_rate", "decay_steps"), ("end_learning_rate", "power", "cycle")),
-    "inverse_time": (("initial_learning_rate", "decay_steps", "decay_rate"), ("staircase",)),
-    "thor": (("lr_init", "lr_decay", "lr_end_epoch", "steps_per_epoch"), ("decay_epochs",)),
-    "thor_damping": (("damping_init", "decay_rate", "steps_per_epoch"), ()),
-    "thor_polynomial": (("initial_value", "end_value", "total_steps"), ("power", "warmup_steps")),
-}
 
 # ----------------------------------------------------------------- run
 
@@ -267,9 +233,12 @@ class ModelSection:
 class ScheduleBlock:
     """A Keras learning-rate schedule; its parameters are the class's arguments."""
 
-    schedule: str = setting(REQUIRED, "Schedule kind (keras.optimizers.schedules, or THOR's).", tuple(SCHEDULES) + tuple(THOR_SCHEDULES))
+    schedule: str = setting(REQUIRED, "Schedule kind (keras.optimizers.schedules, or THOR's).",
+                            tuple(recipe_tables.SCHEDULES))
     params: Dict[str, Any] = params_field("The schedule's arguments, e.g. initial_learning_rate, decay_steps; "
-                                          + "; ".join(f"{kind}: {keys}" for kind, keys in THOR_SCHEDULES.items())
+                                          + "; ".join(f"{kind}: {schedule.about}"
+                                                      for kind, schedule in recipe_tables.SCHEDULES.items()
+                                                      if schedule.about)
                                           + "; steps_per_epoch of thor and thor_damping defaults to the run's.")
 
 
@@ -325,13 +294,12 @@ def ranged_keys():
     Wrapper parameters and schedule arguments (moxlite.optimizers.recipe_tables) are counted as
     ``optimizer.wrappers[].<wrapper>.<key>`` and ``<schedule block>.<kind>.<argument>``.
     """
-    from moxlite.optimizers import recipe_tables
-
     keys = []
     _ranged(Recipe, "", keys)
     keys += [f"optimizer.wrappers[].{name}.{key}" for name, table in recipe_tables.WRAPPER_PARAMETERS.items()
              for key in table]
-    keys += [f"schedule.{kind}.{key}" for kind, table in recipe_tables.SCHEDULE_PARAMETERS.items() for key in table]
+    keys += [f"schedule.{kind}.{key}" for kind, schedule in recipe_tables.SCHEDULES.items()
+             for key in schedule.arguments]
     return keys
 
 

@@ -47,7 +47,7 @@ BERT_DAMPING = dict(initial_value=5e-2, end_value=1e-6, total_steps=30000, power
 
 
 def _checked(schedule, **arguments):
-    """The arguments as floats, checked against recipe_tables.SCHEDULE_PARAMETERS (the table the recipe
+    """The arguments as floats, checked against recipe_tables.SCHEDULES (the table the recipe
     loader checks a schedule block against); a one-line OptimizerError naming the first bad one."""
     recipe_tables.check_schedule_arguments(schedule, arguments, list(arguments))
     return {key: float(value) for key, value in arguments.items()}
