@@ -113,10 +113,10 @@ def plan_for(level, compute_dtype="float16", keep_fp32=None, keep_batchnorm_fp32
 
 
 def check_layer_name(name):
-    """``name`` if options.KEEP_FP32_NAMES holds it (Keras's layer classes but the base ``Layer``,
-    which would keep every layer, and GELU); an error with the nearest name otherwise."""
+    """``name`` if keep_fp32 accepts it (options.keep_fp32_names: Keras's layer classes but the base
+    ``Layer``, which would keep every layer, and GELU); an error with the nearest name otherwise."""
     name = str(name).strip()
-    if name in options.KEEP_FP32_NAMES:
+    if name in options.keep_fp32_names():
         return name
     near = options.nearest_layer_name(name)
     hint = f"; did you mean {near!r}?" if near else "; give Keras layer class names, e.g. LayerNormalization"

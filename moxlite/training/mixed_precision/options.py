@@ -5,10 +5,11 @@ A recipe's ``precision`` section is this block; MoXing's flags of the same names
 (``moxlite.training.mixed_precision.settings.from_values`` checks them against it), so a flag and a
 recipe key accept the same values and say the same when refused.
 
-Nothing here imports TensorFlow.
+Nothing here imports TensorFlow until keep_fp32 names a layer (``keep_fp32_names``).
 """
 
 import dataclasses
+import functools
 from typing import List, Optional, Union
 
 from moxlite import ranges
@@ -40,45 +41,22 @@ def _no_drop_needs_fixed_scale(values, image_shape):
     return None
 
 
-# Keras 3.15's layer classes (keras.layers), for precision.keep_fp32 without importing Keras;
-# tests/test_catalog.py compares the list with keras.layers. "Layer" itself is left out: it is
-# the base of every layer, so keeping it would keep the whole network in float32. "GELU" names
-# an Activation layer computing GELU (moxlite.training.mixed_precision.levels).
-KERAS_LAYER_NAMES = (
-    "Activation", "ActivityRegularization", "AdaptiveAveragePooling1D", "AdaptiveAveragePooling2D",
-    "AdaptiveAveragePooling3D", "AdaptiveMaxPooling1D", "AdaptiveMaxPooling2D", "AdaptiveMaxPooling3D", "Add",
-    "AdditiveAttention", "AlphaDropout", "Attention", "AugMix", "AutoContrast", "Average", "AveragePooling1D",
-    "AveragePooling2D", "AveragePooling3D", "AvgPool1D", "AvgPool2D", "AvgPool3D", "BatchNormalization",
-    "Bidirectional", "CategoryEncoding", "CenterCrop", "Concatenate", "ContrastLimitedAdaptiveHistogramEqualization",
-    "Conv1D", "Conv1DTranspose", "Conv2D", "Conv2DTranspose", "Conv3D", "Conv3DTranspose", "ConvLSTM1D",
-    "ConvLSTM2D", "ConvLSTM3D", "Convolution1D", "Convolution1DTranspose", "Convolution2D",
-    "Convolution2DTranspose", "Convolution3D", "Convolution3DTranspose", "Cropping1D", "Cropping2D", "Cropping3D",
-    "CutMix", "Dense", "DepthwiseConv1D", "DepthwiseConv2D", "Discretization", "Dot", "Dropout", "ELU",
-    "EinsumDense", "Embedding", "Equalization", "Flatten", "FlaxLayer", "GRU", "GRUCell", "GaussianDropout",
-    "GaussianNoise", "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalAveragePooling3D",
-    "GlobalAvgPool1D", "GlobalAvgPool2D", "GlobalAvgPool3D", "GlobalMaxPool1D", "GlobalMaxPool2D",
-    "GlobalMaxPool3D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D", "GroupNormalization",
-    "GroupQueryAttention", "HashedCrossing", "Hashing", "Identity", "InputLayer", "IntegerLookup", "JaxLayer",
-    "LSTM", "LSTMCell", "Lambda", "LayerNormalization", "LeakyReLU", "Masking", "MaxNumBoundingBoxes",
-    "MaxPool1D", "MaxPool2D", "MaxPool3D", "MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "Maximum",
-    "MelSpectrogram", "Minimum", "MixUp", "MultiHeadAttention", "Multiply", "Normalization", "PReLU", "Permute",
-    "Pipeline", "RMSNormalization", "RNN", "RandAugment", "RandomBrightness", "RandomColorDegeneration",
-    "RandomColorJitter", "RandomContrast", "RandomCrop", "RandomElasticTransform", "RandomErasing", "RandomFlip",
-    "RandomGaussianBlur", "RandomGrayscale", "RandomHue", "RandomInvert", "RandomPerspective",
-    "RandomPosterization", "RandomRotation", "RandomSaturation", "RandomSharpness", "RandomShear",
-    "RandomTranslation", "RandomZoom", "ReLU", "RepeatVector", "Rescaling", "Reshape", "Resizing",
-    "ReversibleEmbedding", "STFTSpectrogram", "SeparableConv1D", "SeparableConv2D", "SeparableConvolution1D",
-    "SeparableConvolution2D", "SimpleRNN", "SimpleRNNCell", "Softmax", "Solarization", "SpatialDropout1D",
-    "SpatialDropout2D", "SpatialDropout3D", "SpectralNormalization", "StackedRNNCells", "StringLookup",
-    "Subtract", "TFSMLayer", "TextVectorization", "TimeDistributed", "TorchModuleWrapper", "UnitNormalization",
-    "UpSampling1D", "UpSampling2D", "UpSampling3D", "Wrapper", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D",
-)
-KEEP_FP32_NAMES = KERAS_LAYER_NAMES + ("GELU",)
+@functools.lru_cache(maxsize=None)
+def keep_fp32_names():
+    """The names keep_fp32 accepts: Keras's layer classes, read from ``keras.layers`` itself (so a
+    recipe that names one imports Keras, and TensorFlow, while it is checked, still before anything
+    is written), but the base ``Layer``, which would keep the whole network in float32; and "GELU",
+    an Activation layer computing GELU (moxlite.training.mixed_precision.levels)."""
+    import keras
+
+    layers = sorted(name for name, value in vars(keras.layers).items()
+                    if isinstance(value, type) and issubclass(value, keras.layers.Layer) and name != "Layer")
+    return tuple(layers) + ("GELU",)
 
 
 def nearest_layer_name(name):
-    """The name of KEEP_FP32_NAMES nearest to ``name`` (a prefix match first: 'Layernorm'), or None."""
-    return nearest(str(name).strip(), KEEP_FP32_NAMES, prefix_first=True, ignore_case=True)
+    """The name keep_fp32 accepts nearest to ``name`` (a prefix match first: 'Layernorm'), or None."""
+    return nearest(str(name).strip(), keep_fp32_names(), prefix_first=True, ignore_case=True)
 
 
 def _is_loss_scale(value):
@@ -99,7 +77,7 @@ class PrecisionOptions:
     amp_level: str = setting("", "O0 float32, O1 mixed with the keep_fp32 list, O2 all but BatchNorm, O3 all ('' is O0, or O3 with use_fp16).", AMP_LEVELS)
     compute_dtype: str = setting("float16", "Compute dtype of O1-O3; bfloat16 needs no loss scaling.", COMPUTE_DTYPES)
     keep_fp32: Optional[List[str]] = setting(None, "Keras layer classes computed in float32 (null: the level's list; O1's is Softmax, LayerNormalization, BatchNormalization, GroupNormalization, GELU).",
-                                             valid=ranges.names_in(KEEP_FP32_NAMES, "Keras layer class names (or GELU)",
+                                             valid=ranges.names_in(keep_fp32_names, "Keras layer class names (or GELU)",
                                                                    "a Keras layer class name", nearest_layer_name))
     keep_batchnorm_fp32: Optional[bool] = setting(None, "Keep BatchNormalization in float32 (null: the level's default, O2 true, O3 false).")
     use_fp16: bool = setting(False, "Alias of amp_level O3 with compute_dtype float16.")
