@@ -84,9 +84,8 @@ def test_every_runconfig_setting_is_declared_with_its_default():
     arguments = set(config.RUN_ARGUMENTS)
     built = {"nonfinite_policy", "precision", "distribution"}   # made from declared settings below
     assert set(fields) - arguments - built <= set(run_settings.FIELDS)
-    # run()'s batch_size and log_dir have no default of their own (the flag stands in), and its
-    # jit_compile is the word "auto", "true" or "false" (moxlite.training.validation).
-    for name in (set(fields) - built) & set(run_settings.FIELDS) - {"batch_size", "log_dir", "jit_compile"}:
+    # run()'s batch_size and log_dir have no default of their own (the flag stands in).
+    for name in (set(fields) - built) & set(run_settings.FIELDS) - {"batch_size", "log_dir"}:
         assert fields[name].default == config._declared(name), name
     distribution = {field.name: field for field in dataclasses.fields(config.Distribution)}
     assert set(distribution) <= {field.name for field in dataclasses.fields(run_settings.DistributeOptions)}

@@ -111,9 +111,9 @@ class RunConfig:
     save_model_secs: Optional[int] = None
     save_model_steps: Optional[int] = None
     export_model: Union[bool, str, None] = False
-    steps_per_loop: Union[int, str] = "auto"  # a positive integer or "auto" (see controller)
+    steps_per_loop: Union[int, str] = _declared("steps_per_loop")   # a positive integer or "auto" (see controller)
     keep_checkpoint_max: int = _declared("keep_checkpoint_max")
-    jit_compile: str = "auto"                 # "auto", "true" or "false" (see training.jit_choice)
+    jit_compile: str = _declared("jit_compile")   # "auto", "true" or "false" (see training.compiled.jit_choice)
     # Settings declared in moxlite.run_settings, from MoXing's flags or a recipe, not run()'s arguments.
     num_samples: int = _declared("num_samples")   # training samples per epoch; 0: from the input
     log_first_clone: bool = _declared("log_first_clone")
