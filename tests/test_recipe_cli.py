@@ -160,3 +160,12 @@ def test_the_bundled_overlay_alone_says_which_base_it_follows(capsys):
     assert ("recipes/mnist_large_batch.yaml: has no input and no model section: it is an overlay, meant to follow a "
             "base recipe on the command line, e.g. moxlite-run recipes/mnist_mlp.yaml recipes/mnist_large_batch.yaml"
             in err), err
+
+
+def test_an_optimizer_argument_keras_refuses_is_reported_at_its_set_with_the_value(capsys, tmp_path):
+    code = cli.main(["recipes/mnist_mlp.yaml", "--set", f"run.log_dir={tmp_path / 'never'}",
+                     "--set", "optimizer.kwargs.momentum=9"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(
+        "moxlite-run: error: --set optimizer.kwargs.momentum=9: optimizer.kwargs.momentum: 9: momentum: "), err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "never").exists()

@@ -273,8 +273,7 @@ def _build_optimizer_fn(loaded, settings=None, num_samples=None):
         try:
             base_fn = optimizers.get_optimizer_fn(section.name, learning_rate, **section.kwargs)
         except errors.UserInputError as error:
-            named = [key for key in section.kwargs if key in str(error)]
-            raise loaded.error(("optimizer", "kwargs", named[0]) if named else ("optimizer",), str(error)) from None
+            raise optimizer_error(loaded, error) from None
     optimizer_fn = base_fn
     for index, wrapper in enumerate(section.wrappers):
         path = ("optimizer", "wrappers", index)
@@ -288,6 +287,16 @@ def _build_optimizer_fn(loaded, settings=None, num_samples=None):
             named = [key for key in wrapper.params if f" {key}=" in str(error)]
             raise loaded.error(path + tuple(named[:1]), str(error)) from None
     return optimizer_fn
+
+
+def optimizer_error(loaded, error):
+    """The RecipeError of a mistake the optimizer (or Keras, building it) found: located at the
+    argument of optimizer.kwargs it names, with the value as written, else at the optimizer."""
+    kwargs = loaded.recipe.optimizer.kwargs
+    named = [key for key in kwargs if key in str(error)]
+    if not named:
+        return loaded.error(("optimizer",), str(error))
+    return loaded.error(("optimizer", "kwargs", named[0]), f"{errors.describe(kwargs[named[0]])}: {error}")
 
 
 def _learning_rate(loaded, settings=None, num_samples=None):

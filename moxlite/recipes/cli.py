@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 
-from moxlite import declarations, errors, logs
+from moxlite import declarations, errors, logs, run_settings
 from moxlite.recipes import loader, schema
 
 RECIPE_FILE_NAME = "recipe.yaml"
@@ -72,12 +72,12 @@ def main(argv=None):
 # MoXing's cluster flags, accepted after the recipe files so that one command line works for
 # every task of a cluster (tools/launch_local.py appends them); each becomes a
 # distribute.<name> override applied after the --set ones.
-CLUSTER_FLAGS = ("num_gpus", "sync_replicas", "job_name", "task_index", "ps_hosts", "worker_hosts",
-                 "chief_hosts", "tpu", "cluster")
+CLUSTER_FLAGS = tuple(field.name for field in dataclasses.fields(run_settings.DistributeOptions)
+                      if field.name != "log_first_clone")
 CLUSTER_FLAG_VALUES = {"num_gpus": "N", "sync_replicas": "true|false", "job_name": "worker|ps|chief",
                        "task_index": "I", "ps_hosts": "host:port,...", "worker_hosts": "host:port,...",
-                       "chief_hosts": "host:port", "tpu": "NAME", "cluster": "|".join(schema.CLUSTER_SOURCES)}
-FLAG_HELP = {field.name: field.metadata["help"] for field in dataclasses.fields(schema.DistributeSection)}
+                       "chief_hosts": "host:port", "tpu": "NAME", "cluster": "|".join(run_settings.CLUSTER_SOURCES)}
+FLAG_HELP = {field.name: field.metadata["help"] for field in dataclasses.fields(run_settings.DistributeOptions)}
 _OWN_OPTIONS = ("set", "mode", "dry-run", "help-recipe", "debug", "help")
 
 

@@ -51,7 +51,7 @@ def probe_optimizer(plan):
         with context.activate(run_context):
             optimizer = optimizers.tf1_adapter.call_optimizer_fn(plan.optimizer_fn)
     except errors.UserInputError as error:
-        raise plan.loaded.error(("optimizer",), str(error)) from None
+        raise builders.optimizer_error(plan.loaded, error) from None
     # Wrappers as the optimizers package describes them (every parameter, defaults
     # included); the base optimizer as the recipe wrote it, since a resolved
     # learning-rate schedule prints as a nested config.
