@@ -238,7 +238,8 @@ def type_name(annotation):
         return "mapping"
     if dataclasses.is_dataclass(annotation):
         return "mapping"
-    return {int: "integer", float: "number", str: "string", bool: "boolean", Any: "any"}.get(annotation, str(annotation))
+    names = {int: "integer", float: "number", str: "string", bool: "boolean", Any: "any"}
+    return names.get(annotation, str(annotation))
 
 
 # ----------------------------------------------------------------- did you mean

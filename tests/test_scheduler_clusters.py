@@ -185,7 +185,9 @@ def test_asynchronous_training_under_slurm_is_refused_with_the_alternatives():
 
 
 def test_the_recipe_key_offers_the_sources_the_resolver_knows():
-    assert schema.CLUSTER_SOURCES == cluster.CLUSTER_SOURCES
+    from moxlite import run_settings
+
+    assert run_settings.CLUSTER_SOURCES == cluster.CLUSTER_SOURCES
     field = {f.name: f for f in schema.DistributeSection.__dataclass_fields__.values()}["cluster"]
     assert field.metadata["choices"] == cluster.CLUSTER_SOURCES and field.default == "auto"
 

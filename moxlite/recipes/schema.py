@@ -1,7 +1,8 @@
 """The recipe schema: every key a recipe may hold, its type, default and meaning.
 
-This module is the one place where the recipe format is documented.
-``moxlite-run --help-recipe`` prints it from the dataclasses below, so the
+The sections below nest the settings declared beside the runner (MoXing's flags in
+``moxlite.run_settings``, the precision, model and augmentation blocks) and declare the keys
+only a recipe has. ``moxlite-run --help-recipe`` prints it from the dataclasses, so the
 description a user reads is the one the loader enforces.
 
 A recipe has six sections that map one-to-one onto ``moxlite.run``'s
@@ -27,17 +28,16 @@ Nothing here imports TensorFlow: validation and ``--help-recipe`` stay fast.
 """
 
 import dataclasses
-import math
 from typing import Any, Dict, List, Optional, Union
 
 from moxlite import ranges
 from moxlite.data.augment_options import AugmentOptions
-from moxlite.declarations import (REQUIRED, Rule, defaults, params_field, rules_of, setting, type_name,
-                                  with_options_blocks, with_rules, with_settings_of)
+from moxlite.declarations import (REQUIRED, Rule, params_field, rules_of, setting, type_name, with_options_blocks,
+                                  with_rules, with_settings_of)
 from moxlite.models import options as model_options
 from moxlite.optimizers import recipe_tables
-from moxlite.run_settings import CLUSTER_SOURCES, DistributeOptions, RunOptions
-from moxlite.training.mixed_precision.options import AMP_LEVELS, PrecisionOptions
+from moxlite.run_settings import DistributeOptions, RunOptions
+from moxlite.training.mixed_precision.options import PrecisionOptions
 
 # The names recipes may use for built-ins. The implementations live in
 # moxlite.data.datasets and moxlite.models; the names are listed here so that

@@ -4,8 +4,8 @@
 leave out from MoXing's flags (``--batch_size``, ``--log_dir``, precision,
 checkpoint patterns, the cluster ...), so a script that sets flags works as
 before. A recipe builds it from its own typed values (``from_run_arguments(...,
-settings=...)``), the settings being declared once in ``moxlite.run_settings``, and sets no flag. After that the runner reads only the
-config: no flag, no dict of arguments.
+settings=...)``; each setting is declared once in ``moxlite.run_settings``) and sets no flag.
+After that the runner reads only the config: no flag, no dict of arguments.
 """
 
 import collections.abc
