@@ -6,7 +6,7 @@
 The pages and their sources:
 
 - ``docs/reference/flags.md``: every MoXing flag with its kind, default and meaning
-  (``moxlite.flags.FLAG_TABLE``);
+  (``moxlite.flags.FLAG_TABLE``, read from the declarations in ``moxlite.run_settings``);
 - ``docs/reference/recipe-keys.md``: every recipe key with its type, default, accepted values
   and meaning (the dataclasses of ``moxlite.recipes.schema``), the wrappers' parameters and the
   schedules' arguments (``moxlite.optimizers.recipe_tables``);
@@ -58,7 +58,7 @@ def _value(value):
 
 def flags_page():
     """docs/reference/flags.md: one row per entry of moxlite.flags.FLAG_TABLE, in its order."""
-    lines = ["# MoXing's flags", "", GENERATED.format(source="`moxlite/flags.py` (`FLAG_TABLE`)"), "",
+    lines = ["# MoXing's flags", "", GENERATED.format(source="`moxlite/run_settings.py` (as `moxlite.flags.FLAG_TABLE`)"), "",
              f"{len(flags.FLAG_TABLE)} flags. A script reads them with `mox.get_flag(name)`, sets them with "
              "`mox.set_flag(name, value)` before `run`, or takes them on its command line "
              "(`python train.py --num_gpus=2`); a script may define any of them itself. `run`'s arguments win "
