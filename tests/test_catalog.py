@@ -163,3 +163,8 @@ def test_the_count_of_keys_with_a_declared_range_matches_the_tool():
                              capture_output=True, text=True, check=True,
                              env=dict(os.environ, PYTHONPATH=root)).stdout
     assert f"{len(schema.ranged_keys())} keys with a declared range" in printed
+
+
+def test_only_thors_schedules_that_take_steps_per_epoch_derive_it_from_the_run():
+    derived = {kind for kind, schedule in recipe_tables.SCHEDULES.items() if schedule.derived_from_run}
+    assert derived == {"thor", "thor_damping"}

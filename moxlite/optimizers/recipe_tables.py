@@ -274,7 +274,7 @@ class Schedule:
     @property
     def derived_from_run(self):
         """Arguments a recipe may leave out because the run knows them."""
-        return ("steps_per_epoch",) if self.owner == THOR_SCHEDULES else ()
+        return ("steps_per_epoch",) if self.owner == THOR_SCHEDULES and "steps_per_epoch" in self.required else ()
 
 
 # Every schedule kind a recipe may name: the one table the recipe loader, the builder, the docs and
