@@ -6,7 +6,6 @@ on the command line (``python train.py --num_gpus=2``). Flags that moxlite
 does not know are left for the script's own parser.
 """
 
-import difflib
 import json
 import math
 import os
@@ -14,7 +13,8 @@ import sys
 
 from absl import flags as absl_flags
 
-from moxlite import errors
+from moxlite import errors, run_settings
+from moxlite.declarations import did_you_mean
 
 FLAGS = absl_flags.FLAGS
 
@@ -48,42 +48,8 @@ def _import_absl_logging():
 # first lets _define_all() see the name (and let a script's definition replace absl's).
 _import_absl_logging()
 
-# name -> (kind, default, help). Kept in one table so that the CLI, the
-# recipe schema and the docs can list them.
-FLAG_TABLE = {
-    "num_gpus": ("integer", 1, "Local devices (replicas) per worker; >1 on a CPU-only machine splits the CPU into logical devices."),
-    "batch_size": ("integer", None, "Per-replica batch size, used when run() is not given one."),
-    "log_dir": ("string", None, "Directory for checkpoints, summaries and exports, used when run() is not given one."),
-    "job_name": ("string", "", "This task's job in a cluster: 'worker', 'ps' or 'chief' ('' for a single process)."),
-    "task_index": ("integer", 0, "This task's index within its job; worker 0 is the chief."),
-    "ps_hosts": ("string", "", "Comma-separated host:port list of parameter servers."),
-    "worker_hosts": ("string", "", "Comma-separated host:port list of workers."),
-    "chief_hosts": ("string", "", "host:port of the coordinator in asynchronous mode (default: a free port beside worker 0)."),
-    "sync_replicas": ("boolean", True, "Synchronous data parallelism (True) or asynchronous parameter-server training (False)."),
-    "tpu": ("string", "", "TPU name or grpc:// address; selects TPUStrategy."),
-    "cluster": ("string", "auto", "Where the cluster comes from: auto (the *_hosts flags, else TF_CONFIG, else a Slurm job step, else one process), flags, tf_config, slurm or single."),
-    "steps_per_loop": ("integer or auto", "auto", "Training steps run inside one traced call; 'auto' runs each call up to the next log line, summary, checkpoint or the end (bounded to about a second)."),
-    "jit_compile": ("string", "auto", "Compile the train step with XLA: 'auto' (time both after tracing and keep the faster), 'true' or 'false'."),
-    "num_samples": ("integer", 0, "Training samples per epoch, for epoch-based learning-rate strings when the input is infinite (0: from the input)."),
-    "keep_checkpoint_max": ("integer", 5, "Checkpoints kept in log_dir."),
-    "loss_scale": ("string", "0", "Loss scale for fp16: 0 (off; dynamic when computing in float16), a number (fixed, never changes), 'dynamic' or 'dynamic:<start>'."),
-    "use_fp16": ("boolean", False, "Compute in float16 with float32 variables: an alias of --amp_level=O3 --compute_dtype=float16."),
-    "amp_level": ("string", "", "Mixed-precision level, MindSpore's meaning: O0 (float32), O1 (fp32 keep-list), O2 (all but BatchNorm), O3 (all); '' is O0 unless --use_fp16."),
-    "compute_dtype": ("string", "float16", "Compute dtype of the mixed levels: float16 (with loss scaling) or bfloat16."),
-    "keep_fp32": ("string", "", "Comma-separated Keras layer classes kept in float32 ('' the level's default, 'none' no layer)."),
-    "keep_batchnorm_fp32": ("string", "", "Keep BatchNormalization in float32: true, false or '' (the level's default: O2 true, O3 false)."),
-    "drop_overflow_update": ("boolean", True, "Skip a step whose scaled gradients overflow (a fixed --loss_scale may apply it instead)."),
-    "gradient_clip_type": ("string", "global_norm", "How gradients are clipped: 'global_norm' or 'norm' (per variable)."),
-    "gradient_clip": ("float", 0.0, "Clip threshold; 0 disables clipping."),
-    "log_first_clone": ("boolean", True, "Log the first replica's log_info (True) or the mean over replicas (False)."),
-    "checkpoint_exclude_patterns": ("string", "", "Comma-separated variable-name patterns not restored from checkpoint_path."),
-    "nonfinite_policy": ("string", "stop", "At a non-finite loss or gradient: 'stop' (one line, the last finite checkpoint kept) or 'skip' the step."),
-    "max_consecutive_nonfinite": ("integer", 10, "With nonfinite_policy=skip: stop after this many non-finite steps in a row."),
-    "allow_input_restart": ("boolean", True, "Resume with the input restarted when the saved input position no longer fits input_fn's pipeline (False: stop)."),
-    "trainable_exclude_patterns": ("string", "", "Comma-separated variable-name patterns left out of training."),
-    "data_url": ("string", "", "Data location passed by the platform to every job."),
-    "train_url": ("string", "", "Output location passed by the platform to every job."),
-}
+# name -> (kind, default, help) of every flag: each a setting declared once in moxlite.run_settings.
+FLAG_TABLE = run_settings.FLAGS
 
 class _IntegerOrAutoParser(absl_flags.ArgumentParser):
     """A positive integer, or the word ``auto``."""
@@ -235,10 +201,10 @@ def unheeded_command_line_flags(argv=None):
         if instead:
             lines.append(f"{argument}: a MoXing flag moxlite does not implement, ignored; {instead}")
             continue
-        close = difflib.get_close_matches(name, FLAG_TABLE, n=1, cutoff=0.8)
-        if close:
+        near = did_you_mean(name, FLAG_TABLE, cutoff=0.8, quote=lambda flag: "--" + flag)
+        if near:
             lines.append(f"{argument}: not a moxlite flag, and the script defines no absl flag of that name; "
-                         f"moxlite ignores it (did you mean --{close[0]}?)")
+                         f"moxlite ignores it{near}")
     return lines
 
 

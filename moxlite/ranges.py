@@ -109,24 +109,28 @@ def one_of(choices: Sequence):
     return Range(accepted, lambda v: any(isinstance(v, type(c)) and v == c for c in choices))
 
 
-def names_in(known: Sequence, what, one, hint=None):
+def names_in(known, what, one, hint=None):
     """A list of names, each one of ``known``: ``what`` they are ('Keras layer class names'), ``one`` of them.
 
-    ``hint(name)``, if given, is the nearest known name or None; an unknown name is
-    reported as "'X' is not <one> (did you mean 'Y'?)".
+    ``known`` is a sequence, or a function returning one (read when a value is checked: the
+    names of a library imported only then). ``hint(name)``, if given, is the nearest known name
+    or None; an unknown name is reported as "'X' is not <one> (did you mean 'Y'?)".
     """
-    known_set = frozenset(known)
+    def known_set():
+        return frozenset(known() if callable(known) else known)
 
     def explain(value):
         if not isinstance(value, (list, tuple)):
             return None
-        unknown = next((n for n in value if not (isinstance(n, str) and n in known_set)), None)
+        names = known_set()
+        unknown = next((n for n in value if not (isinstance(n, str) and n in names)), None)
         near = hint(unknown) if hint else None
         return f"{describe(unknown)} is not {one}" + (f" (did you mean {near!r}?)" if near else "")
 
-    return Range(f"a list of {what}",
-                 lambda v: isinstance(v, (list, tuple)) and all(isinstance(n, str) and n in known_set for n in v),
-                 explain)
+    def check(value):
+        return isinstance(value, (list, tuple)) and all(isinstance(n, str) and n in known_set() for n in value)
+
+    return Range(f"a list of {what}", check, explain)
 
 
 def patterns():

@@ -1,9 +1,9 @@
 """Count the recipe keys that have a declared range, from the declaration itself.
 
 A key has a declared range when its schema field carries ``valid`` (a moxlite.ranges.Range)
-or ``choices``, or a rule of schema.RULES names it; wrapper parameters and schedule arguments
+or ``choices``, or a rule of its block names it (moxlite.declarations.rules_of); wrapper parameters and schedule arguments
 count from moxlite.optimizers.recipe_tables's tables. Written so that it also runs on a tree from
-before issue 21 (no ``valid``, no RULES, no SCHEDULE_PARAMETERS), to give the "before" figure:
+before issue 21 (no ``valid``, no rules, no schedule ranges), to give the "before" figure:
 
     PYTHONPATH=. python tools/count_ranged_keys.py [--list]
 """
@@ -11,16 +11,21 @@ before issue 21 (no ``valid``, no RULES, no SCHEDULE_PARAMETERS), to give the "b
 import dataclasses
 import sys
 
-from moxlite.optimizers import recipe_tables as catalog
+from moxlite.optimizers import recipe_tables
 from moxlite.recipes import schema
+
+try:
+    from moxlite.declarations import rules_of
+except ImportError:   # a tree whose rules are the schema's RULES table
+    def rules_of(cls):
+        return getattr(schema, "RULES", {}).get(cls, ())
 
 
 def ranged_keys():
     keys, unranged = [], []
-    rules = getattr(schema, "RULES", {})
 
     def walk(cls, prefix):
-        ruled = {rule.key for rule in rules.get(cls, ())}
+        ruled = {rule.key for rule in rules_of(cls)}
         for field in dataclasses.fields(cls):
             if dataclasses.is_dataclass(field.type):
                 walk(field.type, prefix + field.name + ".")
@@ -32,9 +37,12 @@ def ranged_keys():
                 unranged.append(prefix + field.name)
 
     walk(schema.Recipe, "")
-    keys += [f"optimizer.wrappers[].{name}.{key}" for name, table in catalog.WRAPPER_PARAMETERS.items()
+    keys += [f"optimizer.wrappers[].{name}.{key}" for name, table in recipe_tables.WRAPPER_PARAMETERS.items()
              for key in table]
-    schedules = getattr(catalog, "SCHEDULE_PARAMETERS", {})
+    if hasattr(recipe_tables, "SCHEDULES"):
+        schedules = {kind: schedule.arguments for kind, schedule in recipe_tables.SCHEDULES.items()}
+    else:   # a tree whose schedule ranges are SCHEDULE_PARAMETERS (none before issue 21)
+        schedules = getattr(recipe_tables, "SCHEDULE_PARAMETERS", {})
     keys += [f"schedule.{kind}.{key}" for kind, table in schedules.items() for key in table]
     return keys, unranged
 

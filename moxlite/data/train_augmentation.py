@@ -31,12 +31,13 @@ class Augmentation:
     seed: int = 0
 
     def __post_init__(self):
-        # The recipe's input.augment declaration (ranges and rules), so the API and recipes agree.
+        # The one declaration of these settings (ranges and rules), which a recipe's input.augment is too.
         from moxlite import errors
-        from moxlite.recipes import schema
+        from moxlite.data.augment_options import AugmentOptions
+        from moxlite.declarations import check_values
 
         values = {key: value for key, value in dataclasses.asdict(self).items() if key != "seed"}
-        found = schema.check_values(schema.AugmentOptions, values)
+        found = check_values(AugmentOptions, values)
         if found:
             raise errors.ArgumentError(f"Augmentation: {found[0]}={found[1]}")
 

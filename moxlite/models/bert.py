@@ -30,12 +30,13 @@ import tensorflow as tf
 
 from moxlite import errors
 from moxlite.contract import ExportSpec, ModeKeys, ModelSpec
-from moxlite.recipes import schema
+from moxlite.declarations import defaults
+from moxlite.models import options as model_options
 
 MODEL_NAMES = {"bert_tiny": "tiny", "bert_base": "base", "bert_large": "large"}
 # The encoder sizes of the BERT paper (base, large) and a tiny one for tests and the bundled recipe,
-# as the recipe schema declares them (one declaration); vocabulary_size None: the data set's.
-SIZES = {size: schema.option_defaults(schema.model_options_class(name)) for name, size in MODEL_NAMES.items()}
+# as moxlite.models.options declares them (one declaration); vocabulary_size None: the data set's.
+SIZES = {size: defaults(model_options.OPTIONS[name]) for name, size in MODEL_NAMES.items()}
 FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 NEXT_SENTENCE = "next_sentence_labels"
 

@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from moxlite import compat
 from moxlite.optimizers import pipeline, schedules
-from moxlite.optimizers import recipe_tables as catalog
+from moxlite.optimizers import recipe_tables
 from moxlite.optimizers import wrapper as wrapper_lib
 
 
@@ -43,7 +43,7 @@ class BatchGradients(wrapper_lib.OptimizerWrapper):
     """Apply the mean of ``num_batches`` micro-batch gradients once (see the module docstring)."""
 
     NAME = "batch_gradients"
-    PARAMETERS = catalog.BATCH_GRADIENTS_PARAMETERS
+    PARAMETERS = recipe_tables.BATCH_GRADIENTS_PARAMETERS
 
     @property
     def learning_rate(self):

@@ -24,7 +24,7 @@ import keras
 import tensorflow as tf
 
 from moxlite.optimizers import exclusion, wrapper as wrapper_lib
-from moxlite.optimizers import recipe_tables as catalog
+from moxlite.optimizers import recipe_tables
 from moxlite.optimizers.recipe_tables import DEFAULT_EXCLUDE  # noqa: F401  (re-exported)
 
 
@@ -39,7 +39,7 @@ class LARS(wrapper_lib.OptimizerWrapper):
     """Scale each variable's gradient by its LARS trust ratio (formula in the module docstring)."""
 
     NAME = "lars"
-    PARAMETERS = catalog.LARS_PARAMETERS
+    PARAMETERS = recipe_tables.LARS_PARAMETERS
 
     def __init__(self, inner_optimizer, name=None, **parameters):
         if "exclude" in parameters and isinstance(parameters["exclude"], list):

@@ -22,31 +22,32 @@ import keras
 import tensorflow as tf
 
 from moxlite import errors
-from moxlite.optimizers import schedules, step_trace
-from moxlite.optimizers import recipe_tables as catalog
+from moxlite.declarations import did_you_mean
+from moxlite.optimizers import recipe_tables, schedules, step_trace
 
 # name -> (Keras class, fixed keyword arguments, TF1/MoXing spelling -> Keras spelling).
 _OPTIMIZERS = {name: (getattr(keras.optimizers, class_name), fixed, aliases)
-               for name, (class_name, fixed, aliases) in catalog.OPTIMIZERS.items()}
+               for name, (class_name, fixed, aliases) in recipe_tables.OPTIMIZERS.items()}
 
-OPTIMIZER_NAMES = catalog.OPTIMIZER_NAMES
+OPTIMIZER_NAMES = recipe_tables.OPTIMIZER_NAMES
 
 _DEFAULTS = {"momentum": {"momentum": 0.9}}
-_IGNORED = catalog.IGNORED_ARGUMENTS
+_IGNORED = recipe_tables.IGNORED_ARGUMENTS
 # Keras's own accumulation raises under MirroredStrategy; batch_gradients replaces it.
 _REFUSED = {"gradient_accumulation_steps": "use get_optimizer_wrapper_fn('batch_gradients', ...) instead"}
 
 
 def accepted_arguments(name):
     """The keyword arguments ``get_optimizer_fn(name, ...)`` accepts, MoXing spellings included."""
-    return catalog.accepted_arguments(_checked_name(name))
+    return recipe_tables.accepted_arguments(_checked_name(name))
 
 
 def _checked_name(name):
     key = name.lower() if isinstance(name, str) else name
     if key not in _OPTIMIZERS:
         raise errors.OptimizerError(
-            f"optimizer name {errors.describe(name)} is unknown; valid names: {', '.join(OPTIMIZER_NAMES)}")
+            f"optimizer name {errors.describe(name)} is unknown{did_you_mean(str(key), OPTIMIZER_NAMES)}; "
+            f"valid names: {', '.join(OPTIMIZER_NAMES)}")
     return key
 
 
@@ -62,7 +63,8 @@ def keras_arguments(name, **kwargs):
             raise errors.OptimizerError(f"{key}: {argument}={value!r} is not supported; {_REFUSED[argument]}")
         if argument not in accepted:
             raise errors.OptimizerError(
-                f"{key}: unknown argument {argument!r}; accepted: {', '.join(accepted)}")
+                f"{key}: unknown argument {argument!r}{did_you_mean(argument, accepted)}; "
+                f"accepted: {', '.join(accepted)}")
         if argument in _IGNORED:
             continue
         keras_name = aliases.get(argument, argument)

@@ -4,16 +4,17 @@
 - the recipe-visible wrappers and their parameters (default, description, accepted range
   and its check), which the wrapper classes use as their ``PARAMETERS``.
 
-``factory``, ``registry`` and the wrapper classes read these tables, and the recipe
+``named_optimizers``, ``wrapper_stack`` and the wrapper classes read these tables, and the recipe
 loader checks a recipe against them before TensorFlow is imported, so a typo is
 rejected in a fraction of a second. The Keras argument lists are written out for the
-pinned Keras 3.15; tests/package/test_compat.py compares them with the classes' signatures.
+pinned Keras 3.15; tests/optimizers/test_recipe_tables.py compares them with the classes' signatures.
 """
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Dict, Tuple
 
 from moxlite import errors, ranges
+from moxlite.declarations import did_you_mean
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,37 +252,70 @@ _WHOLE_POSITIVE = ranges.Range("a whole number > 0", lambda v: _is_whole(v) and 
 _WHOLE_AT_LEAST_0 = ranges.Range("a whole number >= 0", lambda v: _is_whole(v) and v >= 0)
 _SWITCH = ranges.one_of((True, False))
 
-# Schedule kind -> its arguments' accepted ranges (the names are schema.SCHEDULE_ARGUMENTS'; the
-# recipe loader and moxlite.optimizers.thor.schedules both check against this table).
-SCHEDULE_PARAMETERS = {
-    "piecewise_constant": {"boundaries": ranges.list_of(_AT_LEAST_0, min_length=0),
-                           "values": ranges.list_of(_AT_LEAST_0)},
-    "cosine": {"initial_learning_rate": _POSITIVE, "decay_steps": _STEPS, "alpha": ranges.probability(),
-               "warmup_target": ranges.either(_POSITIVE, ranges.one_of((None,)), "a finite number > 0 or null"),
-               "warmup_steps": _AT_LEAST_0},
-    "cosine_restarts": {"initial_learning_rate": _POSITIVE, "first_decay_steps": _STEPS, "t_mul": _POSITIVE,
-                        "m_mul": _POSITIVE, "alpha": ranges.probability()},
-    "exponential": {"initial_learning_rate": _POSITIVE, "decay_steps": _STEPS, "decay_rate": _POSITIVE,
-                    "staircase": _SWITCH},
-    "polynomial": {"initial_learning_rate": _POSITIVE, "decay_steps": _STEPS, "end_learning_rate": _AT_LEAST_0,
-                   "power": _AT_LEAST_0, "cycle": _SWITCH},
-    "inverse_time": {"initial_learning_rate": _POSITIVE, "decay_steps": _STEPS, "decay_rate": _AT_LEAST_0,
-                     "staircase": _SWITCH},
-    "thor": {"lr_init": _POSITIVE, "lr_decay": _AT_LEAST_0, "lr_end_epoch": _POSITIVE, "steps_per_epoch": _POSITIVE,
-             "decay_epochs": _AT_LEAST_0},
-    "thor_damping": {"damping_init": _POSITIVE, "decay_rate": _POSITIVE, "steps_per_epoch": _POSITIVE},
-    "thor_polynomial": {"initial_value": _POSITIVE, "end_value": _AT_LEAST_0, "total_steps": _WHOLE_POSITIVE,
-                        "power": _AT_LEAST_0, "warmup_steps": _WHOLE_AT_LEAST_0},
+THOR_SCHEDULES = "moxlite.optimizers.thor.schedules"
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """A schedule a recipe may name: its class (a keras.optimizers.schedules name, or THOR's module),
+    its arguments' ranges in the class's signature order, the ``required`` ones first, and for
+    THOR's what its arguments are (--help-recipe). tests/optimizers/test_recipe_tables.py compares the names with
+    the signatures; THOR's steps_per_epoch may be left out (the run gives it)."""
+
+    owner: str
+    required: Tuple[str, ...]
+    arguments: Dict[str, ranges.Range]
+    about: str = ""
+
+    @property
+    def optional(self):
+        return tuple(name for name in self.arguments if name not in self.required)
+
+    @property
+    def derived_from_run(self):
+        """Arguments a recipe may leave out because the run knows them."""
+        return ("steps_per_epoch",) if self.owner == THOR_SCHEDULES and "steps_per_epoch" in self.required else ()
+
+
+# Every schedule kind a recipe may name: the one table the recipe loader, the builder, the docs and
+# moxlite.optimizers.thor.schedules read.
+SCHEDULES = {
+    "piecewise_constant": Schedule("PiecewiseConstantDecay", ("boundaries", "values"), {
+        "boundaries": ranges.list_of(_AT_LEAST_0, min_length=0), "values": ranges.list_of(_AT_LEAST_0)}),
+    "cosine": Schedule("CosineDecay", ("initial_learning_rate", "decay_steps"), {
+        "initial_learning_rate": _POSITIVE, "decay_steps": _STEPS, "alpha": ranges.probability(),
+        "warmup_target": ranges.either(_POSITIVE, ranges.one_of((None,)), "a finite number > 0 or null"),
+        "warmup_steps": _AT_LEAST_0}),
+    "cosine_restarts": Schedule("CosineDecayRestarts", ("initial_learning_rate", "first_decay_steps"), {
+        "initial_learning_rate": _POSITIVE, "first_decay_steps": _STEPS, "t_mul": _POSITIVE, "m_mul": _POSITIVE,
+        "alpha": ranges.probability()}),
+    "exponential": Schedule("ExponentialDecay", ("initial_learning_rate", "decay_steps", "decay_rate"), {
+        "initial_learning_rate": _POSITIVE, "decay_steps": _STEPS, "decay_rate": _POSITIVE, "staircase": _SWITCH}),
+    "polynomial": Schedule("PolynomialDecay", ("initial_learning_rate", "decay_steps"), {
+        "initial_learning_rate": _POSITIVE, "decay_steps": _STEPS, "end_learning_rate": _AT_LEAST_0,
+        "power": _AT_LEAST_0, "cycle": _SWITCH}),
+    "inverse_time": Schedule("InverseTimeDecay", ("initial_learning_rate", "decay_steps", "decay_rate"), {
+        "initial_learning_rate": _POSITIVE, "decay_steps": _STEPS, "decay_rate": _AT_LEAST_0, "staircase": _SWITCH}),
+    "thor": Schedule(THOR_SCHEDULES, ("lr_init", "lr_decay", "lr_end_epoch", "steps_per_epoch"), {
+        "lr_init": _POSITIVE, "lr_decay": _AT_LEAST_0, "lr_end_epoch": _POSITIVE, "steps_per_epoch": _POSITIVE,
+        "decay_epochs": _AT_LEAST_0}, "lr_init, lr_decay, lr_end_epoch, decay_epochs (MindSpore's get_thor_lr)"),
+    "thor_damping": Schedule(THOR_SCHEDULES, ("damping_init", "decay_rate", "steps_per_epoch"), {
+        "damping_init": _POSITIVE, "decay_rate": _POSITIVE, "steps_per_epoch": _POSITIVE},
+        "damping_init, decay_rate (get_thor_damping)"),
+    "thor_polynomial": Schedule(THOR_SCHEDULES, ("initial_value", "end_value", "total_steps"), {
+        "initial_value": _POSITIVE, "end_value": _AT_LEAST_0, "total_steps": _WHOLE_POSITIVE,
+        "power": _AT_LEAST_0, "warmup_steps": _WHOLE_AT_LEAST_0},
+        "initial_value, end_value, total_steps, power, warmup_steps (the BERT lr and damping)"),
 }
 
 
 def schedule_problem(kind, params):
     """(argument, message) of the first argument of schedule ``kind`` out of its range, or None.
 
-    Checks each given argument against SCHEDULE_PARAMETERS and the rules across them
+    Checks each given argument against SCHEDULES[kind].arguments and the rules across them
     (piecewise_constant: increasing boundaries, one more value than boundaries).
     """
-    table = SCHEDULE_PARAMETERS[kind]
+    table = SCHEDULES[kind].arguments
     for key, value in params.items():
         if key in table:
             problem = table[key].problem(value)
@@ -300,15 +334,12 @@ def schedule_problem(kind, params):
 def check_schedule_arguments(kind, params, accepted):
     """``params`` of schedule ``kind`` checked: unknown names and ranges, as one-line OptimizerErrors.
 
-    ``accepted``: the argument names the schedule takes (schema.SCHEDULE_ARGUMENTS' or a signature's).
+    ``accepted``: the argument names the schedule takes (SCHEDULES[kind].arguments' or a signature's).
     """
-    import difflib
-
     for key in params:
         if key not in accepted:
-            close = difflib.get_close_matches(key, list(accepted), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise errors.OptimizerError(f"{kind}: unknown argument {key!r}{hint}; accepted: {', '.join(accepted)}")
+            raise errors.OptimizerError(f"{kind}: unknown argument {key!r}{did_you_mean(key, accepted)}; "
+                                        f"accepted: {', '.join(accepted)}")
     found = schedule_problem(kind, params)
     if found:
         raise errors.OptimizerError(found[1])

@@ -53,7 +53,7 @@ import tensorflow as tf
 
 from moxlite import context, errors, ranges
 from moxlite.optimizers import learning_rates, step_trace
-from moxlite.optimizers import recipe_tables as catalog
+from moxlite.optimizers import recipe_tables
 from moxlite.optimizers.learning_rates import parse_piecewise, piecewise_value  # noqa: F401  (re-exported)
 
 @keras.saving.register_keras_serializable(package="moxlite")
@@ -248,9 +248,9 @@ def _check_step_function(learning_rate):
             "(one argument, or global_step=), such as functools.partial(tf.compat.v1.train."
             "exponential_decay, learning_rate=0.1, decay_steps=100, decay_rate=0.9)") from None
     if how is None:
-        catalog.check_first_values("learning_rate", lambda step: learning_rate(), LEARNING_RATE_VALUES)
+        recipe_tables.check_first_values("learning_rate", lambda step: learning_rate(), LEARNING_RATE_VALUES)
     else:
-        catalog.check_first_values(
+        recipe_tables.check_first_values(
             "learning_rate", lambda step: value_of_step_function(learning_rate, tf.constant(step, tf.int64), how),
             LEARNING_RATE_VALUES)
     return learning_rate
@@ -278,7 +278,7 @@ def check_learning_rate(learning_rate):
     """Reject learning rates that cannot work, with a message that says why.
 
     Accepts a positive number, a Keras ``LearningRateSchedule`` whose first values
-    (catalog.FIRST_STEPS) are finite and not negative, a MoXing epoch string
+    (recipe_tables.FIRST_STEPS) are finite and not negative, a MoXing epoch string
     (parsed here so that a typo fails before the run starts), a scalar tensor or
     variable (a tensor of the global step, as TF1 scripts compute it), or a
     function of the global step (``StepFunctionLearningRate``) whose first values
@@ -291,7 +291,7 @@ def check_learning_rate(learning_rate):
     if _is_step_function(learning_rate):
         return _check_step_function(learning_rate)
     if isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule):
-        catalog.check_first_values("learning_rate", learning_rate, LEARNING_RATE_VALUES)
+        recipe_tables.check_first_values("learning_rate", learning_rate, LEARNING_RATE_VALUES)
         return learning_rate
     return learning_rates.check_number_or_string(learning_rate)
 

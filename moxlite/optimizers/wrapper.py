@@ -95,7 +95,7 @@ import keras
 
 from moxlite import compat, context, errors, flags, logs
 from moxlite.optimizers import tf1_adapter
-from moxlite.optimizers import recipe_tables as catalog
+from moxlite.optimizers import recipe_tables
 from moxlite.optimizers import pipeline as pipeline_lib
 from moxlite.optimizers.recipe_tables import Parameter  # noqa: F401  (wrapper_lib.Parameter)
 
@@ -188,7 +188,7 @@ class OptimizerWrapper(keras.optimizers.Optimizer, pipeline_lib.Link):
     @classmethod
     def validate_parameters(cls, parameters):
         """Defaults filled in; an OptimizerError naming the parameter and its range otherwise."""
-        return catalog.checked_parameters(cls.NAME, cls.PARAMETERS, parameters)
+        return recipe_tables.checked_parameters(cls.NAME, cls.PARAMETERS, parameters)
 
     def parameter_values(self):
         return {key: getattr(self, key) for key in self.PARAMETERS}

@@ -7,14 +7,14 @@ for ``--dry-run``.
 
 from moxlite import errors
 from moxlite.optimizers import pipeline, step_trace, tf1_adapter, wrapper as wrapper_lib
-from moxlite.optimizers import recipe_tables as catalog
+from moxlite.optimizers import recipe_tables
 from moxlite.optimizers.batch_gradients import BatchGradients
 from moxlite.optimizers.lars import LARS
 from moxlite.optimizers.thor.preconditioner import THOR
 
 # The classes of the wrappers the catalog lists (a test checks they are the same set).
 WRAPPERS = {cls.NAME: cls for cls in (BatchGradients, LARS, THOR)}
-WRAPPER_NAMES = catalog.WRAPPER_NAMES
+WRAPPER_NAMES = recipe_tables.WRAPPER_NAMES
 
 
 def wrapper_class(name):

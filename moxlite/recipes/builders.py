@@ -13,8 +13,9 @@ import inspect
 import math
 from typing import Any, Callable, Dict, List, Optional
 
-from moxlite import errors
+from moxlite import declarations, errors, run_settings
 from moxlite.contract import ExportKeys, ModeKeys
+from moxlite.optimizers import recipe_tables
 from moxlite.recipes import references, schema
 from moxlite.recipes.loader import LoadedRecipe
 
@@ -52,7 +53,7 @@ class Plan:
     """Everything needed to run a recipe, built without side effects."""
 
     loaded: LoadedRecipe
-    flags: Dict[str, Any]          # the recipe's values of MoXing's flags, by flag name (never set)
+    settings: Dict[str, Any]       # the recipe's value of each setting of moxlite.run_settings (no flag set)
     run_arguments: Dict[str, Any]
     make_model_fn: Callable[[], Callable]
     eval_arguments: Optional[Dict[str, Any]]
@@ -70,23 +71,23 @@ class Plan:
         """The RunConfig of one run: ``arguments(...)`` with the recipe's settings, no flag read."""
         from moxlite.training import config
 
-        return config.from_run_arguments(self.arguments(eval_after_train), settings=self.flags)
+        return config.from_run_arguments(self.arguments(eval_after_train), settings=self.settings)
 
 
 def build_plan(loaded: LoadedRecipe) -> Plan:
     """The Plan of a checked recipe, or a located RecipeError."""
     recipe = loaded.recipe
-    flags = flags_of(recipe)
+    settings = settings_of(recipe)
     # The cluster first: under Slurm the resolver hands this task its GPUs in CUDA_VISIBLE_DEVICES,
     # which only counts before TensorFlow's runtime starts (building the input may start it).
-    cluster_view(loaded, flags)
+    cluster_view(loaded, settings)
     input_fn, data_facts = _build_input(loaded)
-    # The training input repeats, so run() cannot count an epoch; the flag tells it.
-    flags["num_samples"] = data_facts.get("num_samples") or 0
+    # The training input repeats, so run() cannot count an epoch; the setting tells it.
+    settings["num_samples"] = data_facts.get("num_samples") or 0
     make_model_fn = _build_model(loaded, data_facts)
     training = recipe.run.mode == "train"
-    optimizer_fn = _build_optimizer_fn(loaded, flags, data_facts.get("num_samples")) if training else None
-    facts = batch_facts(loaded, flags, data_facts.get("num_samples"))
+    optimizer_fn = _build_optimizer_fn(loaded, settings, data_facts.get("num_samples")) if training else None
+    facts = batch_facts(loaded, settings, data_facts.get("num_samples"))
     output_fn = _resolve(loaded, ("run", "output_fn"), recipe.run.output_fn) if recipe.run.output_fn else None
     run = recipe.run
     common = dict(
@@ -110,48 +111,26 @@ def build_plan(loaded: LoadedRecipe) -> Plan:
     eval_arguments = None
     if training and run.evaluate:
         eval_arguments = dict(common, run_mode=ModeKeys.EVAL, max_number_of_steps=run.eval_steps)
-    return Plan(loaded=loaded, flags=flags, run_arguments=run_arguments, make_model_fn=make_model_fn,
+    return Plan(loaded=loaded, settings=settings, run_arguments=run_arguments, make_model_fn=make_model_fn,
                 eval_arguments=eval_arguments, facts=facts, optimizer_fn=optimizer_fn, seed=run.seed)
 
 
-# ----------------------------------------------------------------- flags
+# ----------------------------------------------------------------- settings
 
-def flags_of(recipe: schema.Recipe) -> Dict[str, Any]:
-    """The recipe's value of each MoXing flag that a run reads (every one, so that neither an earlier
-    run nor a script's flags leak into it); they become RunConfig fields, not flags."""
-    dist, precision = recipe.distribute, recipe.precision
-    return {
-        "num_gpus": dist.num_gpus,
-        "sync_replicas": dist.sync_replicas and dist.strategy != "parameter_server",
-        "job_name": dist.job_name,
-        "task_index": dist.task_index,
-        "ps_hosts": ",".join(dist.ps_hosts),
-        "worker_hosts": ",".join(dist.worker_hosts),
-        "chief_hosts": dist.chief_hosts,
-        "tpu": dist.tpu,
-        "cluster": dist.cluster,
-        "log_first_clone": dist.log_first_clone,
-        "use_fp16": precision.use_fp16,
-        "amp_level": precision.amp_level,
-        "compute_dtype": precision.compute_dtype,
-        "keep_fp32": "" if precision.keep_fp32 is None else (",".join(precision.keep_fp32) or "none"),
-        "keep_batchnorm_fp32": "" if precision.keep_batchnorm_fp32 is None else str(precision.keep_batchnorm_fp32).lower(),
-        "drop_overflow_update": precision.drop_overflow_update,
-        "loss_scale": _loss_scale_text(precision.loss_scale),
-        "gradient_clip": precision.gradient_clip,
-        "gradient_clip_type": precision.gradient_clip_type,
-        "checkpoint_exclude_patterns": ",".join(recipe.run.checkpoint_exclude_patterns),
-        "trainable_exclude_patterns": ",".join(recipe.run.trainable_exclude_patterns),
-        "nonfinite_policy": recipe.run.nonfinite_policy,
-        "allow_input_restart": recipe.run.allow_input_restart,
-        "max_consecutive_nonfinite": recipe.run.max_consecutive_nonfinite,
-    }
+def settings_of(recipe: schema.Recipe) -> Dict[str, Any]:
+    """The recipe's value of every setting of moxlite.run_settings that a run reads, typed as
+    declared (every one, so that neither an earlier run nor a script's flags leak into it); they
+    become RunConfig fields, and no flag is set."""
+    values = {name: getattr(section, name) for section in (recipe.distribute, recipe.run, recipe.precision)
+              for name in _declared_names(type(section))}
+    values["sync_replicas"] = recipe.distribute.sync_replicas and recipe.distribute.strategy != "parameter_server"
+    return values
 
 
-def _loss_scale_text(value):
-    if isinstance(value, float):
-        return "0" if value == 0 else f"{value:g}"
-    return value
+def _declared_names(section):
+    """The keys of a recipe section that are settings of moxlite.run_settings (not run()'s arguments)."""
+    return [field.name for field in dataclasses.fields(section)
+            if section in run_settings.BLOCKS or declarations.declared_in(field) in run_settings.BLOCKS]
 
 
 # ----------------------------------------------------------------- input
@@ -272,11 +251,11 @@ def _build_bert_model(loaded, data_facts):
 
 # ----------------------------------------------------------------- optimizer
 
-def _build_optimizer_fn(loaded, flags=None, num_samples=None):
+def _build_optimizer_fn(loaded, settings=None, num_samples=None):
     """optimizer_fn(): the base optimizer, then each wrapper around the previous one (innermost first).
 
     Names and parameters were checked by the loader (recipes.loader, against
-    moxlite.optimizers.recipe_tables); flags and num_samples let THOR's schedules derive
+    moxlite.optimizers.recipe_tables); settings and num_samples let THOR's schedules derive
     their steps_per_epoch.
     """
     from moxlite import optimizers
@@ -286,7 +265,7 @@ def _build_optimizer_fn(loaded, flags=None, num_samples=None):
     if schema.is_reference(section.name):
         base_fn = _resolve(loaded, ("optimizer", "name"), section.name)
     else:
-        learning_rate = _learning_rate(loaded, flags, num_samples)
+        learning_rate = _learning_rate(loaded, settings, num_samples)
         try:
             schedules.check_learning_rate(learning_rate)
         except errors.UserInputError as error:
@@ -294,13 +273,13 @@ def _build_optimizer_fn(loaded, flags=None, num_samples=None):
         try:
             base_fn = optimizers.get_optimizer_fn(section.name, learning_rate, **section.kwargs)
         except errors.UserInputError as error:
-            raise loaded.error(("optimizer",), str(error)) from None
+            raise optimizer_error(loaded, error) from None
     optimizer_fn = base_fn
     for index, wrapper in enumerate(section.wrappers):
         path = ("optimizer", "wrappers", index)
         params = dict(wrapper.params)
         if isinstance(params.get("damping"), dict):
-            params["damping"] = _schedule(loaded, path + ("damping",), params["damping"], flags, num_samples)
+            params["damping"] = _schedule(loaded, path + ("damping",), params["damping"], settings, num_samples)
         try:
             # Each factory wraps the previous one: the stack is built innermost first when called.
             optimizer_fn = optimizers.get_optimizer_wrapper_fn(wrapper.name, optimizer_fn, **params)
@@ -310,16 +289,26 @@ def _build_optimizer_fn(loaded, flags=None, num_samples=None):
     return optimizer_fn
 
 
-def _learning_rate(loaded, flags=None, num_samples=None):
+def optimizer_error(loaded, error):
+    """The RecipeError of a mistake the optimizer (or Keras, building it) found: located at the
+    argument of optimizer.kwargs it names, with the value as written, else at the optimizer."""
+    kwargs = loaded.recipe.optimizer.kwargs
+    named = [key for key in kwargs if key in str(error)]
+    if not named:
+        return loaded.error(("optimizer",), str(error))
+    return loaded.error(("optimizer", "kwargs", named[0]), f"{errors.describe(kwargs[named[0]])}: {error}")
+
+
+def _learning_rate(loaded, settings=None, num_samples=None):
     """A float, MoXing's epoch string, or a Keras (or THOR) schedule built from a schedule block."""
     value = loaded.recipe.optimizer.learning_rate
     if not isinstance(value, schema.ScheduleBlock):
         return value
     return _schedule(loaded, ("optimizer", "learning_rate"), dict(value.params, schedule=value.schedule),
-                     flags, num_samples)
+                     settings, num_samples)
 
 
-def _schedule(loaded, path, block, flags, num_samples):
+def _schedule(loaded, path, block, settings, num_samples):
     """The schedule a block ``{schedule: <kind>, <its arguments>}`` names (checked by loader.check_schedule)."""
     import keras
 
@@ -327,13 +316,13 @@ def _schedule(loaded, path, block, flags, num_samples):
 
     params = dict(block)
     kind = params.pop("schedule")
-    if kind in schema.THOR_SCHEDULES:
+    schedule = recipe_tables.SCHEDULES[kind]
+    if schedule.owner == recipe_tables.THOR_SCHEDULES:
         schedule_class = thor_schedules.SCHEDULE_CLASSES[kind]
     else:
-        schedule_class = getattr(keras.optimizers.schedules, schema.SCHEDULES[kind])
-    required, _ = schema.SCHEDULE_ARGUMENTS[kind]
-    if kind in schema.THOR_SCHEDULES and "steps_per_epoch" in required and "steps_per_epoch" not in params:
-        params["steps_per_epoch"] = _updates_per_epoch(loaded, path, kind, flags, num_samples)
+        schedule_class = getattr(keras.optimizers.schedules, schedule.owner)
+    if "steps_per_epoch" in schedule.derived_from_run and "steps_per_epoch" not in params:
+        params["steps_per_epoch"] = _updates_per_epoch(loaded, path, kind, settings, num_samples)
     try:
         return schedule_class(**params)
     except errors.UserInputError as error:
@@ -342,12 +331,12 @@ def _schedule(loaded, path, block, flags, num_samples):
         raise loaded.error(path, f"schedule {kind!r}: {error}") from None
 
 
-def _updates_per_epoch(loaded, path, kind, flags, num_samples):
+def _updates_per_epoch(loaded, path, kind, settings, num_samples):
     """Applied updates in one epoch, as MindSpore counts them: samples // samples per update."""
-    if not num_samples or flags is None:
+    if not num_samples or settings is None:
         raise loaded.error(path + ("steps_per_epoch",), f"schedule {kind!r} needs steps_per_epoch, and the number of "
                                                         f"training samples is unknown; set it, or input.num_samples")
-    facts = batch_facts(loaded, flags, num_samples)
+    facts = batch_facts(loaded, settings, num_samples)
     return max(num_samples // facts.update_batch, 1)
 
 
@@ -374,13 +363,12 @@ def _format_params(params):
 
 # ----------------------------------------------------------------- batches and strategy
 
-def cluster_view(loaded, flags):
-    """The ClusterView the recipe's flags (and TF_CONFIG) describe, via moxlite.distribute.resolve."""
+def cluster_view(loaded, settings):
+    """The ClusterView the recipe's settings (and TF_CONFIG) describe, via moxlite.distribute.resolve."""
     from moxlite import distribute
-    from moxlite.flags import FLAG_TABLE
 
     def get_flag(name):
-        return flags[name] if name in flags else FLAG_TABLE[name][1]
+        return run_settings.flag_text(name, settings[name])
 
     try:
         view = distribute.resolve(get_flag=get_flag)
@@ -402,10 +390,10 @@ _KIND_NAMES = {"default": "default strategy (one device)", "mirrored": "Mirrored
                "parameter_server": "ParameterServerStrategy (asynchronous)", "tpu": "TPUStrategy"}
 
 
-def batch_facts(loaded, flags, num_samples):
-    """Replicas, global and per-update batch and steps per epoch, from the recipe's flags."""
+def batch_facts(loaded, settings, num_samples):
+    """Replicas, global and per-update batch and steps per epoch, from the recipe's settings."""
     recipe = loaded.recipe
-    view = cluster_view(loaded, flags)
+    view = cluster_view(loaded, settings)
     devices = view.num_gpus   # the flag's, or under Slurm each task's share of its node's GPUs
     replicas = devices * view.num_workers
     in_sync = replicas if view.sync_replicas else devices

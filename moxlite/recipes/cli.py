@@ -17,21 +17,27 @@ before their logging honours it are filtered by the same level
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
 
-from moxlite import errors, logs
+from moxlite import declarations, errors, logs, run_settings
 from moxlite.recipes import loader, schema
 
 RECIPE_FILE_NAME = "recipe.yaml"
 
 
-def _parser():
+def _parser(listing_cluster_flags=False):
+    """The command line's parser; the cluster flags are listed by --help but left out of the parsing
+    (argparse would take ``--num_gpu=2`` for ``--num_gpus``), cluster_flag_overrides reads them."""
     parser = argparse.ArgumentParser(
         prog="moxlite-run",
         description="Run a moxlite recipe: train, evaluate, predict or export as the YAML says.",
-        epilog="Recipe keys: moxlite-run --help-recipe")
+        epilog="Recipe keys: moxlite-run --help-recipe", add_help=listing_cluster_flags)
+    if not listing_cluster_flags:
+        parser.add_argument("-h", "--help", action=_HelpWithClusterFlags, nargs=0,
+                            help="show this help message and exit")
     parser.add_argument("recipes", nargs="*", metavar="recipe.yaml",
                         help="recipe files, merged in order (later files override earlier ones)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="dotted.key=value",
@@ -42,7 +48,19 @@ def _parser():
                              "train nothing and write nothing")
     parser.add_argument("--help-recipe", action="store_true", help="print every recipe key with its default and meaning")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    if listing_cluster_flags:
+        cluster = parser.add_argument_group(
+            "MoXing's cluster flags", "written --name=value after the recipe files, each the recipe key "
+                                      "distribute.<name> (so one command line serves every task of a cluster)")
+        for name in CLUSTER_FLAGS:
+            cluster.add_argument(f"--{name}", metavar=CLUSTER_FLAG_VALUES[name], help=FLAG_HELP[name])
     return parser
+
+
+class _HelpWithClusterFlags(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        _parser(listing_cluster_flags=True).print_help()
+        parser.exit()
 
 
 def main(argv=None):
@@ -54,14 +72,21 @@ def main(argv=None):
 # MoXing's cluster flags, accepted after the recipe files so that one command line works for
 # every task of a cluster (tools/launch_local.py appends them); each becomes a
 # distribute.<name> override applied after the --set ones.
-CLUSTER_FLAGS = ("num_gpus", "sync_replicas", "job_name", "task_index", "ps_hosts", "worker_hosts",
-                 "chief_hosts", "tpu", "cluster")
+CLUSTER_FLAGS = tuple(field.name for field in dataclasses.fields(run_settings.DistributeOptions)
+                      if field.name != "log_first_clone")
+CLUSTER_FLAG_VALUES = {"num_gpus": "N", "sync_replicas": "true|false", "job_name": "worker|ps|chief",
+                       "task_index": "I", "ps_hosts": "host:port,...", "worker_hosts": "host:port,...",
+                       "chief_hosts": "host:port", "tpu": "NAME", "cluster": "|".join(run_settings.CLUSTER_SOURCES)}
+FLAG_HELP = {field.name: field.metadata["help"] for field in dataclasses.fields(run_settings.DistributeOptions)}
+_OWN_OPTIONS = ("set", "mode", "dry-run", "help-recipe", "debug", "help")
 
 
 def cluster_flag_overrides(extra):
-    """``distribute.<name>=<value>`` overrides for MoXing flags such as ``--ps_hosts=h:1,h:2``.
+    """The ``distribute.<name>=<value>`` overrides (loader.Override's, each naming the argument as
+    written) of MoXing flags such as ``--ps_hosts=h:1,h:2``.
 
-    Raises RecipeError naming the argument for anything that is not one of CLUSTER_FLAGS.
+    Raises RecipeError naming the argument for anything that is not one of CLUSTER_FLAGS, with
+    the nearest option or flag, or the ``--set`` that sets a recipe key of that name.
     """
     overrides = []
     for argument in extra:
@@ -70,8 +95,8 @@ def cluster_flag_overrides(extra):
             name, value, has_value = "sync_replicas", "false", "="
         if name not in CLUSTER_FLAGS:
             raise errors.RecipeError(
-                f"command line: unrecognized argument {argument!r}; after the recipe files moxlite-run takes "
-                f"--set, --mode, --dry-run, --debug and MoXing's cluster flags "
+                f"command line: unrecognized argument {argument!r}{_hint(name, value)}; after the recipe files "
+                f"moxlite-run takes --set, --mode, --dry-run, --debug and MoXing's cluster flags "
                 f"({', '.join('--' + f for f in CLUSTER_FLAGS)})")
         if not has_value:
             value = "true" if name == "sync_replicas" else ""
@@ -80,8 +105,25 @@ def cluster_flag_overrides(extra):
             value = "[" + ", ".join(f'"{h}"' for h in hosts) + "]"
         elif name in ("job_name", "chief_hosts", "tpu", "cluster"):
             value = f'"{value}"'
-        overrides.append(f"distribute.{name}={value}")
+        overrides.append(loader.Override(f"distribute.{name}={value}", argument))
     return overrides
+
+
+def _hint(name, value):
+    """' (did you mean --num_gpus?)' for a near miss of an option or cluster flag; for the name of a
+    recipe key (``--steps=100``), the ``--set`` that sets it; '' otherwise."""
+    if not name:
+        return ""
+    near = declarations.did_you_mean(name, CLUSTER_FLAGS + ("nosync_replicas",) + _OWN_OPTIONS, cutoff=0.8,
+                                     quote=lambda option: "--" + option)
+    if near:
+        return near
+    keys = [key for key in schema.leaf_keys() if key.rsplit(".", 1)[-1] == name]
+    # A section's own key (run.steps) before an option block's (input.synthetic.num_samples).
+    keys.sort(key=lambda key: (key.count("."), not key.startswith("run.")))
+    if keys:
+        return f" (the recipe key {keys[0]} is set with --set {keys[0]}={value or '...'})"
+    return ""
 
 
 def _main_returning(argv):

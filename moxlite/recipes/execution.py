@@ -12,15 +12,6 @@ from moxlite.contract import ModeKeys
 from moxlite.recipes import builders, schema
 
 
-def apply_flags(plan):
-    """Set the MoXing flags to the recipe's values, for a script that calls ``moxlite.run`` with
-    ``plan.arguments()`` itself (a recipe run does not: it passes them as RunConfig fields)."""
-    import moxlite
-
-    for name, value in plan.flags.items():
-        moxlite.set_flag(name, value)
-
-
 def prepare_distribution(plan):
     """Build this process's distribution set-up now, before the optimizer probe starts TensorFlow.
 
@@ -33,7 +24,7 @@ def prepare_distribution(plan):
 
     try:
         return distribute.setup(local_only=plan.loaded.recipe.run.mode.upper() != ModeKeys.TRAIN,
-                                get_flag=Distribution.of(plan.flags.__getitem__).get_flag)
+                                get_flag=Distribution.of(plan.settings.__getitem__).get_flag)
     except errors.UserInputError as error:
         raise plan.loaded.error(("distribute",), str(error)) from None
 
@@ -56,12 +47,12 @@ def probe_optimizer(plan):
         global_step=tf.Variable(0, dtype=tf.int64, trainable=False),
         global_batch_size=facts.global_batch, num_samples=facts.num_samples,
         num_replicas=facts.replicas_in_sync,
-        num_workers=facts.num_workers, sync_replicas=plan.flags["sync_replicas"])
+        num_workers=facts.num_workers, sync_replicas=plan.settings["sync_replicas"])
     try:
         with context.activate(run_context):
             optimizer = optimizers.tf1_adapter.call_optimizer_fn(plan.optimizer_fn)
     except errors.UserInputError as error:
-        raise plan.loaded.error(("optimizer",), str(error)) from None
+        raise builders.optimizer_error(plan.loaded, error) from None
     # Wrappers as the optimizers package describes them (every parameter, defaults
     # included); the base optimizer as the recipe wrote it, since a resolved
     # learning-rate schedule prints as a nested config.
@@ -141,8 +132,9 @@ def write_resolved_recipe(plan, file_name="recipe.yaml"):
     return path
 
 
-def _is_chief(flags):
-    return flags["job_name"] in ("", "worker", "chief") and (flags["job_name"] == "chief" or flags["task_index"] == 0)
+def _is_chief(settings):
+    return settings["job_name"] in ("", "worker", "chief") and (settings["job_name"] == "chief"
+                                                                or settings["task_index"] == 0)
 
 
 def execute(plan, print_fn=print, on_training_started=None):
@@ -176,7 +168,7 @@ def execute(plan, print_fn=print, on_training_started=None):
     if mode == ModeKeys.EXPORT:
         print_fn(f"[RESULT] exported SavedModel to {result}")
         return None
-    if plan.eval_arguments is not None and _is_chief(plan.flags):
+    if plan.eval_arguments is not None and _is_chief(plan.settings):
         # One final evaluation: the training's own when it evaluated the whole split at its last step.
         whole_split = not plan.eval_arguments.get("max_number_of_steps")
         metrics = evaluated[-1] if evaluated and whole_split else run_config(plan.config(eval_after_train=True))

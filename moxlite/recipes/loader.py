@@ -4,25 +4,28 @@ The order is TF Model Garden's: files are merged in the order given (a later
 file overrides an earlier one key by key; lists are replaced whole), then each
 ``--set dotted.key=value`` applies, its value parsed as a YAML scalar or list.
 
-YAML is read with the safe loader only. Each key remembers the file and line
+YAML is read with the safe loader only, numbers as YAML 1.2 writes them: ``1e-3`` and
+``1.0e4`` are numbers (PyYAML follows YAML 1.1, where they are strings), and a whole number
+written with an exponent (``run.steps: 1e4``) is taken where an integer is expected.
+Each key remembers the file and line
 it came from (from the YAML node marks), so that every mistake is reported on
 one line as ``file:line: dotted.key: what is wrong; what is accepted``.
 """
 
 import dataclasses
-import difflib
 import math
 import os
+import re
 import typing
 from typing import Any, Dict, List, Optional, Union
 
 import yaml
 
-from moxlite import errors
+from moxlite import declarations, errors
 from moxlite.data import sources
 from moxlite.distribute import cluster
 from moxlite.optimizers import learning_rates
-from moxlite.optimizers import recipe_tables as catalog
+from moxlite.optimizers import recipe_tables
 from moxlite.recipes import references, schema
 
 
@@ -96,6 +99,42 @@ class LoadedRecipe:
 
 # ----------------------------------------------------------------- YAML with line numbers
 
+class ExponentNumber(float):
+    """A number written with an exponent (``1e4``, ``2.5E-3``): a float, and an integer where
+    one is expected when it is whole (YAML 1.2 reads ``1e4`` as 10000.0). ``convert`` turns it
+    into a plain int or float; it never reaches a built recipe."""
+
+
+class RecipeYamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading the exponent forms YAML 1.1 leaves as strings as numbers."""
+
+
+_EXPONENT_TAG = "tag:moxlite.invalid,2026:exponent-number"
+_EXPONENT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+# Tried before YAML 1.1's float (which takes 1.0e+4 but not 1e4), so every exponent form is one kind.
+RecipeYamlLoader.yaml_implicit_resolvers = {
+    first: ([(_EXPONENT_TAG, _EXPONENT)] if first in "-+0123456789." else []) + list(resolvers)
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+RecipeYamlLoader.add_constructor(
+    _EXPONENT_TAG, lambda loader, node: ExponentNumber(loader.construct_scalar(node).replace("_", "")))
+
+
+def load_yaml_value(text):
+    """One YAML value (a ``--set`` value), numbers read as YAML 1.2 writes them."""
+    return yaml.load(text, Loader=RecipeYamlLoader)   # a SafeLoader: no Python objects
+
+
+def plain_numbers(value):
+    """``value`` with every ExponentNumber inside it as a plain float."""
+    if isinstance(value, ExponentNumber):
+        return float(value)
+    if isinstance(value, dict):
+        return {key: plain_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain_numbers(item) for item in value]
+    return value
+
+
 def read_yaml_file(path, locations):
     """The mapping in ``path`` as plain data; records each key's line in ``locations``."""
     try:
@@ -108,7 +147,7 @@ def read_yaml_file(path, locations):
 
 def parse_yaml_text(text, source, locations):
     """Parse YAML ``text`` (named ``source`` in messages) with the safe loader."""
-    loader = yaml.SafeLoader(text)
+    loader = RecipeYamlLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -214,9 +253,24 @@ def _copy_origins(path, value, locations, origin_of):
             _copy_origins(path + (index,), item, locations, origin_of)
 
 
-def apply_override(data, text, locations):
-    """Apply one ``dotted.key=value`` override to ``data`` in place."""
-    origin = Origin(f"--set {text}")
+@dataclasses.dataclass(frozen=True)
+class Override:
+    """A ``dotted.key=value`` override and the command-line argument it was written as
+    (``--cluster=slurm`` for ``distribute.cluster="slurm"``), which messages name."""
+
+    text: str
+    written: str
+
+    @classmethod
+    def of(cls, override):
+        """``override`` as an Override: a plain string is a ``--set`` one."""
+        return override if isinstance(override, cls) else cls(override, f"--set {override}")
+
+
+def apply_override(data, override, locations):
+    """Apply one ``dotted.key=value`` override (a string, or an Override) to ``data`` in place."""
+    override = Override.of(override)
+    text, origin = override.text, Origin(override.written)
     if "=" not in text:
         raise errors.RecipeError(f"{origin}: expected dotted.key=value, e.g. --set run.steps=100")
     key_text, value_text = text.split("=", 1)
@@ -224,7 +278,7 @@ def apply_override(data, text, locations):
     if not key_text.strip() or any(not k for k in keys):
         raise errors.RecipeError(f"{origin}: {key_text!r} is not a dotted key such as run.steps")
     try:
-        value = yaml.safe_load(value_text) if value_text.strip() else ""
+        value = load_yaml_value(value_text) if value_text.strip() else ""
     except yaml.MarkedYAMLError as error:
         raise errors.RecipeError(f"{origin}: the value is not valid YAML: {error.problem}") from None
     except yaml.YAMLError as error:
@@ -263,7 +317,7 @@ def load(paths, overrides=(), data=None):
     """Read, merge, override and check: a LoadedRecipe, or a RecipeError on the first mistake.
 
     ``paths``: recipe files, merged in order; ``overrides``: 'dotted.key=value'
-    strings; ``data``: an optional mapping merged before the files (for tests
+    strings (or Override's); ``data``: an optional mapping merged before the files (for tests
     and programmatic use).
     """
     locations = Locations(paths[0] if paths else "<recipe>")
@@ -277,12 +331,50 @@ def load(paths, overrides=(), data=None):
         merge_into(merged, content, (), locations, file_locations)
     if not paths and data is None:
         raise errors.RecipeError("no recipe given: pass one or more recipe files, e.g. moxlite-run recipes/mnist_mlp.yaml")
-    for text in overrides:
-        apply_override(merged, text, locations)
+    overrides = [Override.of(override) for override in overrides]
+    for override in overrides:
+        apply_override(merged, override, locations)
+    _check_not_an_overlay_alone(paths, merged)
     recipe = build(schema.Recipe, merged, (), locations)
-    loaded = LoadedRecipe(recipe=recipe, locations=locations, sources=list(paths) + [f"--set {o}" for o in overrides])
+    loaded = LoadedRecipe(recipe=recipe, locations=locations,
+                          sources=list(paths) + [override.written for override in overrides])
     check(loaded)
     return loaded
+
+
+def _check_not_an_overlay_alone(paths, merged):
+    """A RecipeError when the one recipe file given lacks sections a recipe needs and reads as an
+    overlay: its header names the base it follows, or it has neither input nor model."""
+    required = [f.name for f in dataclasses.fields(schema.Recipe)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [name for name in required if name not in merged]
+    if len(paths) != 1 or not missing:
+        return
+    command = _command_in_header(paths[0])
+    if command is None and not {"input", "model"} <= set(missing):
+        return
+    example = command or f"moxlite-run recipes/mnist_mlp.yaml {paths[0]}"
+    raise errors.RecipeError(
+        f"{paths[0]}: has no {' and no '.join(missing)} section: it is an overlay, meant to follow a base "
+        f"recipe on the command line, e.g. {example}")
+
+
+def _command_in_header(path):
+    """The ``moxlite-run <base> ... <path>`` command a recipe's header comment names, or None."""
+    name = os.path.basename(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if not line.startswith("#"):
+                    return None
+                words = line.lstrip("#").split()
+                files = [word for word in words[1:] if word.endswith((".yaml", ".yml"))]
+                if (words[:1] == ["moxlite-run"] and len(files) > 1
+                        and os.path.basename(files[-1]) == name):
+                    return " ".join(words)
+    except OSError:
+        return None
+    return None
 
 
 def _deep_copy(value):
@@ -307,9 +399,9 @@ def build(cls, mapping, path, locations):
         key_path = path + (key,)
         if key not in fields or fields[key].metadata.get("rest"):
             if rest_field is not None:
-                rest[key] = value
+                rest[key] = plain_numbers(value)
                 continue
-            raise locations.error(key_path, f"unknown key{did_you_mean(key, _declared(cls))}; accepted: {_accepted(cls)}")
+            raise locations.error(key_path, f"unknown key{declarations.did_you_mean(key, _declared(cls))}; accepted: {_accepted(cls)}")
         values[key] = convert(value, hints[key], key_path, locations, fields[key])
     for name, field in fields.items():
         if name in values or field.metadata.get("rest"):
@@ -342,21 +434,24 @@ def _convert(value, annotation, path, locations, field=None):
         for option in options:
             if _matches(value, option):
                 return _convert(value, option, path, locations, field)
-        raise locations.error(path, f"expected {schema.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
+        raise locations.error(path, f"expected {declarations.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
     if dataclasses.is_dataclass(annotation):
         return build(annotation, value, path, locations)
     if origin is list:
         if not isinstance(value, list):
-            raise locations.error(path, f"expected {schema.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
+            raise locations.error(path, f"expected {declarations.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
         return [convert(item, args[0], path + (index,), locations) for index, item in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise locations.error(path, f"expected a mapping, got {_kind(value)} {errors.describe(value)}")
-        return dict(value)
+        return plain_numbers(dict(value))
     if annotation is Any:
-        return value
+        return plain_numbers(value)
+    if annotation is int and isinstance(value, ExponentNumber) and value.is_integer():
+        return int(value)
     if not _matches(value, annotation):
-        raise locations.error(path, f"expected {schema.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
+        raise locations.error(path, f"expected {declarations.type_name(annotation)}, got {_kind(value)} {errors.describe(value)}")
+    value = plain_numbers(value)
     if annotation is float:
         value = float(value)
         if not math.isfinite(value):
@@ -366,31 +461,25 @@ def _convert(value, annotation, path, locations, field=None):
     if choices and value not in choices and not (field.name == "name" and schema.is_reference(value)):
         extra = " or a 'package.module:function' reference" if field.name == "name" else ""
         raise locations.error(path, f"{value!r} is not one of {', '.join(repr(c) for c in choices)}{extra}"
-                                    f"{did_you_mean(str(value), [str(c) for c in choices])}")
+                                    f"{declarations.did_you_mean(str(value), [str(c) for c in choices])}")
     return value
 
 
 def _matches(value, annotation):
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is str:
-        return isinstance(value, str)
-    if dataclasses.is_dataclass(annotation) or typing.get_origin(annotation) is dict:
+    """The declared type check, a recipe's block being a mapping (not yet its dataclass)."""
+    if annotation is int and isinstance(value, ExponentNumber):
+        return value.is_integer()
+    if dataclasses.is_dataclass(annotation):
         return isinstance(value, dict)
-    if typing.get_origin(annotation) is list:
-        return isinstance(value, list)
-    return True
+    return declarations.matches(value, annotation)
 
 
 def _kind(value):
     if value is None:
         return "null"
+    kind = float if isinstance(value, ExponentNumber) else type(value)
     return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "mapping"}.get(
-        type(value), type(value).__name__)
+        kind, kind.__name__)
 
 
 def _declared(cls):
@@ -413,14 +502,9 @@ def shadowed_package(log_dir, cwd=None):
     return first if first == "moxlite" else None
 
 
-def did_you_mean(word, candidates):
-    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def _choices(word, candidates):
     """The end of a message about a ``word`` not among ``candidates``: the closest one, then all."""
-    return f"{did_you_mean(word, list(candidates))}; accepted: {', '.join(candidates)}"
+    return f"{declarations.did_you_mean(word, list(candidates))}; accepted: {', '.join(candidates)}"
 
 
 # ----------------------------------------------------------------- checks across fields
@@ -472,8 +556,8 @@ def check(loaded):
 
 
 def _check_rules(loaded, path, block, image_shape=None):
-    """The rules across the keys of ``block`` (schema.RULES), as a located error on the key a rule names."""
-    found = schema.check_values(type(block), dataclasses.asdict(block), image_shape)
+    """The rules across the keys of ``block`` (its declaration's), as a located error on the key a rule names."""
+    found = declarations.check_values(type(block), dataclasses.asdict(block), image_shape)
     if found:
         raise loaded.error(path + (found[0],), found[1])
 
@@ -554,9 +638,9 @@ def _check_optimizer(loaded):
             raise error(("optimizer", "kwargs"), "only used with a built-in optimizer name; "
                                                  "your optimizer_fn takes no arguments")
     elif section.name is not None:
-        if section.name not in catalog.OPTIMIZER_NAMES:
+        if section.name not in recipe_tables.OPTIMIZER_NAMES:
             raise error(("optimizer", "name"), f"{section.name!r} is not an optimizer"
-                                               f"{_choices(section.name, catalog.OPTIMIZER_NAMES)} "
+                                               f"{_choices(section.name, recipe_tables.OPTIMIZER_NAMES)} "
                                                f"or a 'package.module:function' reference")
         learning_rate = section.learning_rate
         if isinstance(learning_rate, schema.ScheduleBlock):
@@ -567,22 +651,27 @@ def _check_optimizer(loaded):
                 learning_rates.check_number_or_string(learning_rate)
             except errors.UserInputError as problem:
                 raise error(("optimizer", "learning_rate"), str(problem)) from None
-        accepted = catalog.accepted_arguments(section.name)
+        accepted = recipe_tables.accepted_arguments(section.name)
         for key, value in section.kwargs.items():
             if key not in accepted:
                 raise error(("optimizer", "kwargs", key), f"{section.name} takes no argument {key!r}"
                                                           f"{_choices(key, accepted)}")
             if isinstance(value, float) and not math.isfinite(value):
                 raise error(("optimizer", "kwargs", key), f"{value} is not a finite number; give a finite number")
+            # Every argument of a Keras optimizer but its name is a number or a switch.
+            if key != "name" and value is not None and not isinstance(value, (bool, int, float)):
+                raise error(("optimizer", "kwargs", key), f"{_kind(value)} {errors.describe(value)}: optimizer "
+                                                          f"{section.name!r} takes a number or true/false for {key} "
+                                                          f"(e.g. 0.9 or 9e-1)")
     for index, wrapper in enumerate(section.wrappers):
         _check_wrapper(loaded, ("optimizer", "wrappers", index), wrapper)
 
 
 def _check_wrapper(loaded, path, wrapper):
-    if wrapper.name not in catalog.WRAPPER_NAMES:
+    if wrapper.name not in recipe_tables.WRAPPER_NAMES:
         raise loaded.error(path + ("name",), f"{wrapper.name!r} is not a wrapper"
-                                             f"{_choices(wrapper.name, catalog.WRAPPER_NAMES)}")
-    table = catalog.WRAPPER_PARAMETERS[wrapper.name]
+                                             f"{_choices(wrapper.name, recipe_tables.WRAPPER_NAMES)}")
+    table = recipe_tables.WRAPPER_PARAMETERS[wrapper.name]
     for key in wrapper.params:
         if key not in table:
             raise loaded.error(path + (key,), f"wrapper {wrapper.name!r} takes no parameter {key!r}"
@@ -591,7 +680,7 @@ def _check_wrapper(loaded, path, wrapper):
     if isinstance(params.get("damping"), dict):   # a schedule block, built into a callable later
         check_schedule(loaded, path + ("damping",), params.pop("damping"))
     try:
-        catalog.checked_parameters(wrapper.name, table, params)
+        recipe_tables.checked_parameters(wrapper.name, table, params)
     except errors.UserInputError as problem:
         named = [key for key in params if f" {key}=" in str(problem)]
         raise loaded.error(path + tuple(named[:1]), str(problem)) from None
@@ -604,20 +693,19 @@ def check_schedule(loaded, path, block):
     """
     params = dict(block)
     kind = params.pop("schedule", None)
-    kinds = list(schema.SCHEDULE_ARGUMENTS)
+    kinds = list(recipe_tables.SCHEDULES)
     if kind not in kinds:
         raise loaded.error(path + ("schedule",), f"{kind!r} is not a schedule{_choices(str(kind), kinds)}")
-    required, optional = schema.SCHEDULE_ARGUMENTS[kind]
-    accepted = list(required + optional)
+    schedule = recipe_tables.SCHEDULES[kind]
+    required, accepted = schedule.required, list(schedule.arguments)
     for key in params:
         if key not in accepted:
             raise loaded.error(path + (key,), f"schedule {kind!r} takes no argument {key!r}"
                                               f"{_choices(key, accepted)}")
-    derived = ("steps_per_epoch",) if kind in schema.THOR_SCHEDULES else ()
     for name in required:
-        if name not in params and name not in derived:
+        if name not in params and name not in schedule.derived_from_run:
             raise loaded.error(path + (name,), f"missing: schedule {kind!r} needs {', '.join(required)}")
-    found = catalog.schedule_problem(kind, params)
+    found = recipe_tables.schedule_problem(kind, params)
     if found:
         raise loaded.error(path + (found[0],), found[1])
 
@@ -660,7 +748,7 @@ def _check_distribute(loaded):
 
 
 def _check_precision(loaded):
-    """Ranges were checked key by key (schema.PrecisionSection); here the rules across its keys."""
+    """Ranges were checked key by key (PrecisionOptions); here the rules across its keys."""
     _check_rules(loaded, ("precision",), loaded.recipe.precision)
 
 

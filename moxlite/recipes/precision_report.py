@@ -4,8 +4,7 @@ import tensorflow as tf
 
 from moxlite import compat
 from moxlite.contract import ModeKeys
-from moxlite.training.mixed_precision import levels as amp
-from moxlite.training.mixed_precision import settings as precision
+from moxlite.training.mixed_precision import levels, settings
 
 
 def _zeros_like(spec):
@@ -14,26 +13,26 @@ def _zeros_like(spec):
 
 def layer_dtype_lines(plan):
     """Lines: the level, then one row per layer of the recipe's model built on one zero sample."""
-    settings = precision.from_values({name: plan.flags[name] for name in precision.FLAG_NAMES})
-    level = settings.amp_plan
+    precision = settings.from_values({name: plan.settings[name] for name in settings.NAMES})
+    level = precision.amp_plan
     header = f"Precision: amp_level {level.level}"
     if level.mixed:
         header += (f", compute {level.compute_dtype}, float32 variables, kept in float32: "
                    f"{', '.join(level.keep_fp32) or 'none'}")
-    header += f"; loss scale {settings.loss_scale or 'off'}"
-    if settings.gradient_clip:
-        header += f"; clip {settings.gradient_clip_type} {settings.gradient_clip:g}"
+    header += f"; loss scale {precision.loss_scale or 'off'}"
+    if precision.gradient_clip:
+        header += f"; clip {precision.gradient_clip_type} {precision.gradient_clip:g}"
     input_fn = plan.run_arguments["input_fn"]
     sample = _zeros_like(input_fn(ModeKeys.TRAIN).element_spec)
     model_fn = plan.make_model_fn()
     # The table is read inside the block: the policies are the run's only there.
-    with amp.layer_policies(level, record=True):
+    with levels.layer_policies(level, record=True):
         model_fn(sample, ModeKeys.TRAIN)
-        layers = amp.configured_layers()
+        layers = levels.configured_layers()
         network = getattr(model_fn, "network", None)
         if network is not None and network() is not None:   # a built-in model: every layer, nested ones too
             layers = list(_walk_network(network()))
-        table = amp.describe_layers(layers)
+        table = levels.describe_layers(layers)
     return [header, "Layers (compute dtype, variable dtypes):", *("  " + line for line in table.splitlines())]
 
 

@@ -4,9 +4,10 @@ A recipe names user functions explicitly (``input.name: mypkg.data:input_fn``);
 nothing else in a recipe is ever imported or evaluated.
 """
 
-import difflib
 import importlib
 import inspect
+
+from moxlite.declarations import did_you_mean
 
 
 class UnresolvedReference(Exception):
@@ -28,9 +29,8 @@ def resolve(reference):
     for name in attribute_path.split("."):
         if not hasattr(target, name):
             public = [n for n in dir(target) if not n.startswith("_")]
-            close = difflib.get_close_matches(name, public, n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise UnresolvedReference(f"{getattr(target, '__name__', module_name)!r} has no attribute {name!r}{hint}")
+            raise UnresolvedReference(f"{getattr(target, '__name__', module_name)!r} has no attribute {name!r}"
+                                      f"{did_you_mean(name, public)}")
         target = getattr(target, name)
     if not callable(target):
         raise UnresolvedReference(f"{reference!r} is not a function (it is {type(target).__name__} {target!r})")

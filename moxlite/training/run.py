@@ -15,7 +15,7 @@ from moxlite.contract import ModeKeys
 from moxlite.file import training_cache
 from moxlite.training.state import checkpoints
 from moxlite.training.capture import interception
-from moxlite.training.mixed_precision import settings as precision
+from moxlite.training.mixed_precision import settings
 from moxlite.training import config as config_lib
 from moxlite.training.inference_job import InferenceJob
 from moxlite.training.task import Task
@@ -89,7 +89,7 @@ def _run_checked(config):
     job = TrainingJob(task) if mode == ModeKeys.TRAIN else InferenceJob(task)
     try:
         # Stable names for what intercepts layers (THOR's include/exclude); the level's policies.
-        with interception.stable_names_scope(task.stable_name), precision.compute_policy(config.precision):
+        with interception.stable_names_scope(task.stable_name), settings.compute_policy(config.precision):
             return job.execute()
     except errors.MoxliteError:
         raise

@@ -23,7 +23,7 @@ from moxlite.training.compiled import jit_choice
 from moxlite.training.trainers import interrupts
 from moxlite.optimizers import loss_scaling
 from moxlite.training.trainers import nonfinite
-from moxlite.training.mixed_precision import settings as precision
+from moxlite.training.mixed_precision import settings
 from moxlite.training.state import resume_setup
 from moxlite.training.trainers import steps
 from moxlite.optimizers.apply_if_finite import ApplyIfFinite
@@ -161,7 +161,7 @@ class TrainingJob:
                 f"Keras optimizer, e.g. lambda: keras.optimizers.SGD(0.1)")
         # nonfinite_policy=skip: the shared apply-if-finite link on top (loss scaling holds one).
         guard = ApplyIfFinite() if self.config.nonfinite_policy.action == "skip" else None
-        stack = precision.optimizer_pipeline(optimizer, self.config.precision, guard)
+        stack = settings.optimizer_pipeline(optimizer, self.config.precision, guard)
         stack.optimizer.build(variables)
         return stack
 
@@ -169,7 +169,7 @@ class TrainingJob:
         """A monitor per loss-scaled optimizer: scale changes, skipped steps, their scalars."""
         if self.config.precision.loss_scale is None:
             return []
-        # precision.loss_scaled put a LossScale on top of each stack.
+        # settings.loss_scaled put a LossScale on top of each stack.
         return [loss_scaling.OverflowMonitor(optimizer, self.logger,
                                              max_consecutive=self.config.nonfinite_policy.max_consecutive)
                 for optimizer in optimizers]
@@ -242,7 +242,7 @@ class TrainingJob:
         ``TrainingLoop`` (its trainer None when the restored step leaves nothing to train)."""
         config = self.config
         pipelines = [self._pipeline(index, variables) for index, variables in enumerate(self._lists)]
-        # Clipping is a link of each pipeline (precision.optimizer_pipeline), not of the step.
+        # Clipping is a link of each pipeline (settings.optimizer_pipeline), not of the step.
         train_step = self.task.train_step(pipelines, self._lists,
                                           skip_nonfinite=config.nonfinite_policy.action == "skip")
         optimizers = train_step.optimizers

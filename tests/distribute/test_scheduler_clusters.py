@@ -185,7 +185,9 @@ def test_asynchronous_training_under_slurm_is_refused_with_the_alternatives():
 
 
 def test_the_recipe_key_offers_the_sources_the_resolver_knows():
-    assert schema.CLUSTER_SOURCES == cluster.CLUSTER_SOURCES
+    from moxlite import run_settings
+
+    assert run_settings.CLUSTER_SOURCES == cluster.CLUSTER_SOURCES
     field = {f.name: f for f in schema.DistributeSection.__dataclass_fields__.values()}["cluster"]
     assert field.metadata["choices"] == cluster.CLUSTER_SOURCES and field.default == "auto"
 
@@ -235,7 +237,8 @@ def test_moxlite_run_exits_2_with_one_line_and_writes_nothing(capsys, monkeypatc
 
 
 def test_the_cluster_flag_after_the_recipe_files_is_the_recipe_key():
-    assert cli.cluster_flag_overrides(["--cluster=slurm"]) == ['distribute.cluster="slurm"']
+    assert [(o.text, o.written) for o in cli.cluster_flag_overrides(["--cluster=slurm"])] == [
+        ('distribute.cluster="slurm"', "--cluster=slurm")]
 
 
 def test_cluster_slurm_with_hosts_in_the_recipe_is_refused_at_the_key(capsys, tmp_path):

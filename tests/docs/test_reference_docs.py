@@ -30,7 +30,7 @@ def test_the_published_page_is_what_the_tool_writes(path):
 
 def test_every_flag_and_every_recipe_key_has_its_row():
     from moxlite import flags
-    from moxlite.optimizers import recipe_tables as catalog
+    from moxlite.optimizers import recipe_tables
     from moxlite.recipes import schema
 
     flag_page = TOOL.flags_page()
@@ -39,12 +39,12 @@ def test_every_flag_and_every_recipe_key_has_its_row():
     keys_page = TOOL.recipe_keys_page()
     for key in schema.leaf_keys():
         assert f"| `{key}` |" in keys_page, key
-    for wrapper, table in catalog.WRAPPER_PARAMETERS.items():
+    for wrapper, table in recipe_tables.WRAPPER_PARAMETERS.items():
         assert f"### {wrapper}" in keys_page
         for parameter in table:
             assert f"| `{parameter}` |" in keys_page, (wrapper, parameter)
-    for kind, (required, optional) in schema.SCHEDULE_ARGUMENTS.items():
-        for argument in required + optional:
+    for kind, schedule in recipe_tables.SCHEDULES.items():
+        for argument in schedule.arguments:
             assert f"| `{kind}` |" in keys_page and f"| `{argument}` |" in keys_page, (kind, argument)
 
 

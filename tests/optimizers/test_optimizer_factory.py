@@ -50,12 +50,18 @@ def test_every_advertised_name_builds():
 
 
 def test_unknown_name_lists_the_valid_names():
-    with pytest.raises(errors.OptimizerError, match="'adamax' is unknown; valid names: adadelta, adagrad"):
+    with pytest.raises(errors.OptimizerError,
+                       match=r"'adamax' is unknown \(did you mean 'adam'\?\); valid names: adadelta, adagrad"):
         get_optimizer_fn("adamax", 0.1)
 
 
+def test_a_misspelt_name_gets_the_nearest_one():
+    with pytest.raises(errors.OptimizerError, match=r"'momentun' is unknown \(did you mean 'momentum'\?\)"):
+        get_optimizer_fn("momentun", 0.1)
+
+
 def test_unknown_argument_is_named_with_the_accepted_ones():
-    with pytest.raises(errors.OptimizerError, match=r"adam: unknown argument 'betta1'; accepted: .*beta1.*beta_1"):
+    with pytest.raises(errors.OptimizerError, match=r"adam: unknown argument 'betta1' \(did you mean 'beta1'\?\); accepted: .*beta1.*beta_1"):
         get_optimizer_fn("adam", 0.1, betta1=0.9)
 
 

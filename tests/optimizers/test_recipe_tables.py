@@ -1,9 +1,9 @@
 """The tables the recipe loader checks without TensorFlow agree with the code they stand for.
 
-moxlite.optimizers.recipe_tables and the schema's SCHEDULE_ARGUMENTS write out what Keras's and
+moxlite.optimizers.recipe_tables (its SCHEDULES and optimizer arguments) writes out what Keras's and
 moxlite's signatures say, for the pinned Keras 3.15; an upgrade that changes one fails here
 by name, instead of letting a recipe through that the builder then rejects (or the reverse).
-The schema's defaults are checked the same way against the flags and the network functions.
+The schema's defaults are checked the same way against the network functions.
 """
 
 import dataclasses
@@ -15,12 +15,16 @@ import keras
 import pytest
 
 from moxlite.data import datasets
-from moxlite.optimizers import recipe_tables as catalog
+from moxlite.optimizers import recipe_tables
 from moxlite.optimizers import named_optimizers as factory
 from moxlite.optimizers import wrapper_stack as registry
 from moxlite.optimizers.thor import schedules as thor_schedules
+from moxlite import declarations
+from moxlite.data.augment_options import AugmentOptions
+from moxlite.models import options as model_options
 from moxlite.recipes import schema
 from tests import ROOT
+from moxlite.training.mixed_precision import options as precision_options
 
 
 def _arguments(cls, leave_out=("self", "name")):
@@ -29,39 +33,41 @@ def _arguments(cls, leave_out=("self", "name")):
     return names, [n for n in names if parameters[n].default is inspect.Parameter.empty]
 
 
-@pytest.mark.parametrize("class_name", sorted(catalog.KERAS_ARGUMENTS))
+@pytest.mark.parametrize("class_name", sorted(recipe_tables.KERAS_ARGUMENTS))
 def test_keras_optimizer_arguments_are_the_class_signature(class_name):
     names, _ = _arguments(getattr(keras.optimizers, class_name), leave_out=("self", "learning_rate"))
     expected = set(names) - set(factory._REFUSED)
-    assert set(catalog.keras_arguments(class_name)) == expected, (
-        f"keras.optimizers.{class_name} takes {sorted(expected)}; update catalog.KERAS_ARGUMENTS")
+    assert set(recipe_tables.keras_arguments(class_name)) == expected, (
+        f"keras.optimizers.{class_name} takes {sorted(expected)}; update recipe_tables.KERAS_ARGUMENTS")
 
 
 def test_every_optimizer_name_maps_to_a_listed_keras_class():
-    for name, (class_name, fixed, aliases) in catalog.OPTIMIZERS.items():
-        accepted = catalog.accepted_arguments(name)
+    for name, (class_name, fixed, aliases) in recipe_tables.OPTIMIZERS.items():
+        accepted = recipe_tables.accepted_arguments(name)
         assert not set(fixed) & set(accepted), name
-        assert set(aliases.values()) <= set(catalog.keras_arguments(class_name)), name
+        assert set(aliases.values()) <= set(recipe_tables.keras_arguments(class_name)), name
         assert factory._OPTIMIZERS[name][0] is getattr(keras.optimizers, class_name)
 
 
 def test_the_wrapper_classes_use_the_catalog_tables():
-    assert set(registry.WRAPPERS) == set(catalog.WRAPPER_PARAMETERS)
+    assert set(registry.WRAPPERS) == set(recipe_tables.WRAPPER_PARAMETERS)
     for name, cls in registry.WRAPPERS.items():
-        assert cls.PARAMETERS is catalog.WRAPPER_PARAMETERS[name]
+        assert cls.PARAMETERS is recipe_tables.WRAPPER_PARAMETERS[name]
         assert all(parameter.check(parameter.default) for parameter in cls.PARAMETERS.values()), name
 
 
-@pytest.mark.parametrize("kind", sorted(schema.SCHEDULE_ARGUMENTS))
+@pytest.mark.parametrize("kind", sorted(recipe_tables.SCHEDULES))
 def test_schedule_arguments_are_the_class_signature(kind):
-    if kind in schema.THOR_SCHEDULES:
+    schedule = recipe_tables.SCHEDULES[kind]
+    if schedule.owner == recipe_tables.THOR_SCHEDULES:
         cls = thor_schedules.SCHEDULE_CLASSES[kind]
     else:
-        cls = getattr(keras.optimizers.schedules, schema.SCHEDULES[kind])
+        cls = getattr(keras.optimizers.schedules, schedule.owner)
     names, required = _arguments(cls)
-    assert schema.SCHEDULE_ARGUMENTS[kind] == (tuple(required), tuple(n for n in names if n not in required)), (
-        f"{cls.__name__}{inspect.signature(cls.__init__)}; update schema.SCHEDULE_ARGUMENTS[{kind!r}]")
-    assert set(schema.SCHEDULE_ARGUMENTS) == set(schema.SCHEDULES) | set(schema.THOR_SCHEDULES)
+    assert (schedule.required, schedule.optional) == (tuple(required), tuple(n for n in names if n not in required)), (
+        f"{cls.__name__}{inspect.signature(cls.__init__)}; update recipe_tables.SCHEDULES[{kind!r}]")
+    assert set(recipe_tables.SCHEDULES) == set(thor_schedules.SCHEDULE_CLASSES) | {
+        kind for kind, schedule in recipe_tables.SCHEDULES.items() if schedule.owner != recipe_tables.THOR_SCHEDULES}
 
 
 def test_the_mnist_image_shape_the_loader_assumes_is_the_data_sets():
@@ -73,7 +79,7 @@ def test_the_lazy_optimizers_face_gives_its_names_and_submodules():
     from moxlite.optimizers import wrapper
 
     assert optimizers.get_optimizer_fn is factory.get_optimizer_fn
-    assert optimizers.WRAPPER_NAMES == catalog.WRAPPER_NAMES
+    assert optimizers.WRAPPER_NAMES == recipe_tables.WRAPPER_NAMES
     assert optimizers.wrapper is wrapper
     with pytest.raises(AttributeError, match="no attribute 'get_optimiser_fn'"):
         optimizers.get_optimiser_fn  # noqa: B018
@@ -89,7 +95,7 @@ def test_the_lazy_optimizers_face_gives_its_names_and_submodules():
     ("lars", "exclude", [(), ["bias"], ("gamma", "beta")], ["bias", ["("], [1]]),
 ])
 def test_the_parameter_checks_accept_and_refuse_what_they_say(wrapper, key, good, bad):
-    parameter = catalog.WRAPPER_PARAMETERS[wrapper][key]
+    parameter = recipe_tables.WRAPPER_PARAMETERS[wrapper][key]
     assert all(parameter.check(value) for value in good), parameter.accepted
     assert not any(parameter.check(value) for value in bad), parameter.accepted
 
@@ -107,29 +113,12 @@ def test_the_transformer_blocks_defaults_are_the_network_functions(block, networ
             f"model.{block}.{key}: schema default {value!r}, {network}() default {default!r}")
 
 
-def test_a_recipe_that_leaves_a_setting_out_gets_the_moxing_flags_default():
-    # schema.py states these defaults again (it imports no flags): they must not drift apart.
-    from moxlite import flags
-    from moxlite.recipes import builders
-
-    recipe = schema.Recipe(run=schema.RunSection(log_dir="unused"), input=schema.InputSection(name="mnist"),
-                           model=schema.ModelSection(name="mlp"))
-    settings = builders.flags_of(recipe)
-    settings.update(steps_per_loop=recipe.run.steps_per_loop, keep_checkpoint_max=recipe.run.keep_checkpoint_max)
-    settings["loss_scale"] = flags.parse_loss_scale(settings["loss_scale"])
-    defaults = {name: flags.FLAG_TABLE[name][1] for name in settings}
-    defaults["loss_scale"] = flags.parse_loss_scale(defaults["loss_scale"])
-    assert settings == defaults
-
-
 def test_the_keep_fp32_names_are_keras_layer_classes_but_the_base_class():
-    # The recipe loader checks keep_fp32 against this list without importing Keras; "Layer"
-    # is left out on purpose (keeping it would keep every layer in float32).
-    known = {name for name, value in vars(keras.layers).items()
-             if isinstance(value, type) and issubclass(value, keras.layers.Layer)}
-    assert set(schema.KERAS_LAYER_NAMES) == known - {"Layer"}, (
-        f"keras.layers now has {sorted(known - {'Layer'} - set(schema.KERAS_LAYER_NAMES))} more and lacks "
-        f"{sorted(set(schema.KERAS_LAYER_NAMES) - known)}; update schema.KERAS_LAYER_NAMES")
+    # keep_fp32 reads keras.layers itself; "Layer" is left out on purpose (keeping it would keep
+    # every layer in float32), and GELU names an Activation layer computing GELU.
+    names = precision_options.keep_fp32_names()
+    assert "Layer" not in names and {"LayerNormalization", "Softmax", "Dense", "GELU"} <= set(names)
+    assert all(issubclass(getattr(keras.layers, name), keras.layers.Layer) for name in names if name != "GELU")
 
 
 def _blocks(cls=schema.Recipe, prefix=""):
@@ -146,25 +135,20 @@ def test_every_declared_default_is_inside_its_declared_range():
                for f in dataclasses.fields(cls)):
             continue   # a block with required keys (run, input, ...) has no complete default
         values = dataclasses.asdict(cls())
-        assert schema.check_values(cls, values, image_shapes.get(path.split(".")[-1])) is None, path
-    for name, table in catalog.WRAPPER_PARAMETERS.items():
+        assert declarations.check_values(cls, values, image_shapes.get(path.split(".")[-1])) is None, path
+    for name, table in recipe_tables.WRAPPER_PARAMETERS.items():
         assert all(parameter.check(parameter.default) for parameter in table.values()), name
-
-
-@pytest.mark.parametrize("kind", sorted(catalog.SCHEDULE_PARAMETERS))
-def test_every_schedule_argument_has_a_declared_range(kind):
-    required, optional = schema.SCHEDULE_ARGUMENTS[kind]
-    assert set(catalog.SCHEDULE_PARAMETERS[kind]) == set(required + optional)
 
 
 # The recipe sections issue 21 lists: every key has a declared range (a Range, choices or a
 # rule), except booleans, which the type check settles.
-CHECKED_SECTIONS = (schema.PrecisionSection, schema.AugmentOptions, schema.SwinTinyOptions, schema.VitTinyOptions)
+CHECKED_SECTIONS = (precision_options.PrecisionOptions, AugmentOptions, model_options.SwinTinyOptions,
+                    model_options.VitTinyOptions)
 
 
 @pytest.mark.parametrize("cls", CHECKED_SECTIONS, ids=lambda cls: cls.__name__)
 def test_every_key_of_the_newer_sections_has_a_declared_range(cls):
-    ruled = {rule.key for rule in schema.RULES.get(cls, ())}
+    ruled = {rule.key for rule in declarations.rules_of(cls)}
     unchecked = [f.name for f in dataclasses.fields(cls)
                  if not (f.metadata.get("valid") or f.metadata.get("choices") or f.name in ruled)
                  and f.type not in (bool, typing.Optional[bool])]
@@ -180,3 +164,8 @@ def test_the_count_of_keys_with_a_declared_range_matches_the_tool():
                              capture_output=True, text=True, check=True,
                              env=dict(os.environ, PYTHONPATH=root)).stdout
     assert f"{len(schema.ranged_keys())} keys with a declared range" in printed
+
+
+def test_only_thors_schedules_that_take_steps_per_epoch_derive_it_from_the_run():
+    derived = {kind for kind, schedule in recipe_tables.SCHEDULES.items() if schedule.derived_from_run}
+    assert derived == {"thor", "thor_damping"}

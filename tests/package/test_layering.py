@@ -1,8 +1,10 @@
-"""The package's layers: the optimizers sit below the runner and never import it.
+"""The package's layers: data flows one way, recipes -> runner -> optimizers.
 
 ``moxlite.optimizers`` is used by ``moxlite.training`` (the pipeline, the wrappers), so an
 import the other way is a cycle waiting to happen and ties an optimizer to the runner's
-internals. Read from the source (every ``import``, also inside functions), no import done.
+internals. ``moxlite.recipes`` builds on the runner, so nothing outside it imports it: the
+ranges and rules both read live beside the settings and the models. Read from the source
+(every ``import``, also inside functions, in every module and sub-package), no import done.
 """
 
 import ast
@@ -26,14 +28,35 @@ def _imported_modules(path):
     return found
 
 
-def test_no_optimizer_module_imports_the_runner():
+def _modules(*package):
+    """Every module of ``moxlite/<package>``, sub-packages included."""
+    return sorted(glob.glob(os.path.join(REPO, "moxlite", *package, "**", "*.py"), recursive=True))
+
+
+def _importers(paths, layer):
+    """{module: the names of ``layer`` it imports} for each of ``paths`` that imports it."""
     offenders = {}
-    for path in sorted(glob.glob(os.path.join(REPO, "moxlite", "optimizers", "*.py"))):
-        upward = sorted(name for name in _imported_modules(path)
-                        if name == "moxlite.training" or name.startswith("moxlite.training."))
+    for path in paths:
+        upward = sorted(name for name in _imported_modules(path) if name == layer or name.startswith(layer + "."))
         if upward:
             offenders[os.path.relpath(path, REPO)] = upward
-    assert offenders == {}
+    return offenders
+
+
+def test_the_module_walk_sees_sub_packages():
+    assert os.path.join(REPO, "moxlite", "optimizers", "thor", "schedules.py") in _modules("optimizers")
+
+
+def test_no_optimizer_module_imports_the_runner():
+    assert _importers(_modules("optimizers"), "moxlite.training") == {}
+
+
+def test_nothing_outside_the_recipes_imports_them():
+    recipes = os.path.join(REPO, "moxlite", "recipes") + os.sep
+    outside = [path for path in _modules() if not path.startswith(recipes)]
+    # The console script's entry point (python -m moxlite) is the recipes' CLI itself.
+    outside.remove(os.path.join(REPO, "moxlite", "__main__.py"))
+    assert _importers(outside, "moxlite.recipes") == {}
 
 
 def test_the_stable_names_module_imports_nothing_of_the_runner_nor_tensorflow():

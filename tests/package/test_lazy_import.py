@@ -26,8 +26,14 @@ CASES_PATH = os.path.join(REPO, "tests", "bad_recipes", "cases.yaml")
 with open(CASES_PATH, encoding="utf-8") as _handle:
     CASES = yaml.safe_load(_handle)
 # Every bad recipe is rejected before TensorFlow is imported, except those whose own
-# module imports it (the reference is checked by importing the module it names).
-NEEDS_TENSORFLOW = {"model_function_missing_in_module": "moxlite.models, the module it names, imports TensorFlow"}
+# module imports it (the reference is checked by importing the module it names) and those
+# naming Keras layers (checked against Keras, not a copy of its list).
+_KERAS_LAYERS = "keep_fp32's names are checked against keras.layers itself, which imports TensorFlow"
+NEEDS_TENSORFLOW = {"model_function_missing_in_a_module_that_imports_tensorflow":
+                    "moxlite.models.classifier, the module it names, imports TensorFlow",
+                    "keep_fp32_unknown_name_suggests_the_nearest": _KERAS_LAYERS,
+                    "keep_fp32_base_layer_class_is_refused": _KERAS_LAYERS,
+                    "keep_fp32_unknown_name_without_a_near_one": _KERAS_LAYERS}
 TENSORFLOW_FREE_CASES = [case["name"] for case in CASES if case["name"] not in NEEDS_TENSORFLOW]
 # The light packages (about a tenth of a CPU second to import each) that some rejections
 # import, and why; any other package reaching sys.modules fails the test.

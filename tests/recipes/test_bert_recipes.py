@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from moxlite import run_settings
 from moxlite.recipes import builders, cli, loader
 
 from tests import ROOT as REPO
@@ -34,6 +35,15 @@ def _model_weights(log_dir):
 
 @pytest.mark.slow   # minutes on a loaded 2-core machine: two runs, each tokenizing the bundled corpus
 @pytest.mark.grappler   # cheaper with it: 36.2 CPU s with it, 41.9 without (under load)
+def _set_the_flags_as_the_recipe(plan):
+    """The recipe's settings as MoXing's flags, for mox.run called with plan.arguments() (a recipe
+    run passes them as RunConfig fields and sets none)."""
+    import moxlite
+
+    for name, value in plan.settings.items():
+        moxlite.set_flag(name, run_settings.flag_text(name, value))
+
+
 def test_tiny_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_path):
     """The recipe's schedule blocks and thor settings reach momentum and thor as the Python API builds them."""
     import keras
@@ -52,7 +62,7 @@ def test_tiny_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_pa
     optimizer_fn = mox.get_optimizer_wrapper_fn(
         "thor", mox.get_optimizer_fn("momentum", learning_rate, momentum=0.9), damping=damping, frequency=2,
         block_size=128, weight_decay=5e-4, weight_decay_exclude=["layernorm", "layer_norm", "bias"])
-    execution.apply_flags(plan)
+    _set_the_flags_as_the_recipe(plan)
     keras.utils.set_random_seed(plan.seed)
     mox.run(**dict(plan.arguments(), optimizer_fn=optimizer_fn))
     recipe, python = _model_weights(tmp_path / "recipe"), _model_weights(tmp_path / "python")
@@ -80,7 +90,7 @@ def test_mindspore_pretraining_recipes_carry_the_published_thor_configuration(si
     loaded = loader.load([PRETRAIN[size]], [])
     plan = builders.build_plan(loaded)
     recipe = loaded.recipe
-    assert builders._learning_rate(loaded, plan.flags, None).get_config() == dict(
+    assert builders._learning_rate(loaded, plan.settings, None).get_config() == dict(
         initial_value=3.4e-3, end_value=3.244e-5, total_steps=30000, power=1.0)
     thor = recipe.optimizer.wrappers[0]
     assert (recipe.optimizer.name, recipe.optimizer.kwargs) == ("momentum", {"momentum": 0.9})
@@ -135,7 +145,7 @@ def test_grammar_lamb_recipe_equals_the_same_stack_written_in_python(capsys, tmp
     assert cli.main(_arguments(GRAMMAR_LAMB, overrides + [f"run.log_dir={tmp_path / 'recipe'}"])) == 0
     plan = builders.build_plan(loader.load([GRAMMAR_LAMB], overrides + [f"run.log_dir={tmp_path / 'python'}"]))
     decay = keras.optimizers.schedules.PolynomialDecay(0.01, 3, end_learning_rate=0.0)
-    execution.apply_flags(plan)
+    _set_the_flags_as_the_recipe(plan)
     keras.utils.set_random_seed(plan.seed)
     mox.run(**dict(plan.arguments(), optimizer_fn=mox.get_optimizer_fn("lamb", learning_rate=decay, weight_decay=0.01)))
     recipe, python = _model_weights(tmp_path / "recipe"), _model_weights(tmp_path / "python")
@@ -176,7 +186,7 @@ def test_grammar_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp
     optimizer_fn = mox.get_optimizer_wrapper_fn(
         "thor", mox.get_optimizer_fn("momentum", learning_rate, momentum=0.9), damping=damping, frequency=2,
         block_size=128, weight_decay=5e-4, weight_decay_exclude=["layernorm", "layer_norm", "bias"])
-    execution.apply_flags(plan)
+    _set_the_flags_as_the_recipe(plan)
     keras.utils.set_random_seed(plan.seed)
     mox.run(**dict(plan.arguments(), optimizer_fn=optimizer_fn))
     recipe, python = _model_weights(tmp_path / "recipe"), _model_weights(tmp_path / "python")

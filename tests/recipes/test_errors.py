@@ -75,3 +75,35 @@ def test_error_in_a_later_file_names_that_file_and_its_line(tmp_path, capsys):
     code, _, err = run_cli(capsys, [str(base), str(extra)])
     assert code == 2
     assert f"{extra}:3: run.seeed: unknown key (did you mean 'seed'?)" in err
+
+
+# ----------------------------------------------------------------- numbers as YAML 1.2 writes them
+
+def _write_mnist_recipe(tmp_path, learning_rate="0.01"):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(f"run: {{steps: 5, log_dir: {tmp_path / 'logs'}}}\ninput: {{name: mnist}}\nmodel: {{name: mlp}}\n"
+                    f"optimizer: {{name: momentum, learning_rate: {learning_rate}}}\n")
+    return str(path)
+
+
+def test_numbers_with_an_exponent_are_numbers_in_a_recipe_and_in_set(tmp_path):
+    from moxlite.recipes import loader
+
+    loaded = loader.load([_write_mnist_recipe(tmp_path, "1e-3")],
+                         ["run.steps=1.0e4", "precision.gradient_clip=1e-3", "optimizer.kwargs.momentum=9e-1",
+                          "run.save_model_steps=2E2"])
+    recipe = loaded.recipe
+    assert recipe.optimizer.learning_rate == 0.001 and type(recipe.optimizer.learning_rate) is float
+    assert recipe.run.steps == 10000 and type(recipe.run.steps) is int
+    assert recipe.run.save_model_steps == 200 and type(recipe.run.save_model_steps) is int
+    assert recipe.precision.gradient_clip == 0.001 and type(recipe.precision.gradient_clip) is float
+    assert recipe.optimizer.kwargs == {"momentum": 0.9} and type(recipe.optimizer.kwargs["momentum"]) is float
+    # The resolved recipe (recipe.yaml, --dry-run) holds plain numbers.
+    assert yaml.safe_load(loaded.resolved_yaml())["optimizer"]["kwargs"] == {"momentum": 0.9}
+
+
+def test_words_that_look_like_exponents_stay_strings():
+    from moxlite.recipes import loader
+
+    assert [loader.load_yaml_value(text) for text in ("1e", "e5", "'1e-3'", "1e-3x")] == ["1e", "e5", "1e-3", "1e-3x"]
+    assert [type(loader.load_yaml_value(text)) for text in ("10", "0.5", ".inf")] == [int, float, float]

@@ -6,13 +6,22 @@ import re
 import pytest
 import tensorflow as tf
 
-from moxlite import context
+from moxlite import context, run_settings
 from moxlite.optimizers import current_learning_rate
 from moxlite.recipes import builders, cli, loader
 from tests.optimizers.thor.test_schedules import mindspore_lr_table
 from tests import ROOT as REPO
 
 MLP = os.path.join(REPO, "recipes", "mnist_mlp.yaml")
+
+
+def _set_the_flags_as_the_recipe(plan):
+    """The recipe's settings as MoXing's flags, for mox.run called with plan.arguments() (a recipe
+    run passes them as RunConfig fields and sets none)."""
+    import moxlite
+
+    for name, value in plan.settings.items():
+        moxlite.set_flag(name, run_settings.flag_text(name, value))
 
 
 def test_help_recipe_lists_the_thor_schedules_and_their_keys(capsys):
@@ -49,7 +58,6 @@ def test_explicit_steps_per_epoch_wins_and_polynomial_block_builds(tmp_path):
                                  "optimizer.learning_rate={schedule: thor_polynomial, initial_value: 0.0034, "
                                  "end_value: 3.244e-5, total_steps: 100}"])
     assert float(builders._learning_rate(loaded)(50)) == pytest.approx((0.0034 - 3.244e-5) / 2 + 3.244e-5, rel=1e-6)
-
 
 
 def test_dry_run_shows_the_damping_schedule_with_its_settings(capsys, tmp_path):
@@ -130,7 +138,7 @@ def test_cnn_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_pat
     optimizer_fn = mox.get_optimizer_wrapper_fn(
         "thor", mox.get_optimizer_fn("momentum", learning_rate, momentum=0.9), damping=damping, frequency=2,
         block_size=128)
-    execution.apply_flags(plan)
+    _set_the_flags_as_the_recipe(plan)
     keras.utils.set_random_seed(plan.seed)
     mox.run(**dict(plan.arguments(), optimizer_fn=optimizer_fn))
     recipe_weights, python_weights = _recipe_model_weights(tmp_path / "recipe"), _recipe_model_weights(tmp_path / "python")
@@ -179,6 +187,6 @@ def test_resnet50_thor_recipe_trains_its_stack_shortened_on_a_small_resnet(capsy
     assert all(np.all(np.isfinite(w)) for w in weights)
     # The published schedules, steps_per_epoch derived from 16 samples // (1 x 2) = 8 updates an epoch.
     loaded = loader.load([recipe], overrides)
-    schedule = builders._learning_rate(loaded, builders.flags_of(loaded.recipe), 16)
+    schedule = builders._learning_rate(loaded, builders.settings_of(loaded.recipe), 16)
     assert schedule.get_config() == dict(lr_init=0.05672, lr_decay=4.9687, lr_end_epoch=50.0, steps_per_epoch=8.0,
                                          decay_epochs=39.0)

@@ -83,7 +83,7 @@ def test_the_benchmarks_first_thor_setting_is_the_tiny_recipes_schedules():
     steps = loaded.recipe.run.steps
     assert steps == bench_thor_bert.REDUCED["steps"]
     wrapper = bench_thor_bert.optimizer_fn_for("thor", bench_thor_bert.REDUCED["sweeps"]["thor"][0], steps)()
-    recipe_lr = builders._learning_rate(loaded, plan.flags, None)
+    recipe_lr = builders._learning_rate(loaded, plan.settings, None)
     thor_block = loaded.recipe.optimizer.wrappers[0].params
     for step in (0, 10, 49, 50, 300, 599, 700):
         assert abs(float(recipe_lr(step)) - float(wrapper.inner_optimizer._learning_rate(step))) < 1e-9, step
@@ -144,7 +144,7 @@ def test_the_grammar_workload_reads_its_recipe_and_schedules_thor_as_mindspore_s
         assert bench_thor_bert.SEQ_LENGTH == 64 and bench_thor_bert.WORKLOAD["model"]["hidden_dim"] == 128
         assert bench_thor_bert.WORKLOAD["data"]["vocabulary"].endswith("grammar_corpus/vocab.txt")
         lamb = bench_thor_bert.optimizer_fn_for("lamb", reduced["sweeps"]["lamb"][0], steps)()
-        recipe_lr = builders._learning_rate(loaded, plan.flags, None)
+        recipe_lr = builders._learning_rate(loaded, plan.settings, None)
         for step in (0, 1000, 2999, 3000):
             assert abs(float(recipe_lr(step)) - float(lamb._learning_rate(step))) < 1e-9, step
         assert sorted(reduced["sweeps"]["lamb"]) == [0.005, 0.01, 0.02]

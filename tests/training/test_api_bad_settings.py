@@ -1,7 +1,8 @@
 """Bad settings of the newer features through the Python API: a moxlite error, before anything is written.
 
-The API checks the table the recipe loader checks (moxlite.recipes.schema's declared ranges and
-rules, moxlite.optimizers.recipe_tables's wrapper and schedule tables), so each mistake of
+The API checks the declarations the recipe loader checks (the ranges and rules of
+moxlite.models.options, moxlite.data.augment_options and moxlite.training.mixed_precision.options,
+moxlite.optimizers.recipe_tables's wrapper and schedule tables), so each mistake of
 tests/bad_recipes/cases.yaml has its API twin here: the error is a moxlite error of the
 stated type whose message names the argument and the value, and ``log_dir``, which holds a
 file from an earlier run, is byte for byte what it was.
@@ -16,10 +17,10 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
-from moxlite import errors, models
+from moxlite import declarations, errors, models
+from moxlite.data.augment_options import AugmentOptions
 from moxlite.data import train_augmentation as augment
 from moxlite.optimizers.thor import schedules as thor_schedules
-from moxlite.recipes import schema
 from tests import runlib
 
 BATCH = 8
@@ -71,7 +72,7 @@ def raised(error_type, call):
     return message
 
 
-# ----------------------------------------------------------------- models (schema's model blocks)
+# ----------------------------------------------------------------- models (moxlite.models.options)
 
 @pytest.mark.parametrize("name, options, argument, fragment", [
     ("vit_tiny", {"patch_size": 8, "depth": 0}, "depth", "depth=0 is out of range; expected an integer >= 1"),
@@ -123,7 +124,7 @@ def test_rules_about_the_image_are_checked_at_the_first_batch_before_anything_is
     assert fragment in message
 
 
-# ----------------------------------------------------------------- augmentation (schema.AugmentOptions)
+# ----------------------------------------------------------------- augmentation (moxlite.data.augment_options)
 
 @pytest.mark.parametrize("argument, value, fragment", [
     ("rand_augment_magnitude", 5, "rand_augment_magnitude=5 is out of range; expected a finite number in [0, 1]"),
@@ -201,7 +202,7 @@ def test_thor_schedule_functions_name_the_argument(log_dir, call, fragment):
     assert fragment in message
 
 
-# ----------------------------------------------------------------- precision (schema.PrecisionSection)
+# ----------------------------------------------------------------- precision (moxlite.training.mixed_precision.options)
 
 @pytest.mark.parametrize("settings, fragment", [
     ({"amp_level": "O1", "loss_scale": "inf"}, "--loss_scale='inf' is out of range"),
@@ -223,10 +224,10 @@ def test_precision_settings_are_checked_before_anything_is_written(log_dir, sett
 # ----------------------------------------------------------------- one declaration
 
 def test_recipe_and_api_read_the_same_range_objects():
-    from moxlite.optimizers import recipe_tables as catalog
+    from moxlite.optimizers import recipe_tables
 
-    assert schema.field_range(schema.AugmentOptions, "mix_batch").check(2)
-    assert not schema.field_range(schema.AugmentOptions, "mix_batch").check(1)
-    lars_ratio = catalog.WRAPPER_PARAMETERS["lars"]["ratio"]
+    assert declarations.field_range(AugmentOptions, "mix_batch").check(2)
+    assert not declarations.field_range(AugmentOptions, "mix_batch").check(1)
+    lars_ratio = recipe_tables.WRAPPER_PARAMETERS["lars"]["ratio"]
     assert lars_ratio.check(0.001) and not lars_ratio.check(math.inf)
-    assert catalog.schedule_problem("cosine", {"initial_learning_rate": "abc"})[0] == "initial_learning_rate"
+    assert recipe_tables.schedule_problem("cosine", {"initial_learning_rate": "abc"})[0] == "initial_learning_rate"

@@ -73,7 +73,7 @@ import tensorflow as tf
 
 from moxlite import compat, context, errors, logs, stable_names
 from moxlite.optimizers import exclusion, schedules
-from moxlite.optimizers import recipe_tables as catalog
+from moxlite.optimizers import recipe_tables
 from moxlite.optimizers.thor import damping as thor_damping
 from moxlite.optimizers.thor import factors as thor_factors
 from moxlite.optimizers.thor import inverse as thor_inverse
@@ -204,7 +204,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
     """Precondition Dense/Conv2D/Embedding/EinsumDense/LayerNorm gradients (module docstring)."""
 
     NAME = "thor"
-    PARAMETERS = catalog.THOR_PARAMETERS
+    PARAMETERS = recipe_tables.THOR_PARAMETERS
 
     def __init__(self, inner_optimizer, name=None, **parameters):
         for key in ("weight_decay_exclude", "include", "exclude"):

@@ -34,7 +34,8 @@ import keras
 import tensorflow as tf
 
 from moxlite import errors
-from moxlite.optimizers import recipe_tables as catalog
+from moxlite.declarations import did_you_mean
+from moxlite.optimizers import recipe_tables
 
 # MindSpore's published configurations, for recipes, docs and the benchmark's plan.
 RESNET50_ASCEND = dict(lr_init=0.05803, lr_decay=4.04839, lr_end_epoch=53, decay_epochs=39,
@@ -46,9 +47,9 @@ BERT_DAMPING = dict(initial_value=5e-2, end_value=1e-6, total_steps=30000, power
 
 
 def _checked(schedule, **arguments):
-    """The arguments as floats, checked against catalog.SCHEDULE_PARAMETERS (the table the recipe
+    """The arguments as floats, checked against recipe_tables.SCHEDULES (the table the recipe
     loader checks a schedule block against); a one-line OptimizerError naming the first bad one."""
-    catalog.check_schedule_arguments(schedule, arguments, list(arguments))
+    recipe_tables.check_schedule_arguments(schedule, arguments, list(arguments))
     return {key: float(value) for key, value in arguments.items()}
 
 
@@ -185,12 +186,8 @@ def _overridden(function, defaults, overrides):
     """``defaults`` with ``overrides``, whose names must be ThorPolynomialDecay's (a moxlite error, not TypeError)."""
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
-        import difflib
-
-        close = difflib.get_close_matches(unknown[0], list(defaults), n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise errors.OptimizerError(f"{function}: unknown argument {unknown[0]!r}{hint}; accepted: "
-                                    f"{', '.join(defaults)}")
+        raise errors.OptimizerError(f"{function}: unknown argument {unknown[0]!r}"
+                                    f"{did_you_mean(unknown[0], defaults)}; accepted: {', '.join(defaults)}")
     return dict(defaults, **overrides)
 
 

@@ -20,7 +20,7 @@ import tensorflow as tf
 from moxlite import compat, errors, graph_collections
 from moxlite.distribute import averaged_state, prebuilt
 from moxlite.contract import ExportSpec, ModelSpec
-from moxlite.training.mixed_precision import levels as amp
+from moxlite.training.mixed_precision import levels
 from moxlite.training.capture import interception, traced_variables
 from moxlite.training.state import checkpoint_keys
 from moxlite.training.calling import call_with_accepted_kwargs
@@ -164,7 +164,7 @@ class SharedVariablesModelFn:
                 f"moxlite.ModelSpec(loss=..., log_info=...)")
         # Inside a run at a mixed level what model_fn returns reaches moxlite in float32. Outside
         # one, or at O0, a model_fn that casts to float16 itself (MoXing's idiom) is left alone.
-        return in_float32(spec) if amp.mixed_level_in_force() else spec
+        return in_float32(spec) if levels.mixed_level_in_force() else spec
 
     @contextlib.contextmanager
     def _reuse_scope(self):

@@ -46,9 +46,10 @@ import tensorflow as tf
 
 from moxlite import compat, errors
 from moxlite.training.capture import interception
+from moxlite.training.mixed_precision import options
 
-LEVELS = ("O0", "O1", "O2", "O3")
-COMPUTE_DTYPES = ("float16", "bfloat16")
+LEVELS = tuple(level for level in options.AMP_LEVELS if level)
+COMPUTE_DTYPES = options.COMPUTE_DTYPES
 GELU = "GELU"
 O1_KEEP_FP32 = ("Softmax", "LayerNormalization", "BatchNormalization", "GroupNormalization", GELU)
 _BATCHNORM = "BatchNormalization"
@@ -112,14 +113,12 @@ def plan_for(level, compute_dtype="float16", keep_fp32=None, keep_batchnorm_fp32
 
 
 def check_layer_name(name):
-    """``name`` if the recipe schema's KEEP_FP32_NAMES holds it (Keras's layer classes but the base
+    """``name`` if keep_fp32 accepts it (options.keep_fp32_names: Keras's layer classes but the base
     ``Layer``, which would keep every layer, and GELU); an error with the nearest name otherwise."""
-    from moxlite.recipes import schema   # the list the recipe loader checks, so the two agree
-
     name = str(name).strip()
-    if name in schema.KEEP_FP32_NAMES:
+    if name in options.keep_fp32_names():
         return name
-    near = schema.nearest_layer_name(name)
+    near = options.nearest_layer_name(name)
     hint = f"; did you mean {near!r}?" if near else "; give Keras layer class names, e.g. LayerNormalization"
     raise errors.ArgumentError(f"keep_fp32: {name!r} is not a Keras layer class{hint}")
 

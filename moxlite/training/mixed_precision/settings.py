@@ -19,9 +19,10 @@ import contextlib
 import dataclasses
 from typing import Optional, Union
 
-from moxlite import errors, flags, logs
+from moxlite import errors, flags, logs, run_settings
 from moxlite.optimizers import pipeline
-from moxlite.training.mixed_precision import levels as amp
+from moxlite.declarations import check_values
+from moxlite.training.mixed_precision import levels, options
 from moxlite.optimizers import clipping
 from moxlite.optimizers import loss_scaling
 
@@ -32,13 +33,12 @@ class PrecisionSettings:
     loss_scale: Optional[Union[str, float]] = None   # None, "dynamic" or a positive number
     gradient_clip: float = 0.0
     gradient_clip_type: str = "global_norm"
-    amp_plan: amp.AmpPlan = dataclasses.field(default_factory=amp.AmpPlan)
+    amp_plan: levels.AmpPlan = dataclasses.field(default_factory=levels.AmpPlan)
     drop_overflow_update: bool = True
 
 
-# The MoXing flags (by name) that say how a run computes, scales its loss and clips.
-FLAG_NAMES = ("use_fp16", "amp_level", "compute_dtype", "keep_fp32", "keep_batchnorm_fp32", "loss_scale",
-              "drop_overflow_update", "gradient_clip", "gradient_clip_type")
+# The settings (declared in options.PrecisionOptions) that say how a run computes, scales its loss and clips.
+NAMES = tuple(field.name for field in dataclasses.fields(options.PrecisionOptions))
 
 
 def _loss_scale(value):
@@ -49,96 +49,62 @@ def _loss_scale(value):
 
 
 def _amp_plan(values):
-    use_fp16 = bool(values["use_fp16"])
-    level = str(values["amp_level"]).strip().upper()
+    level = str(values["amp_level"]).strip().upper() or ("O3" if values["use_fp16"] else "O0")
     compute_dtype = str(values["compute_dtype"]).strip().lower()
-    if use_fp16 and level == "O0":
-        raise errors.ArgumentError(
-            "--use_fp16 asks for float16 but --amp_level=O0 for float32; drop one of them "
-            "(use_fp16 is an alias of --amp_level=O3 --compute_dtype=float16)")
-    if use_fp16 and compute_dtype != "float16":
-        raise errors.ArgumentError(
-            f"--use_fp16 asks for float16 but --compute_dtype={compute_dtype}; use --amp_level "
-            f"with --compute_dtype={compute_dtype} instead of --use_fp16")
-    if not level:
-        level = "O3" if use_fp16 else "O0"
-    keep_text = str(values["keep_fp32"]).strip()
-    if not keep_text:
-        keep = None
-    elif keep_text.lower() == "none":
-        keep = []
-    else:
-        keep = [name for name in (part.strip() for part in keep_text.split(",")) if name]
-    batchnorm_text = str(values["keep_batchnorm_fp32"]).strip().lower()
-    if batchnorm_text not in ("", "true", "false"):
-        raise errors.ArgumentError(
-            f"--keep_batchnorm_fp32={values['keep_batchnorm_fp32']!r} is not valid; use true, "
-            f"false or '' (the level's default)")
-    keep_batchnorm = {"": None, "true": True, "false": False}[batchnorm_text]
+    keep, keep_batchnorm = values["keep_fp32"], values["keep_batchnorm_fp32"]
     if level == "O0":
-        _warn_no_effect_at_o0(keep_text, batchnorm_text)
+        _warn_no_effect_at_o0(values)
     try:
-        return amp.plan_for(level, compute_dtype, keep, keep_batchnorm)
+        return levels.plan_for(level, compute_dtype, keep, keep_batchnorm)
     except errors.ArgumentError as error:
         raise errors.ArgumentError(f"--{error}") from None
 
 
-def _warn_no_effect_at_o0(keep_text, batchnorm_text):
+def _warn_no_effect_at_o0(values):
     """One warning line per fp32 keep setting given at O0, where every layer is float32 already."""
-    given = [(name, value) for name, value in (("keep_fp32", keep_text), ("keep_batchnorm_fp32", batchnorm_text))
-             if value]
-    for name, value in given:
-        logs.get_logger().warning(
-            "--%s=%s (a recipe's precision.%s) has no effect at amp_level O0, where every layer computes "
-            "in float32; drop it, or set amp_level to O1, O2 or O3", name, value, name)
-
-
-def from_flags():
-    """The precision settings the flags ask for, checked."""
-    return from_values({name: flags.get_flag(name) for name in FLAG_NAMES})
+    for name in ("keep_fp32", "keep_batchnorm_fp32"):
+        if values[name] is not None:
+            logs.get_logger().warning(
+                "--%s=%s (a recipe's precision.%s) has no effect at amp_level O0, where every layer computes "
+                "in float32; drop it, or set amp_level to O1, O2 or O3", name,
+                run_settings.flag_text(name, values[name]), name)
 
 
 def _check_declared(values):
-    """The recipe schema's precision ranges and rules (schema.PrecisionSection), on the flags' values."""
-    from moxlite.recipes import schema
-
-    declared = {"use_fp16": bool(values["use_fp16"]), "amp_level": str(values["amp_level"]).strip().upper(),
-                "compute_dtype": str(values["compute_dtype"]).strip().lower(), "loss_scale": values["loss_scale"],
-                "drop_overflow_update": bool(values["drop_overflow_update"]),
-                "gradient_clip": values["gradient_clip"]}
-    found = schema.check_values(schema.PrecisionSection, declared)
+    """The declared precision ranges and rules (options.PrecisionOptions), on ``values``; the
+    keep_fp32 names are levels.check_layer_name's to check (it names each one refused)."""
+    declared = dict({name: value for name, value in values.items() if name != "keep_fp32"}, use_fp16=bool(values["use_fp16"]), amp_level=str(values["amp_level"]).strip().upper(),
+                    compute_dtype=str(values["compute_dtype"]).strip().lower(),
+                    drop_overflow_update=bool(values["drop_overflow_update"]))
+    found = check_values(options.PrecisionOptions, declared)
     if found:
         raise errors.ArgumentError(f"--{found[0]}={found[1]}")
 
 
 def from_values(values):
-    """The precision settings ``values`` (the flags of FLAG_NAMES, by name, as the flags hold them) ask for, checked."""
+    """The precision settings ``values`` (every setting of NAMES, by name, in its declared type) ask for, checked.
+
+    A flag's value is in its declared type once read by ``moxlite.run_settings.from_flag``
+    (``--keep_fp32=none`` is ``[]``); a recipe's already is.
+    """
     _check_declared(values)
     plan = _amp_plan(values)
     loss_scale = _loss_scale(values["loss_scale"])
     if loss_scale is None and plan.mixed and plan.compute_dtype == "float16":
         loss_scale = "dynamic"
-    drop = bool(values["drop_overflow_update"])
-    if not drop and (loss_scale is None or str(loss_scale).startswith("dynamic")):
-        raise errors.ArgumentError(
-            f"--nodrop_overflow_update needs a fixed --loss_scale (a number); with loss_scale="
-            f"{loss_scale or 'off'} overflowing steps are always dropped")
-    clip = values["gradient_clip"]
-    if clip < 0:
-        raise errors.ArgumentError(f"--gradient_clip={clip} is not valid; use 0 (off) or a positive threshold")
     clip_type = values["gradient_clip_type"]
     if clip_type not in clipping.CLIP_TYPES:
         raise errors.ArgumentError(
             f"--gradient_clip_type={clip_type!r} is not valid; use 'global_norm' (all gradients together) "
             f"or 'norm' (each variable's gradient)")
-    return PrecisionSettings(plan.mixed and plan.compute_dtype == "float16", loss_scale, float(clip), clip_type,
-                             plan, drop)
+    return PrecisionSettings(plan.mixed and plan.compute_dtype == "float16", loss_scale,
+                             float(values["gradient_clip"]), clip_type, plan, bool(values["drop_overflow_update"]))
 
 
 @contextlib.contextmanager
 def compute_policy(settings):
     """The level's dtype policies on every layer model_fn calls, while the body runs."""
-    with amp.layer_policies(settings.amp_plan):
+    with levels.layer_policies(settings.amp_plan):
         yield
 
 

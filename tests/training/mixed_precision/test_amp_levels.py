@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import moxlite as mox
 from moxlite.training.capture import interception
-from moxlite.training.mixed_precision import levels as amp
+from moxlite.training.mixed_precision import levels
 from tests import runlib
 
 BATCH = 16
@@ -70,7 +70,7 @@ def train(log_dir, model_fn, steps=STEPS):
 
 def table(layers):
     """Each layer's (class, dtype row) now: taken inside the run, where the level's policies hold."""
-    rows = {row[0]: row for row in amp.layer_dtypes(layers.values())}
+    rows = {row[0]: row for row in levels.layer_dtypes(layers.values())}
     return {name: ("LayerNormalization" if isinstance(layer, ProbedLayerNorm) else type(layer).__name__,
                    rows[getattr(layer, "path", None) or layer.name]) for name, layer in layers.items()}
 
@@ -109,7 +109,7 @@ def test_layers_built_inside_model_fn_follow_the_level(tmp_path, level, compute)
     assert captured["outputs"]["probabilities"] == (tf.as_dtype(compute) if mixed else tf.float32)
     assert keras.config.dtype_policy().name == "float32"                  # restored after the run
     assert keras.layers.Layer.__call__ is interception.original_layer_call()   # no interception left
-    assert amp.plan_in_force() is None and amp.configured_layers() == []
+    assert levels.plan_in_force() is None and levels.configured_layers() == []
     kernel = runlib.checkpoint_variables(tmp_path)[0]
     assert kernel.dtype == np.float32                                     # float32 master weights
 
@@ -135,12 +135,12 @@ def test_a_keras_model_closed_over_follows_the_level(tmp_path):
 
 
 def test_keep_list_flags_replace_the_default_and_switch_batchnorm(tmp_path):
-    plan = amp.plan_for("O1", "float16", keep_fp32=["Dense"])
+    plan = levels.plan_for("O1", "float16", keep_fp32=["Dense"])
     assert plan.keep_fp32 == ("Dense",)
-    assert amp.plan_for("O2").keep_fp32 == ("BatchNormalization",)
-    assert amp.plan_for("O2", keep_batchnorm_fp32=False).keep_fp32 == ()
-    assert amp.plan_for("O3").keep_fp32 == ()
-    assert amp.plan_for("O3", keep_batchnorm_fp32=True).keep_fp32 == ("BatchNormalization",)
+    assert levels.plan_for("O2").keep_fp32 == ("BatchNormalization",)
+    assert levels.plan_for("O2", keep_batchnorm_fp32=False).keep_fp32 == ()
+    assert levels.plan_for("O3").keep_fp32 == ()
+    assert levels.plan_for("O3", keep_batchnorm_fp32=True).keep_fp32 == ("BatchNormalization",)
     captured = {}
 
     def model_fn(inputs, mode):
@@ -173,18 +173,24 @@ def test_bad_amp_flags_are_refused_before_any_work(tmp_path, flag, value, messag
     assert not (tmp_path / "never").exists()
 
 
+def _precision_from_flags():
+    from moxlite import run_settings
+    from moxlite.training.mixed_precision import settings
+
+    return settings.from_values({name: run_settings.from_flag(name, mox.get_flag(name)) for name in settings.NAMES})
+
+
 def test_use_fp16_is_o3_in_float16_and_contradictions_are_refused(tmp_path):
     mox.set_flag("use_fp16", True)
-    from moxlite.training.mixed_precision import settings as precision
-    settings = precision.from_flags()
-    assert settings.amp_plan == amp.plan_for("O3", "float16") and settings.loss_scale == "dynamic"
+    settings = _precision_from_flags()
+    assert settings.amp_plan == levels.plan_for("O3", "float16") and settings.loss_scale == "dynamic"
     mox.set_flag("amp_level", "O0")
     with pytest.raises(mox.errors.ArgumentError, match=r"--use_fp16=True asks for float16 but amp_level O0 for float32; drop one of them"):
-        precision.from_flags()
+        _precision_from_flags()
     mox.set_flag("use_fp16", False)
     mox.set_flag("amp_level", "O1")
     mox.set_flag("compute_dtype", "bfloat16")
-    assert precision.from_flags().loss_scale is None     # bfloat16 needs no loss scaling
+    assert _precision_from_flags().loss_scale is None     # bfloat16 needs no loss scaling
 
 
 def test_two_runs_in_two_threads_each_compute_at_their_own_level(tmp_path):

@@ -255,15 +255,15 @@ def test_a_fixed_loss_scale_that_overflows_on_every_step_stops_the_run(tmp_path)
 
 
 def test_the_dry_run_table_reports_the_sub_layers_of_a_kept_layer_in_float32():
-    from moxlite.training.mixed_precision import levels as amp
+    from moxlite.training.mixed_precision import levels
 
     attention = keras.layers.MultiHeadAttention(2, 4, name="attention")
     lstm = keras.layers.LSTM(4, name="lstm")
     dense = keras.layers.Dense(3, name="dense")
     x = tf.ones((2, 3, 8))
-    with amp.layer_policies(amp.plan_for("O3", keep_fp32=["MultiHeadAttention", "LSTM"])):
+    with levels.layer_policies(levels.plan_for("O3", keep_fp32=["MultiHeadAttention", "LSTM"])):
         dense(lstm(attention(x, x)))
-        rows = {row[0]: row[2] for row in amp.layer_dtypes(amp.configured_layers())}
+        rows = {row[0]: row[2] for row in levels.layer_dtypes(levels.configured_layers())}
     for name in ("attention", "attention/query", "attention/key", "attention/value", "attention/attention_output",
                  "lstm", "lstm/lstm_cell"):
         assert rows[name] == "float32", rows
