@@ -182,14 +182,14 @@ def _main(arguments):
         import tensorflow  # noqa: F401  (here, so that its start-up lines are filtered)
         from moxlite.recipes import builders, execution
 
-    plan = builders.build_plan(loaded)
     if arguments.dry_run:
-        print(execution.dry_run_report(plan))
+        print(execution.dry_run_report(builders.build_plan(loaded)))
         return 0
-    setup = execution.prepare_distribution(plan)
+    setup = execution.prepare_distribution(loaded)
     if setup.serves_only:   # a ps (or asynchronous worker) task: serve the cluster, train nothing
         setup.serve_forever()
         return 0
+    plan = builders.build_plan(loaded)
     execution.probe_optimizer(plan)
     execution.check_trained_model(plan)
     from moxlite.training.validation import check_log_dir

@@ -12,21 +12,22 @@ from moxlite.contract import ModeKeys
 from moxlite.recipes import builders, schema
 
 
-def prepare_distribution(plan):
-    """Build this process's distribution set-up now, before the optimizer probe starts TensorFlow.
-
-    MultiWorkerMirroredStrategy must be configured before any TensorFlow op runs, and a
-    CPU split into logical devices before the runtime starts; ``run`` later gets the same
-    set-up back from ``moxlite.distribute.setup``.
+def prepare_distribution(loaded):
+    """This process's distribution set-up, built before the plan: MultiWorkerMirroredStrategy must
+    be configured before any TensorFlow op runs, and a CPU split into logical devices before the
+    runtime starts, while building the plan may run ops (a schedule's first values are checked by
+    evaluating it). ``run`` later gets the same set-up back from ``moxlite.distribute.setup``.
     """
     from moxlite import distribute
     from moxlite.training.config import Distribution
 
+    settings = builders.settings_of(loaded.recipe)
+    builders.cluster_view(loaded, settings)   # a strategy the flags contradict is refused first
     try:
-        return distribute.setup(local_only=plan.loaded.recipe.run.mode.upper() != ModeKeys.TRAIN,
-                                get_flag=Distribution.of(plan.settings.__getitem__).get_flag)
+        return distribute.setup(local_only=loaded.recipe.run.mode.upper() != ModeKeys.TRAIN,
+                                get_flag=Distribution.of(settings.__getitem__).get_flag)
     except errors.UserInputError as error:
-        raise plan.loaded.error(("distribute",), str(error)) from None
+        raise loaded.error(("distribute",), str(error)) from None
 
 
 def probe_optimizer(plan):

@@ -247,3 +247,17 @@ def test_32k_resnet50_recipe_trains_its_stack_shortened_on_a_small_resnet(capsys
     network = networks.NETWORKS["resnet50"]((32, 32, 3), 10)
     backbone = keras.applications.ResNet50(weights=None, input_shape=(32, 32, 3), include_top=False)
     assert [w.shape for w in network.weights] == [w.shape for w in backbone.weights] + [(2048, 10), (10,)]
+
+
+def test_a_schedule_recipe_splits_the_cpu_into_devices_in_a_fresh_process(tmp_path):
+    """A learning-rate schedule block is checked by evaluating it, which starts TensorFlow's
+    runtime; the CPU must be split into logical devices before that, so moxlite-run sets up the
+    distribution before it builds the plan. A fresh process, since this one is split already."""
+    environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    environ["PYTHONPATH"] = REPO + os.pathsep + environ.get("PYTHONPATH", "")
+    done = subprocess.run(
+        [sys.executable, "-m", "moxlite", "recipes/mnist_cnn_thor.yaml", "--set", "distribute.num_gpus=2",
+         "--set", "run.steps=2", "--set", "run.evaluate=false", "--set", f"run.log_dir={tmp_path / 'run'}"],
+        cwd=REPO, env=environ, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Training: 2 replica(s)" in done.stdout
