@@ -16,8 +16,8 @@ import pytest
 
 from moxlite.data import datasets
 from moxlite.optimizers import recipe_tables
-from moxlite.optimizers import named_optimizers as factory
-from moxlite.optimizers import wrapper_stack as registry
+from moxlite.optimizers import named_optimizers
+from moxlite.optimizers import wrapper_stack
 from moxlite.optimizers.thor import schedules as thor_schedules
 from moxlite import declarations
 from moxlite.data.augment_options import AugmentOptions
@@ -36,7 +36,7 @@ def _arguments(cls, leave_out=("self", "name")):
 @pytest.mark.parametrize("class_name", sorted(recipe_tables.KERAS_ARGUMENTS))
 def test_keras_optimizer_arguments_are_the_class_signature(class_name):
     names, _ = _arguments(getattr(keras.optimizers, class_name), leave_out=("self", "learning_rate"))
-    expected = set(names) - set(factory._REFUSED)
+    expected = set(names) - set(named_optimizers._REFUSED)
     assert set(recipe_tables.keras_arguments(class_name)) == expected, (
         f"keras.optimizers.{class_name} takes {sorted(expected)}; update recipe_tables.KERAS_ARGUMENTS")
 
@@ -46,12 +46,12 @@ def test_every_optimizer_name_maps_to_a_listed_keras_class():
         accepted = recipe_tables.accepted_arguments(name)
         assert not set(fixed) & set(accepted), name
         assert set(aliases.values()) <= set(recipe_tables.keras_arguments(class_name)), name
-        assert factory._OPTIMIZERS[name][0] is getattr(keras.optimizers, class_name)
+        assert named_optimizers._OPTIMIZERS[name][0] is getattr(keras.optimizers, class_name)
 
 
 def test_the_wrapper_classes_use_the_catalog_tables():
-    assert set(registry.WRAPPERS) == set(recipe_tables.WRAPPER_PARAMETERS)
-    for name, cls in registry.WRAPPERS.items():
+    assert set(wrapper_stack.WRAPPERS) == set(recipe_tables.WRAPPER_PARAMETERS)
+    for name, cls in wrapper_stack.WRAPPERS.items():
         assert cls.PARAMETERS is recipe_tables.WRAPPER_PARAMETERS[name]
         assert all(parameter.check(parameter.default) for parameter in cls.PARAMETERS.values()), name
 
@@ -78,7 +78,7 @@ def test_the_lazy_optimizers_face_gives_its_names_and_submodules():
     import moxlite.optimizers as optimizers
     from moxlite.optimizers import wrapper
 
-    assert optimizers.get_optimizer_fn is factory.get_optimizer_fn
+    assert optimizers.get_optimizer_fn is named_optimizers.get_optimizer_fn
     assert optimizers.WRAPPER_NAMES == recipe_tables.WRAPPER_NAMES
     assert optimizers.wrapper is wrapper
     with pytest.raises(AttributeError, match="no attribute 'get_optimiser_fn'"):
