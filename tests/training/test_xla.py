@@ -431,11 +431,13 @@ def test_a_measured_choice_is_kept_for_the_run_and_for_the_model_on_this_machine
     assert measured(auto_choice(kept=first), {False: [0.01], True: [0.005]}) is True
     assert (tmp_path / "run" / "jit_compile.json").exists() and cache.exists()
 
-    # The same model in another log_dir, the clock now favouring the plain step: not measured again.
+    # The same model in another log_dir, the clock now favouring the plain step: the trial's steps
+    # run as before, then the kept choice holds whatever this trial measured.
     again = auto_choice(kept=jit_choice.KeptChoices(str(tmp_path / "rerun"), "model-a", str(cache)))
-    assert again.plan(10) == (True, 10) and again.trial_steps == 0
+    assert measured(again, {False: [0.001], True: [0.1]}) is True
     line, = again.logger.lines
     assert line.startswith(f"jit_compile=auto: training with XLA, the choice kept in {cache}"), line
+    assert "the trial's steps ran as when it was measured" in line
     assert (tmp_path / "rerun" / "jit_compile.json").exists()   # now the rerun's own: its resume follows it
 
     # A resume in the first log_dir with fewer steps left than a measurement needs keeps it too.
@@ -449,6 +451,43 @@ def test_a_measured_choice_is_kept_for_the_run_and_for_the_model_on_this_machine
     assert measured(other, {False: [0.01], True: [0.0099]}) is False
     short = auto_choice(steps_left=5, kept=jit_choice.KeptChoices(str(tmp_path / "c"), "model-a", str(cache)))
     assert short.plan(5) == (False, 5) and "not measured" in short.logger.lines[0]
+
+
+def variants_per_step(choice, seconds_per_step, asked=7):
+    """The variant (compiled or not) each step of ``choice``'s run takes, up to 60 steps after its decision."""
+    variants = []
+    while choice.decided is None or len(variants) < 60:
+        compiled, steps = choice.plan(asked)
+        choice.record(compiled, steps, steps * seconds_per_step[compiled])
+        variants += [compiled] * steps
+    return variants
+
+
+@pytest.mark.parametrize("kept_xla", [True, False])
+def test_a_run_following_the_machines_choice_takes_each_step_as_the_run_that_measured_it(tmp_path, kept_xla):
+    """The seeded result depends on which steps ran compiled: a run in a fresh log_dir that finds
+    the machine's kept choice runs the trial's steps as the measuring run did, then trains as
+    kept, even where its own clock says otherwise, so the two end with the same numbers."""
+    cache = str(tmp_path / "cache.json")
+    fast = {False: 0.01, True: 0.005 if kept_xla else 0.05}
+    measuring = auto_choice(kept=jit_choice.KeptChoices(str(tmp_path / "first"), "model", cache))
+    first = variants_per_step(measuring, fast)
+    assert measuring.decided is kept_xla
+    following = auto_choice(kept=jit_choice.KeptChoices(str(tmp_path / "second"), "model", cache))
+    second = variants_per_step(following, {False: fast[True], True: fast[False]})   # the clock reversed
+    assert second == first and following.decided is kept_xla
+
+
+def test_synchronous_workers_replay_the_trial_of_the_chiefs_machine_choice(tmp_path):
+    chief_kept = jit_choice.KeptChoices(str(tmp_path / "chief"), "model", str(tmp_path / "chief_cache.json"))
+    chief_kept.keep(jit_choice.Kept(True, "measured before"))
+    fresh = jit_choice.KeptChoices(str(tmp_path / "fresh"), "model", str(tmp_path / "chief_cache.json"))
+    worker_kept = jit_choice.KeptChoices(None, "model", str(tmp_path / "worker_cache.json"))
+    slower = {False: [0.01], True: [0.02]}   # this trial alone would decide without XLA
+    decided, (chief_line, worker_line) = workers_deciding([slower, slower], kept=(fresh, worker_kept))
+    assert decided == [True, True]
+    assert "the trial's steps ran as when it was measured" in chief_line, chief_line
+    assert "the chief's kept choice" in worker_line and "training with XLA" in worker_line, worker_line
 
 
 def test_a_rerun_in_the_same_log_dir_keeps_the_measured_choice(tmp_path, monkeypatch, capsys):

@@ -49,8 +49,11 @@ not measured: it trains without XLA (logged).
 A measured choice is kept (``KeptChoices``): in ``log_dir/jit_compile.json``, which a
 resume or a rerun in that log_dir follows whatever its length, and in a per-user cache
 (``$XDG_CACHE_HOME/moxlite/jit_compile.json``, else ``~/.cache/moxlite``) keyed by a
-fingerprint of the model's step and the machine, which a run that would measure follows
-instead. The line then says the choice was reused and where from.
+fingerprint of the model's step and the machine. A run that would measure and finds the
+machine's choice still runs the trial's steps, then trains as kept whatever it measured: it
+ends with the numbers of the run that measured, and the choice never flips on a busier
+machine. The line says the choice was reused and where from. A run interrupted during its
+trial measures again from where it resumes.
 
 Several synchronous workers train the same variant (each variant's traced collectives are
 its own): the chief's kept choice or measurement decides, broadcast to every worker, and
@@ -457,6 +460,7 @@ class JitChoice:
         self._traced = {False: False, True: False}
         self._untimed_steps = 0   # the compiled variant's, until its programs have all run once
         self._block = (False, 0)  # the variant of the trial's current block, steps it has run
+        self._replayed = None     # the machine's kept choice, applied once the trial's steps have run
 
     def start(self):
         """Decide what can be decided before any step (and log it); once, at the first call."""
@@ -493,27 +497,36 @@ class JitChoice:
 
     def _reuse(self, would_measure):
         """Decide from a kept choice (the run's own in log_dir; the machine's when the run would
-        measure); with several workers, the chief's, broadcast. True when one was found."""
+        measure); with several workers, the chief's, broadcast. True when decided now. The
+        machine's choice is not applied at once: the run still runs the trial's steps, as the
+        run that measured it did, and then trains as kept (``_replayed``), so that both end with
+        the same numbers."""
         kept = None
         if self._kept is not None and self._chief:
             kept = self._kept.of_run() or (self._kept.of_machine() if would_measure else None)
+        replay = would_measure and kept is not None and kept.source != self._kept.run_path()
         if self._agree is not None:   # every worker calls agree, in the same order
             found = self._agree(self._chief and kept is not None)
             xla = self._agree(self._chief and kept is not None and kept.xla)
+            replay = self._agree(self._chief and replay)
             if not found:
                 return False
             if not self._chief:
+                if replay:
+                    self._replayed = Kept(xla, "", "the chief's")
+                    return False
                 self.decided = xla
                 self.logger.info("jit_compile=auto: the chief's kept choice, for every worker: training %s",
                                  _with(xla))
                 return True
         if kept is None:
             return False
+        if replay:
+            self._replayed = kept
+            return False
         self.decided = kept.xla
         self.logger.info("jit_compile=auto: training %s, the choice kept in %s (%s)", _with(kept.xla),
                          kept.source, kept.rates)
-        if kept.source != self._kept.run_path():
-            self._kept.keep(kept)   # the run's own from now on: its resume follows it
         return True
 
     def _log_without(self, reason):
@@ -573,10 +586,21 @@ class JitChoice:
         measured = (f"{xla:.1f} steps/s with XLA ({self.where}), {plain:.1f} without, medians of {len(self._rates[True])} "
                     f"and {len(self._rates[False])} calls over {self._steps[True]} and {self._steps[False]} steps, "
                     f"margin {100 * margin:.0f}%")
-        self.decided = faster
-        if self._agree is not None:   # the chief's measurement decides for every worker
-            self.decided = self._agree(self._chief and faster)
-        if self._chief:
+        replayed = self._replayed
+        chosen = replayed.xla if replayed is not None else faster
+        self.decided = chosen
+        if self._agree is not None:   # the chief's measurement or kept choice decides for every worker
+            self.decided = self._agree(self._chief and chosen)
+        if replayed is not None and not self._chief:
+            self.logger.info("jit_compile=auto: the chief's kept choice, for every worker: training %s; the trial's "
+                             "steps ran as when it was measured (this worker measured %s)", _with(self.decided), measured)
+        elif replayed is not None:
+            self.logger.info("jit_compile=auto: training %s, the choice kept in %s (%s); the trial's steps ran as "
+                             "when it was measured (here: %s)", _with(self.decided), replayed.source,
+                             replayed.rates, measured)
+            if self._chief and self._kept is not None:
+                self._kept.keep(Kept(self.decided, replayed.rates))   # the run's own from now on
+        elif self._chief:
             self.logger.info("jit_compile=auto: %s: training %s", measured, _with(self.decided))
             if self._kept is not None:
                 self._kept.keep(Kept(self.decided, measured))
