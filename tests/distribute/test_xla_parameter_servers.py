@@ -158,7 +158,7 @@ def test_auto_measures_both_variants_through_the_coordinator_and_keeps_the_faste
     trainer._log_keys, trainer._shown_keys = [], []
     trainer._nonfinite_count = tf.Variable(0, dtype=tf.int64)
     monkeypatch.setattr(async_trainer.AsyncTrainer, "_tell_refusal", lambda self: None)
-    monkeypatch.setattr(async_trainer.AsyncTrainer, "_create_layer_state", lambda self: None)
+    monkeypatch.setattr(async_trainer.AsyncTrainer, "create_layer_state", lambda self: None)
     for _ in range(4):
         assert trainer.run_steps(10)[0] == 10
     ran = trainer.coordinator.ran

@@ -70,13 +70,13 @@ CASES = {
     "negative steps": (dict(max_number_of_steps=-1),
                        mox.errors.ArgumentError, r"max_number_of_steps=-1 is not valid; pass a non-negative integer"),
     "model_fn(inputs)": (dict(model_fn=_model_fn_without_mode), TypeError,
-                         r"^model_fn=tests\.test_run_errors\._model_fn_without_mode\(inputs\) cannot be called as "
+                         r"^model_fn=tests\.training\.test_run_errors\._model_fn_without_mode\(inputs\) cannot be called as "
                          r"model_fn\(inputs, mode\): .*; declare def _model_fn_without_mode\(inputs, mode\)$"),
     "input_fn()": (dict(input_fn=_input_fn_without_mode), TypeError,
-                   r"^input_fn=tests\.test_run_errors\._input_fn_without_mode\(\) cannot be called as "
+                   r"^input_fn=tests\.training\.test_run_errors\._input_fn_without_mode\(\) cannot be called as "
                    r"input_fn\(mode\): .*; declare def _input_fn_without_mode\(mode\)$"),
     "input_fn(mode, data_dir)": (dict(input_fn=lambda mode, data_dir: None), TypeError,
-                                 r"^input_fn=tests\.test_run_errors\.<lambda>\(mode, data_dir\) cannot be called as input_fn\(mode\): .*; "
+                                 r"^input_fn=tests\.training\.test_run_errors\.<lambda>\(mode, data_dir\) cannot be called as input_fn\(mode\): .*; "
                                  r"declare def input_fn\(mode\); it requires mode, data_dir: give the others defaults or bind them"),
     "input_fn(mode, batch_size) is called with batch_size": (
         dict(input_fn=lambda mode, batch_size: [1, 2, 3]), TypeError, r"^input_fn returned \[1, 2, 3\] in mode TRAIN"),
