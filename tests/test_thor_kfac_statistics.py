@@ -123,3 +123,31 @@ def test_kfac_thor_over_adamw_interrupted_and_resumed_equals_uninterrupted(tmp_p
     assert runlib.checkpoint_step(str(tmp_path / "resumed")) == STEPS
     for path, value in straight.items():
         np.testing.assert_allclose(resumed[path], value, rtol=0, atol=1e-6, err_msg=path)
+
+
+@pytest.mark.slow   # two one-update runs of the full-size model
+def test_health_line_warns_under_mindspores_statistics_and_not_under_kfac(tmp_path, capfd):
+    """On the grammar model at MindSpore's damping (sqrt(lambda) = 0.22), G's scale (tr G / d, 1e-11 to
+    1e-2 here) is below the damping on most layers, and the first refresh says so; with kfac each
+    factor's damping is sqrt(lambda) times its own scale, so no factor is below it and no warning."""
+    features, batches = _batches()
+    # 3 tables, 2 x 6 attention and feed-forward layers, the pooler, the head's dense: 17 Kronecker
+    # layers, less the 2 queries and 2 keys ADAMW_EXCLUDE leaves plain.
+    layers = 13
+    lines = {}
+    for statistics in ("mindspore", "kfac"):
+        network = thormlmlib.Network(batches[0])
+        _train(tmp_path / statistics, network, features, BATCH, statistics, "adamw", steps=1)
+        lines[statistics] = capfd.readouterr().err.splitlines()
+    for statistics, found in lines.items():
+        summary = [line for line in found if line.startswith("thor: curvature at update 0")]
+        assert len(summary) == 1, (statistics, found[-20:])
+        # The per-layer table of the first refresh: every Kronecker layer, LayerNorm left out.
+        table = [line for line in found if line.startswith("thor:    ") and "update/gradient" in line]
+        assert len(table) == layers, table
+    warning = [line for line in lines["mindspore"] if line.startswith("thor: warning: a factor is below")]
+    assert len(warning) == 1 and "statistics: kfac" in warning[0], lines["mindspore"][-20:]
+    g_below = int(warning[0].split("(G on ")[1].split()[0])
+    assert g_below > layers // 2, warning
+    assert not [line for line in lines["kfac"] if "warning" in line], lines["kfac"][-20:]
+    assert f"G below its damping on 0 of {layers} layers, A on 0" in " ".join(lines["kfac"])
