@@ -38,8 +38,9 @@ reused by a later command with the same steps, so the work can be split across c
 ``--thor-variant NAME=key:value,...`` adds THOR with other wrapper parameters (pi_damping,
 refresh, trace_threshold, interval_growth, frequency, include, exclude: one regular expression,
 ``a|b`` for two) or other schedules (warmup: steps of linear lr warm-up; lr_end, damping_end: the
-decays' ends as fractions of their start), or ``lars:RATIO`` (THOR over lars(momentum)), reported
-against THOR in a second table.
+decays' ends as fractions of their start), ``lars:RATIO`` (THOR over lars(momentum)), or
+``inner:adamw`` (``adam``, ``lamb``: THOR over that optimizer, run as its baseline is), with any of
+THOR's parameters (``statistics:kfac``), reported against THOR in a second table.
 
 Printed: per optimizer, the median [min-max] over seeds of the steps, wall seconds (timed runs
 only) and CPU seconds (the process's, every run) to the target, every seed, the final held-out

@@ -24,6 +24,13 @@ diagonal) instead of, or added to, the lookup's; ``precondition_biases`` gives a
 EinsumDense bias its layer's G inverse over 1 + sqrt(lambda) (K-FAC's constant input, without the
 kernel-bias cross terms). Neither helped BERT-tiny (tools/README.md).
 
+``statistics='kfac'`` replaces MindSpore's formula by K-FAC expand on the loss's own scale: only
+the rows the loss reaches, ds scaled by the loss's terms, each factor damped relative to its own
+tr/dim, LayerNorm left plain (``thor_factors``, ``thor_damping.relative_dampings``). At a refresh
+THOR stores per layer each factor's scale against its damping and the preconditioned/plain norm
+ratio (``curvature_health``) and prints them on a log-spaced set of refreshes, with a warning when a
+factor is below its damping on most layers (MindSpore's G on a transformer: the curvature is inert).
+
 How the statistics arrive (see ``wrapper``'s interface): the step records
 each tracked layer's input and output gradient and hands them in
 ``StepInputs.layer_records`` (``READS``); the pipeline calls ``receive`` in
