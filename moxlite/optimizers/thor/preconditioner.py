@@ -108,9 +108,10 @@ def _named(scope):
 # added to it, and the norm of the preconditioned kernel gradient over the gradient's.
 HEALTH = ("a_scale", "a_damping", "g_scale", "g_damping", "ratio")
 HEALTH_WARNING = ("a factor is below its damping on most layers: there the inverse is about I / damping, so "
-                  "THOR scales the gradient instead of preconditioning it (first-order in disguise); use "
-                  "statistics: kfac (factors on the loss's scale, damping relative to each factor) or a "
-                  "smaller damping")
+                  "THOR scales the gradient instead of preconditioning it (first-order in disguise). Lower "
+                  "the damping, or set statistics: kfac (factors on the loss's scale, damping relative to each "
+                  "factor; on the grammar masked LM it trained worse, docs/guide/language-models.md), and "
+                  "compare with the inner optimizer alone")
 
 TRACKED_KINDS = ("Dense", "Conv2D", "Embedding", "EinsumDense", "LayerNormalization")
 # The output projection of a head tied to an Embedding's table (``tied_embedding`` 'output', 'sum').
