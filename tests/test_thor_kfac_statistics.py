@@ -151,3 +151,13 @@ def test_health_line_warns_under_mindspores_statistics_and_not_under_kfac(tmp_pa
     assert g_below > layers // 2, warning
     assert not [line for line in lines["kfac"] if "warning" in line], lines["kfac"][-20:]
     assert f"G below its damping on 0 of {layers} layers, A on 0" in " ".join(lines["kfac"])
+
+
+def test_kfac_statistics_refuse_pi_damping_naming_both_settings():
+    """kfac damps each factor by its own scale: pi_damping on top would be a second split, so the
+    wrapper refuses the pair with the fields and the fix."""
+    inner = mox.get_optimizer_fn("momentum", 0.01, momentum=0.9)
+    with pytest.raises(mox.errors.OptimizerError) as raised:
+        mox.get_optimizer_wrapper_fn("thor", inner, statistics="kfac", pi_damping=True)()
+    message = str(raised.value)
+    assert "pi_damping=True" in message and "statistics='kfac'" in message and "drop pi_damping" in message
