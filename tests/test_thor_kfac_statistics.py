@@ -31,9 +31,14 @@ def _exclude(inner):
     return ADAMW_EXCLUDE if inner == "adamw" else ()
 
 
-def _train(log_dir, network, features, batch, statistics, inner, steps=STEPS):
+def _train(log_dir, network, features, batch, statistics, inner, steps=STEPS, made=None):
+    optimizer_fn = thormlmlib.thor_optimizer_fn(STEPS, FREQUENCY, statistics, inner, _exclude(inner))
+    if made is not None:
+        def optimizer_fn(build=optimizer_fn):
+            made.append(build())
+            return made[-1]
     mox.run(input_fn=thormlmlib.input_fn_for(features), model_fn=network.model_fn,
-            optimizer_fn=thormlmlib.thor_optimizer_fn(STEPS, FREQUENCY, statistics, inner, _exclude(inner)),
+            optimizer_fn=optimizer_fn,
             run_mode=mox.ModeKeys.TRAIN, batch_size=batch, log_dir=str(log_dir), max_number_of_steps=steps,
             log_every_n_steps=STEPS)
     return runlib.checkpoint_by_name(str(log_dir))
@@ -134,11 +139,18 @@ def test_health_line_warns_under_mindspores_statistics_and_not_under_kfac(tmp_pa
     # 3 tables, 2 x 6 attention and feed-forward layers, the pooler, the head's dense: 17 Kronecker
     # layers, less the 2 queries and 2 keys ADAMW_EXCLUDE leaves plain.
     layers = 13
-    lines = {}
+    lines, health = {}, {}
     for statistics in ("mindspore", "kfac"):
         network = thormlmlib.Network(batches[0])
-        _train(tmp_path / statistics, network, features, BATCH, statistics, "adamw", steps=1)
+        made = []
+        _train(tmp_path / statistics, network, features, BATCH, statistics, "adamw", steps=1, made=made)
         lines[statistics] = capfd.readouterr().err.splitlines()
+        health[statistics] = made[-1].curvature_health()
+    # On request, the same reading: MindSpore's G is below its damping on most layers, kfac's nowhere.
+    assert len(health["mindspore"]) == len(health["kfac"]) == layers
+    inert = [name for name, row in health["mindspore"].items() if row["g_scale"] < row["g_damping"]]
+    assert len(inert) > layers // 2, health["mindspore"]
+    assert all(row["g_scale"] >= row["g_damping"] and row["ratio"] >= 0 for row in health["kfac"].values())
     for statistics, found in lines.items():
         summary = [line for line in found if line.startswith("thor: curvature at update 0")]
         assert len(summary) == 1, (statistics, found[-20:])
@@ -148,7 +160,7 @@ def test_health_line_warns_under_mindspores_statistics_and_not_under_kfac(tmp_pa
     warning = [line for line in lines["mindspore"] if line.startswith("thor: warning: a factor is below")]
     assert len(warning) == 1 and "statistics: kfac" in warning[0], lines["mindspore"][-20:]
     g_below = int(warning[0].split("(G on ")[1].split()[0])
-    assert g_below > layers // 2, warning
+    assert g_below == len(inert), (warning, inert)
     assert not [line for line in lines["kfac"] if "warning" in line], lines["kfac"][-20:]
     assert f"G below its damping on 0 of {layers} layers, A on 0" in " ".join(lines["kfac"])
 
