@@ -21,9 +21,9 @@ Variables with no gradient (the unused pooler) are left as they are.
 its output gradient is not all zero; the loss's terms N are the fewest rows any tracked layer
 reaches (the head's masked positions); ds = the output gradient times N; A and G average over the
 rows reached (Embedding: the reached ids' counts); each factor is damped by sqrt(lambda) times its
-own trace / side (Embedding's A: its trace / the ids that occur); LayerNorm keeps the plain gradient. ``inner="adamw"`` replaces the momentum by
-Keras's AdamW (decoupled decay on every variable, then Adam's bias-corrected step), THOR adding no
-weight decay of its own.
+own trace / side (Embedding's A: its trace / the ids that occur); LayerNorm keeps the plain gradient.
+``inner="adamw"`` replaces the momentum by Keras's AdamW (decoupled decay on every variable, then
+Adam's bias-corrected step), THOR adding no weight decay of its own.
 """
 
 import os

@@ -218,7 +218,8 @@ def optimizer_fn_for(kind, setting, steps):
     if "lars" in schedule:
         inner = mox.get_optimizer_wrapper_fn("lars", inner, ratio=float(schedule["lars"]), weight_decay=0.0)
     return mox.get_optimizer_wrapper_fn(
-        "thor", inner, damping=damping, block_size=BLOCK_SIZE, weight_decay=5e-4, weight_decay_exclude=["layernorm", "layer_norm", "bias"],
+        "thor", inner, damping=damping, block_size=BLOCK_SIZE, weight_decay=5e-4,
+        weight_decay_exclude=["layernorm", "layer_norm", "bias"],
         **options)
 
 
