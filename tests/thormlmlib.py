@@ -16,6 +16,14 @@ both uses); LayerNorm g / (g^2 / N + sqrt(lambda)); then + weight_decay * w outs
 names, then Keras's momentum (v = mu v - lr g, w += v). Learning rate and damping follow MindSpore's
 polynomial decay at the update's index; factors are rebuilt at updates 0, frequency, 2 frequency...
 Variables with no gradient (the unused pooler) are left as they are.
+
+``statistics="kfac"`` is THOR's K-FAC-expand mode, written from its definition: a row counts when
+its output gradient is not all zero; the loss's terms N are the fewest rows any tracked layer
+reaches (the head's masked positions); ds = the output gradient times N; A and G average over the
+rows reached (Embedding: the reached ids' counts); each factor is damped by sqrt(lambda) times its
+own trace / side (Embedding's A: its trace / the ids that occur); LayerNorm keeps the plain gradient.
+``inner="adamw"`` replaces the momentum by Keras's AdamW (decoupled decay on every variable, then
+Adam's bias-corrected step), THOR adding no weight decay of its own.
 """
 
 import os
@@ -118,15 +126,24 @@ def input_fn_for(features):
     return input_fn
 
 
-def thor_optimizer_fn(total_steps, frequency):
-    """The recipe's stack, thor(momentum 0.9) with block 128 and decoupled decay, by the Python API."""
+ADAMW = dict(beta_1=0.9, beta_2=0.999, epsilon=1e-7, weight_decay=0.01)
+
+
+def thor_optimizer_fn(total_steps, frequency, statistics="mindspore", inner="momentum", exclude=()):
+    """The recipe's stack, thor(momentum 0.9) with block 128 and decoupled decay, by the Python API;
+    ``inner="adamw"``: thor(adamw), AdamW's decoupled decay and none of THOR's."""
     from moxlite.optimizers.thor import schedules
 
     learning_rate = schedules.ThorPolynomialDecay(total_steps=total_steps, **LEARNING_RATE)
     damping = schedules.ThorPolynomialDecay(total_steps=total_steps, **DAMPING)
+    if inner == "adamw":
+        return mox.get_optimizer_wrapper_fn(
+            "thor", mox.get_optimizer_fn("adamw", learning_rate, **ADAMW), damping=damping, frequency=frequency,
+            block_size=BLOCK, weight_decay=0.0, statistics=statistics, exclude=list(exclude))
     return mox.get_optimizer_wrapper_fn(
         "thor", mox.get_optimizer_fn("momentum", learning_rate, momentum=MOMENTUM), damping=damping,
-        frequency=frequency, block_size=BLOCK, weight_decay=WEIGHT_DECAY, weight_decay_exclude=WEIGHT_DECAY_EXCLUDE)
+        frequency=frequency, block_size=BLOCK, weight_decay=WEIGHT_DECAY, weight_decay_exclude=WEIGHT_DECAY_EXCLUDE,
+        statistics=statistics)
 
 
 def polynomial(values, step, total_steps):
@@ -160,25 +177,62 @@ def _gradients_and_records(network, layers, features):
     return by_path, records
 
 
-def _inverses(kind, kernel_shape, inputs, output_gradients, batch, damping_sqrt):
-    ds = output_gradients * batch
+def _reached(output_gradients, width):
+    """The rows [M] of an output gradient [..., width] that are not all zero."""
+    return np.any(output_gradients.reshape(-1, width) != 0, axis=-1)
+
+
+def _inverses(kind, kernel_shape, inputs, output_gradients, scale, damping_sqrt, statistics):
+    """(A inverse, G inverse); ``scale``: the batch (mindspore) or the loss's terms (kfac)."""
+    d_out = kernel_shape[-1] if kind in ("Embedding", "Position") else None
+    if d_out is None:
+        split = max(k for k in range(1, len(kernel_shape)) if tuple(inputs.shape[-k:]) == tuple(kernel_shape[:k]))
+        d_in, d_out = int(np.prod(kernel_shape[:split])), int(np.prod(kernel_shape[split:]))
+    ds = (output_gradients * scale).reshape(-1, d_out)
+    rows = _reached(ds, d_out) if statistics == "kfac" else np.ones(len(ds), bool)
+    ds = ds[rows]
+    g = ds.T @ ds / len(ds)
     if kind in ("Embedding", "Position"):
-        ds = ds.reshape(-1, kernel_shape[1])
-        counts = np.bincount(inputs.reshape(-1), minlength=kernel_shape[0]) / len(ds)
-        return 1.0 / (counts + damping_sqrt), block_inverse(ds.T @ ds / len(ds), damping_sqrt)
-    split = max(k for k in range(1, len(kernel_shape)) if tuple(inputs.shape[-k:]) == tuple(kernel_shape[:k]))
-    d_in, d_out = int(np.prod(kernel_shape[:split])), int(np.prod(kernel_shape[split:]))
-    a = inputs.reshape(-1, d_in).astype(np.float64)
-    s = ds.reshape(-1, d_out)
-    return block_inverse(a.T @ a / len(a), damping_sqrt), block_inverse(s.T @ s / len(s), damping_sqrt)
+        a = np.bincount(inputs.reshape(-1)[rows], minlength=kernel_shape[0]) / len(ds)
+        a_damping = damping_sqrt * (a.sum() / max(1, np.count_nonzero(a)) if statistics == "kfac" else 1.0)
+        a_inverse = 1.0 / (a + a_damping)
+    else:
+        rows_in = inputs.reshape(-1, d_in).astype(np.float64)[rows]
+        a = rows_in.T @ rows_in / len(rows_in)
+        a_inverse = block_inverse(a, damping_sqrt * (np.trace(a) / len(a) if statistics == "kfac" else 1.0))
+    g_damping = damping_sqrt * (np.trace(g) / len(g) if statistics == "kfac" else 1.0)
+    return a_inverse, block_inverse(g, g_damping)
 
 
-def numpy_thor(network, batches, total_steps, frequency, precondition=True):
+def loss_terms(layers, records):
+    """kfac: the fewest rows any tracked layer's output gradient reaches (the loss's terms)."""
+    counts = []
+    for key, (kind, layer, kernel) in enumerate(layers):
+        if kind != "LayerNorm":
+            count = _reached(records[key][1], kernel.shape[-1] if kind in ("Embedding", "Position")
+                             else records[key][1].shape[-1]).sum()
+            counts += [count] if count else []
+    return min(counts)
+
+
+# An entry of a preconditioned gradient below this fraction of its layer's largest is within about 10
+# times the float32 error of the preconditioning (tests/optimizers/thor/test_grammar_reference.py: ~1e-4 of the
+# largest): Adam's step there (about lr * its sign) is not determined by a float32 run.
+ADAM_UNDETERMINED = 1e-3
+
+
+def numpy_thor(network, batches, total_steps, frequency, precondition=True, statistics="mindspore",
+               inner="momentum", undetermined=None, exclude=()):
     """{path: weights} after one update per batch from the network's weights (``precondition``
-    False: the same stack with every gradient left plain, for what THOR changed)."""
-    layers = network.tracked_layers()
+    False: the same stack with every gradient left plain, for what THOR changed). ``undetermined``:
+    a dict to fill, inner adamw, with {path: mask of the entries whose gradient fell below
+    ADAM_UNDETERMINED of the variable's largest at some update}. ``exclude``: kernel paths matching
+    one of these expressions keep the plain gradient."""
+    layers = [(kind, layer, kernel) for kind, layer, kernel in network.tracked_layers()
+              if kernel is None or not any(re.search(pattern, kernel.path) for pattern in exclude)]
     weights = {v.path: np.asarray(v.numpy(), np.float64) for v in network.variables}
     velocity = {path: np.zeros_like(w) for path, w in weights.items()}
+    second = {path: np.zeros_like(w) for path, w in weights.items()}
     excluded = re.compile("|".join(WEIGHT_DECAY_EXCLUDE))
     inverses, rows = {}, {}
     for step, features in enumerate(batches):
@@ -188,12 +242,16 @@ def numpy_thor(network, batches, total_steps, frequency, precondition=True):
         grads, records = _gradients_and_records(network, layers, features)
         batch = len(features["input_ids"])
         if step % frequency == 0:
+            scale = loss_terms(layers, records) if statistics == "kfac" else batch
             for key, (kind, layer, kernel) in enumerate(layers):
                 if kind == "LayerNorm":
                     rows[key] = batch
                 else:
-                    inverses[key] = _inverses(kind, tuple(kernel.shape), *records[key], batch, damping_sqrt)
+                    inverses[key] = _inverses(kind, tuple(kernel.shape), *records[key], scale, damping_sqrt,
+                                              statistics)
         for key, (kind, layer, kernel) in enumerate(layers if precondition else ()):
+            if kind == "LayerNorm" and statistics == "kfac":
+                continue
             if kind == "LayerNorm":
                 for variable in (layer.gamma, layer.beta):
                     g = grads[variable.path]
@@ -208,6 +266,16 @@ def numpy_thor(network, batches, total_steps, frequency, precondition=True):
         learning_rate = polynomial(LEARNING_RATE, step, total_steps)
         for path, g in grads.items():
             if g is None:
+                continue
+            if inner == "adamw":
+                if undetermined is not None:
+                    small = np.abs(g) < ADAM_UNDETERMINED * np.abs(g).max()
+                    undetermined[path] = undetermined.get(path, np.zeros(g.shape, bool)) | small
+                weights[path] = weights[path] - learning_rate * ADAMW["weight_decay"] * weights[path]
+                velocity[path] = ADAMW["beta_1"] * velocity[path] + (1 - ADAMW["beta_1"]) * g
+                second[path] = ADAMW["beta_2"] * second[path] + (1 - ADAMW["beta_2"]) * g ** 2
+                alpha = learning_rate * np.sqrt(1 - ADAMW["beta_2"] ** (step + 1)) / (1 - ADAMW["beta_1"] ** (step + 1))
+                weights[path] = weights[path] - alpha * velocity[path] / (np.sqrt(second[path]) + ADAMW["epsilon"])
                 continue
             if not excluded.search(path):
                 g = g + WEIGHT_DECAY * weights[path]

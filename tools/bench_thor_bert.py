@@ -38,8 +38,9 @@ reused by a later command with the same steps, so the work can be split across c
 ``--thor-variant NAME=key:value,...`` adds THOR with other wrapper parameters (pi_damping,
 refresh, trace_threshold, interval_growth, frequency, include, exclude: one regular expression,
 ``a|b`` for two) or other schedules (warmup: steps of linear lr warm-up; lr_end, damping_end: the
-decays' ends as fractions of their start), or ``lars:RATIO`` (THOR over lars(momentum)), reported
-against THOR in a second table.
+decays' ends as fractions of their start), ``lars:RATIO`` (THOR over lars(momentum)), or
+``inner:adamw`` (``adam``, ``lamb``: THOR over that optimizer, run as its baseline is), with any of
+THOR's parameters (``statistics:kfac``), reported against THOR in a second table.
 
 Printed: per optimizer, the median [min-max] over seeds of the steps, wall seconds (timed runs
 only) and CPU seconds (the process's, every run) to the target, every seed, the final held-out
@@ -77,7 +78,10 @@ THOR_VARIANTS = {"thor": {}}
 SCHEDULE_OPTIONS = ("warmup", "lr_end", "damping_end")
 # lars: a LARS coefficient; THOR then wraps lars(momentum) (LARS's trust ratio per variable on the
 # preconditioned gradient, no LARS weight decay, biases and LayerNorm unscaled: its default exclude).
-INNER_OPTIONS = ("lars",)
+# inner: the optimizer THOR wraps, "momentum" (0.9, the default) or "adamw", "adam", "lamb" (the
+# setting's lr decaying linearly to 0 as the baselines', their decoupled weight decay 0.01 where they
+# have one, none from THOR: the AdamW and Lamb baselines with THOR added, and nothing else changed).
+INNER_OPTIONS = ("lars", "inner")
 
 # optimizer -> settings swept on seed 0; the recipe's own setting first.
 REDUCED = dict(steps=600, seeds=3, eval_every=25, sweeps={
@@ -200,14 +204,22 @@ def optimizer_fn_for(kind, setting, steps):
     learning_rate, damping = setting
     options = run_options(kind)
     schedule = {key: options.pop(key) for key in SCHEDULE_OPTIONS + INNER_OPTIONS if key in options}
+    damping = ThorPolynomialDecay(damping, damping * schedule["damping_end"], steps)
+    inner_name = schedule.get("inner", "momentum")
+    if inner_name != "momentum":
+        decay = keras.optimizers.schedules.PolynomialDecay(learning_rate, steps, end_learning_rate=0.0)
+        inner = mox.get_optimizer_fn(inner_name, learning_rate=decay,
+                                     **({"weight_decay": 0.01} if inner_name in BASELINES else {}))
+        return mox.get_optimizer_wrapper_fn("thor", inner, damping=damping, block_size=BLOCK_SIZE,
+                                            weight_decay=0.0, **options)
     decay = ThorPolynomialDecay(learning_rate, learning_rate * schedule["lr_end"], steps,
                                 warmup_steps=int(schedule["warmup"]))
     inner = mox.get_optimizer_fn("momentum", momentum=0.9, learning_rate=decay)
     if "lars" in schedule:
         inner = mox.get_optimizer_wrapper_fn("lars", inner, ratio=float(schedule["lars"]), weight_decay=0.0)
     return mox.get_optimizer_wrapper_fn(
-        "thor", inner, damping=ThorPolynomialDecay(damping, damping * schedule["damping_end"], steps),
-        block_size=BLOCK_SIZE, weight_decay=5e-4, weight_decay_exclude=["layernorm", "layer_norm", "bias"],
+        "thor", inner, damping=damping, block_size=BLOCK_SIZE, weight_decay=5e-4,
+        weight_decay_exclude=["layernorm", "layer_norm", "bias"],
         **options)
 
 

@@ -156,6 +156,11 @@ THOR_PARAMETERS = {
             "block0/attention/query/kernel) matches one are preconditioned"),
     "exclude": patterns((), "regular expressions; layers whose kernel's checkpoint name matches one get the plain "
                             "gradient"),
+    "statistics": one_of(
+        "mindspore", "which rows the factors average and how they are damped: 'mindspore' every row, ds "
+                     "scaled by the batch, sqrt(lambda) added to both factors (MindSpore's formula); 'kfac' only "
+                     "the rows the loss reaches, ds scaled by the loss's terms (K-FAC expand), each factor damped "
+                     "by sqrt(lambda) times its own tr/dim, LayerNorm left plain", ("mindspore", "kfac")),
     "loss_reduction": one_of("mean", "how model_fn's loss reduces over the batch (G needs per-sample gradients)",
                              ("mean", "sum")),
     # Past MindSpore's open code (moxlite.optimizers.thor.damping, thor_refresh); off by default.

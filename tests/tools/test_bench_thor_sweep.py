@@ -159,3 +159,20 @@ def test_the_grammar_workload_reads_its_recipe_and_schedules_thor_as_mindspore_s
         bench_thor_bert.configure("bert_tiny")
     assert (bench_thor_bert.SEQ_LENGTH, bench_thor_bert.BATCH, bench_thor_bert.FREQUENCY,
             bench_thor_bert.THOR_WARMUP) == before and "thor+bt" not in bench_thor_bert.THOR_VARIANTS
+
+
+def test_an_inner_variant_wraps_that_optimizer_run_as_its_baseline_is():
+    """inner:adamw: THOR over Keras's AdamW with the baseline's linear decay to 0 and decoupled decay
+    0.01, THOR adding none; the variant's other keys (statistics) go to the wrapper."""
+    name, options = sweeplib.parse_variant("thor+adamw=inner:adamw,statistics:kfac,damping_end:1")
+    bench_thor_bert.THOR_VARIANTS[name] = options
+    try:
+        wrapper = bench_thor_bert.optimizer_fn_for(name, (1e-3, 0.05), 100)()
+    finally:
+        del bench_thor_bert.THOR_VARIANTS[name]
+    inner = wrapper.inner_optimizer
+    assert type(inner).__name__ == "AdamW" and abs(inner.weight_decay - 0.01) < 1e-12
+    assert wrapper.weight_decay == 0.0 and wrapper.statistics == "kfac"
+    schedule = inner._learning_rate
+    assert abs(float(schedule(0)) - 1e-3) < 1e-9 and float(schedule(100)) == 0.0
+    assert abs(float(wrapper.damping(99)) - 0.05) < 1e-9   # damping_end:1, constant

@@ -51,3 +51,29 @@ def factor_dampings(damping_sqrt, a, g, geometry, pi_damping):
     pi = pi_correction(trace_of(a, diagonal=geometry.kind == "Embedding"), geometry.d_in,
                        trace_of(g), geometry.d_out)
     return damping_sqrt * pi, damping_sqrt / pi
+
+
+
+def factor_scales(a, g, geometry):
+    """(A's scale, G's scale): tr F / dim F, for an Embedding's A its mean over the ids that occur
+    (``relative_dampings`` says why)."""
+    if geometry.kind == "Embedding":
+        present = tf.reduce_sum(tf.cast(a > 0, tf.float32))
+        a_scale = trace_of(a, diagonal=True) / tf.maximum(present, 1.0)
+    else:
+        a_scale = trace_of(a) / float(geometry.d_in)
+    return a_scale, trace_of(g) / float(geometry.d_out)
+
+
+def relative_dampings(damping_sqrt, a, g, geometry):
+    """``statistics: kfac``: (the damping added to A, to G), each sqrt(lambda) times its factor's own
+    scale (``factor_scales``). The damped Kronecker product is then (A + sqrt(lambda) a I) (x) (G +
+    sqrt(lambda) g I), a = tr A / dim A, g = tr G / dim G: lambda is a fraction of the curvature's
+    scale, the same on a layer whose output gradients are 1e-6 as on one whose are 1, where an
+    absolute lambda leaves the first with G^-1 = I / sqrt(lambda), a multiplier and no curvature.
+
+    An Embedding's A (the ids' frequencies) is scaled by its mean over the ids that occur, not over
+    the vocabulary: a table tied to an output projection gets a gradient on every row, and an id
+    absent from the batch, whose A is 0, would otherwise be multiplied by vocabulary / sqrt(lambda)."""
+    a_scale, g_scale = factor_scales(a, g, geometry)
+    return damping_sqrt * a_scale, damping_sqrt * g_scale

@@ -20,6 +20,19 @@ where ds is the gradient of the loss *summed* over the batch with respect to s
 - LayerNormalization: no factors; MindSpore's diagonal rule on the gradient
   needs only the batch size (rows).
 
+Which rows, and the scale of ds (``statistics``):
+
+- ``mindspore``: MindSpore's formula. Every row counts (M = all of them), and ds is the
+  output gradient times the replica's batch size (the loss a mean over the batch).
+- ``kfac``: K-FAC "expand" for layers shared over a sequence (Eschenhagen et al. 2023): each
+  row the loss reaches (its output gradient is not all zero) is one example, weighted 1; rows
+  the loss does not reach (the unmasked tokens after the last attention of a masked LM, a
+  padded position) count in neither factor. ds is the output gradient times the number of loss
+  terms, so that each row's ds is one term's gradient: the loss being a mean over its terms
+  (a masked LM's masked tokens, a classifier's samples), that number is taken as the fewest rows
+  any recorded layer of the step reaches (the layer nearest the loss sees one row per term).
+  M = the rows reached.
+
 This module computes each replica's *sums* (a^T a, ds^T ds, M) in float32;
 the wrapper all-reduces them, divides by M and inverts. With a block size,
 only the diagonal blocks of a^T a and ds^T ds are formed (block b is
@@ -168,34 +181,52 @@ def padded_blocks(pieces, layout):
     return parts[0] if len(parts) == 1 else tf.concat(parts, 0)
 
 
-def local_sums(geometry, record, per_sample, a_layout, g_layout):
+def reached_rows(output_gradients, width):
+    """1.0 for each row of ``output_gradients`` [..., width] that the loss reaches (not all zero), else 0.0."""
+    rows = tf.reshape(tf.cast(output_gradients, tf.float32), [-1, width])
+    return tf.cast(tf.reduce_any(tf.not_equal(rows, 0.0), axis=-1), tf.float32)
+
+
+def loss_terms(calls):
+    """``kfac``: the number of terms the replica's loss averages over, from the step's recorded
+    calls (``Call``s with their output widths): the fewest rows any of them reaches, at least 1."""
+    counts = [tf.reduce_sum(reached_rows(call.output_gradients, width)) for call, width in calls]
+    counts = [tf.where(count > 0, count, tf.float32.max) for count in counts]
+    fewest = tf.reduce_min(tf.stack(counts)) if counts else tf.constant(1.0)
+    return tf.where(fewest < tf.float32.max, tf.maximum(fewest, 1.0), 1.0)
+
+
+def local_sums(geometry, record, scale, a_layout, g_layout, reached_only=False):
     """This replica's (A pieces, G pieces, rows) for one recorded call (a ``Call``), in float32.
 
     The pieces are the diagonal blocks of the factor sums for the block layouts
     (``piece_shapes``); Embedding's A is one piece, the vector of token counts.
-    per_sample: True to multiply the output gradients by the replica's batch size
-    (the loss was a mean over the batch: the rows of ds must be per-sample gradients).
+    scale: what the output gradients are multiplied by so that each row of ds is one
+    example's gradient (``mindspore``: the replica's batch; ``kfac``: its loss terms; 1 for a
+    summed loss). reached_only: count only the rows the loss reaches (``kfac``).
     """
     if geometry.kind == "LayerNormalization":
         return [], [], tf.cast(tf.shape(record.inputs)[0], tf.float32)
-    gradients = record.output_gradients
-    if per_sample:
-        gradients = gradients * record.batch_size
-    ds = tf.reshape(gradients, [-1, geometry.d_out])
+    ds = tf.reshape(record.output_gradients * scale, [-1, geometry.d_out])
     g_pieces = block_grams(ds, g_layout)
+    weights = reached_rows(ds, geometry.d_out) if reached_only else None
+    rows = tf.reduce_sum(weights) if reached_only else tf.cast(tf.shape(ds)[0], tf.float32)
     inputs = record.inputs
     if geometry.kind == "Embedding":
         ids = tf.reshape(tf.cast(inputs, tf.int32), [-1])
-        counts = tf.math.unsorted_segment_sum(tf.ones_like(ids, tf.float32), ids, geometry.d_in)
-        return [counts], g_pieces, tf.cast(tf.shape(ids)[0], tf.float32)
+        ones = tf.ones_like(ids, tf.float32) if weights is None else weights
+        counts = tf.math.unsorted_segment_sum(ones, ids, geometry.d_in)
+        return [counts], g_pieces, rows
     if geometry.kind == "Conv2D":
         rows_in = im2col(tf.cast(inputs, tf.float32), geometry.conv)
     else:
         rows_in = tf.reshape(tf.cast(inputs, tf.float32), [-1, geometry.d_in])
-    return block_grams(rows_in, a_layout), g_pieces, tf.cast(tf.shape(ds)[0], tf.float32)
+    if weights is not None:
+        rows_in = rows_in * weights[:, None]
+    return block_grams(rows_in, a_layout), g_pieces, rows
 
 
-def tied_output_sums(geometry, record, per_sample, hidden_layout):
+def tied_output_sums(geometry, record, scale, hidden_layout, reached_only=False):
     """This replica's (hidden-side pieces, vocabulary-side diagonal, rows) for one call of an
     Embedding table's tied output projection (logits = h . table^T; ``record.inputs`` h [..., H],
     ``record.output_gradients`` the logits' [..., V]), in float32.
@@ -204,10 +235,10 @@ def tied_output_sums(geometry, record, per_sample, hidden_layout):
     block layout of the Embedding's G) and its G is ds^T ds, kept as its diagonal (V is a
     vocabulary: ds_v^2 summed over the rows).
     """
-    gradients = record.output_gradients
-    if per_sample:
-        gradients = gradients * record.batch_size
-    ds = tf.reshape(gradients, [-1, geometry.d_in])
+    ds = tf.reshape(record.output_gradients * scale, [-1, geometry.d_in])
     rows_in = tf.reshape(tf.cast(record.inputs, tf.float32), [-1, geometry.d_out])
-    return (block_grams(rows_in, hidden_layout), tf.reduce_sum(tf.square(ds), 0),
-            tf.cast(tf.shape(ds)[0], tf.float32))
+    rows = tf.cast(tf.shape(ds)[0], tf.float32)
+    if reached_only:
+        weights = reached_rows(ds, geometry.d_in)
+        rows_in, rows = rows_in * weights[:, None], tf.reduce_sum(weights)
+    return block_grams(rows_in, hidden_layout), tf.reduce_sum(tf.square(ds), 0), rows

@@ -24,6 +24,13 @@ diagonal) instead of, or added to, the lookup's; ``precondition_biases`` gives a
 EinsumDense bias its layer's G inverse over 1 + sqrt(lambda) (K-FAC's constant input, without the
 kernel-bias cross terms). Neither helped BERT-tiny (tools/README.md).
 
+``statistics='kfac'`` replaces MindSpore's formula by K-FAC expand on the loss's own scale: only
+the rows the loss reaches, ds scaled by the loss's terms, each factor damped relative to its own
+tr/dim, LayerNorm left plain (``thor_factors``, ``thor_damping.relative_dampings``). At a refresh
+THOR stores per layer each factor's scale against its damping and the preconditioned/plain norm
+ratio (``curvature_health``) and prints them on a log-spaced set of refreshes, with a warning when a
+factor is below its damping on most layers (MindSpore's G on a transformer: the curvature is inert).
+
 How the statistics arrive (see ``wrapper``'s interface): the step records
 each tracked layer's input and output gradient and hands them in
 ``StepInputs.layer_records`` (``READS``); the pipeline calls ``receive`` in
@@ -97,6 +104,15 @@ def _named(scope):
         return named
     return decorate
 
+
+# What the health line reads per layer at a refresh: each factor's scale (tr F / dim F) and the damping
+# added to it, and the norm of the preconditioned kernel gradient over the gradient's.
+HEALTH = ("a_scale", "a_damping", "g_scale", "g_damping", "ratio")
+HEALTH_WARNING = ("a factor is below its damping on most layers: there the inverse is about I / damping, so "
+                  "THOR scales the gradient instead of preconditioning it (first-order in disguise). Lower "
+                  "the damping, or set statistics: kfac (factors on the loss's scale, damping relative to each "
+                  "factor; on the grammar masked LM it trained worse, docs/guide/language-models.md), and "
+                  "compare with the inner optimizer alone")
 
 TRACKED_KINDS = ("Dense", "Conv2D", "Embedding", "EinsumDense", "LayerNormalization")
 # The two kernels Keras gives a separable convolution: not recorded, so the start-up line gives their
@@ -211,6 +227,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
             if isinstance(parameters.get(key), list):
                 parameters[key] = tuple(parameters[key])
         super().__init__(inner_optimizer, name=name, **parameters)
+        if self.statistics == "kfac" and self.pi_damping:
+            raise errors.OptimizerError(
+                "thor: pi_damping=True with statistics='kfac': kfac damps each factor by its own scale "
+                "already; drop pi_damping, or use statistics='mindspore'")
         self._decay_skip = exclusion.compiled(self.weight_decay_exclude)
         self._include = re.compile("|".join(self.include)) if self.include else None
         self._exclude = re.compile("|".join(self.exclude)) if self.exclude else None
@@ -291,6 +311,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
                                               identity_blocks(slot.g_layout))
                 if self._trace_rule is not None:
                     state.update(self._trace_rule.slot_variables(variable))
+            # The last refresh's HEALTH values in this process: a reading, not state (not saved).
+            state["health"] = tf.Variable(tf.zeros([len(HEALTH)]), trainable=False, name=f"{prefix}_health",
+                                          synchronization=tf.VariableSynchronization.ON_WRITE,
+                                          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         slot.state = state
 
     # What it is as a link of a pipeline: it reads the step's per-layer records, and clipping
@@ -513,17 +537,25 @@ class THOR(wrapper_lib.OptimizerWrapper):
         then 1 if this replica's gradients overflowed (the step will not apply), else 0."""
         tensors, gradients = tensors
         per_sample = self.loss_reduction == "mean"
+        kfac = self.statistics == "kfac"
+        terms = tf.constant(1.0)
+        if kfac and per_sample:
+            terms = thor_factors.loss_terms(
+                [(thor_factors.Call(*call), slot.geometry.d_in if output else slot.geometry.d_out)
+                 for slot, calls in zip(slots, tensors) if slot.kind != "LayerNormalization"
+                 for call, output in zip(calls, getattr(slot, "output_calls", [False] * len(calls)))])
         parts = []
         for slot, calls in zip(slots, tensors):
             lookups, outputs = [], []
             for call, output in zip(calls, getattr(slot, "output_calls", [False] * len(calls))):
+                call = thor_factors.Call(*call)
+                scale = terms if kfac else (call.batch_size if per_sample else 1.0)
                 if output:
-                    a, g, rows = thor_factors.tied_output_sums(slot.geometry, thor_factors.Call(*call),
-                                                               per_sample, slot.g_layout)
+                    a, g, rows = thor_factors.tied_output_sums(slot.geometry, call, scale, slot.g_layout, kfac)
                     outputs.append([*a, g, rows])
                 else:
-                    a, g, rows = thor_factors.local_sums(slot.geometry, thor_factors.Call(*call), per_sample,
-                                                         slot.a_layout, slot.g_layout)
+                    a, g, rows = thor_factors.local_sums(slot.geometry, call, scale, slot.a_layout,
+                                                         slot.g_layout, kfac)
                     lookups.append([*a, *g, rows])
             for sums, wanted in ((lookups, True), (outputs, slot.tied_output)):
                 if not wanted:
@@ -634,8 +666,11 @@ class THOR(wrapper_lib.OptimizerWrapper):
             g = sums["g_sum"] / safe_rows
             if slot.tied_output:
                 a, g, have = self._tied_factors(a, g, have, sums)
-            dampings = thor_damping.factor_dampings(tf.sqrt(damping / slot.geometry.spatial), a, g,
-                                                    slot.geometry, self.pi_damping)
+            if self.statistics == "kfac":
+                dampings = thor_damping.relative_dampings(tf.sqrt(damping), a, g, slot.geometry)
+            else:
+                dampings = thor_damping.factor_dampings(tf.sqrt(damping / slot.geometry.spatial), a, g,
+                                                        slot.geometry, self.pi_damping)
             if self._trace_rule is None:
                 a_inverse, g_inverse, a_level, g_level = self._inverses(slot, a, g, *dampings)
             else:
@@ -646,6 +681,9 @@ class THOR(wrapper_lib.OptimizerWrapper):
                     invert, functools.partial(self._inverses, slot, a, g, dampings[0], dampings[1]),
                     functools.partial(self._kept_inverses, slot))
                 record(have)
+            scales = thor_damping.factor_scales(a, g, slot.geometry)
+            state["health"].assign(tf.where(have, tf.stack([scales[0], dampings[0], scales[1], dampings[1], 0.0]),
+                                            state["health"]))
             state["a_inverse"].assign(tf.where(have, a_inverse, state["a_inverse"].value))
             state["g_inverse"].assign(tf.where(have, g_inverse, state["g_inverse"].value))
             for level in (a_level, g_level):
@@ -663,6 +701,54 @@ class THOR(wrapper_lib.OptimizerWrapper):
         # the variables (``fallback_counts``) and the checkpoint.
         if not compat.inside_xla():
             tf.cond(retries > 0, report, lambda: None)
+
+    def _health_after_refresh(self, ratios):
+        """On a refresh: store each layer's norm ratio beside its scales, and print the health line
+        (``health_lines``) at refreshes 1, 2, 3, 5, 9, 17, ... of the run (log-spaced: a few lines in
+        a long run), the per-layer table with the first. Not under XLA (tf.print has no kernel):
+        ``curvature_health`` reads the same values."""
+        slots = self._health_slots()
+        if not slots:
+            return
+
+        def store():
+            for index, slot in enumerate(slots):
+                health = slot.state["health"]
+                health.assign(tf.tensor_scatter_nd_update(health, [[len(HEALTH) - 1]], ratios[index][None]))
+            if compat.inside_xla():
+                return
+            refresh = self._updates.value // self.frequency
+            shown = tf.equal(tf.bitwise.bitwise_and(refresh, refresh - 1), 0)
+            tf.cond(shown, lambda: self._print_health(slots, refresh == 0), lambda: None)
+        _on_refresh(self._is_collecting(), store, lambda: None)
+
+    def _print_health(self, slots, first):
+        values = tf.stack([slot.state["health"].value() for slot in slots])
+        a_below = tf.reduce_sum(tf.cast(values[:, 0] < values[:, 1], tf.int32))
+        g_below = tf.reduce_sum(tf.cast(values[:, 2] < values[:, 3], tf.int32))
+        ratios = tf.sort(values[:, 4])
+        count = len(slots)
+
+        def table():
+            for slot, row in zip(slots, tf.unstack(values)):
+                tf.print("thor:   ", slot.name, ": tr A/d", row[0], "damping", row[1], "| tr G/d", row[2], "damping",
+                         row[3], "| update/gradient", row[4], output_stream=sys.stderr)
+        tf.print("thor: curvature at update", self._updates.value, ": G below its damping on", g_below, "of", count,
+                 "layers, A on", a_below, "; update/gradient norm ratio median", ratios[count // 2], "range",
+                 ratios[0], "-", ratios[-1], output_stream=sys.stderr)
+        tf.cond(first, table, lambda: None)
+
+        def warn():
+            tf.print("thor: warning:", HEALTH_WARNING, "(G on", g_below, "of", count, "layers, A on", a_below, ")",
+                     output_stream=sys.stderr)
+        tf.cond(tf.logical_or(2 * g_below > count, 2 * a_below > count), warn, lambda: None)
+
+    def curvature_health(self):
+        """{layer: {a_scale, a_damping, g_scale, g_damping, ratio}} at the last refresh of this process
+        (zeros before one): each factor's tr/dim against the damping added to it, and the
+        preconditioned kernel gradient's norm over the gradient's."""
+        return {slot.name: dict(zip(HEALTH, (float(v) for v in slot.state["health"].numpy())))
+                for slot in self._health_slots()}
 
     def _tied_factors(self, a, g, have, sums):
         """A tied table's (vocabulary-side diagonal, hidden-side blocks) from its lookup's factors
@@ -707,14 +793,17 @@ class THOR(wrapper_lib.OptimizerWrapper):
     def _precondition(self, grads, variables):
         """Replica context: each gradient preconditioned (or not), then weight decay."""
         damping_sqrt = tf.sqrt(self._damping())
-        out = []
+        out, ratios = [], {}
         for gradient, variable in zip(grads, variables):
             slot = self._slot_covering(variable)
             bias_slot = self._bias_slot_covering(variable)
             if slot is not None and slot.state is not None:
                 gradient = _dense_with_static_shape(gradient, variable)
-                gradient = tf.cast(self._preconditioned(slot, tf.cast(gradient, tf.float32), damping_sqrt),
-                                   gradient.dtype)
+                plain = tf.cast(gradient, tf.float32)
+                preconditioned = self._preconditioned(slot, plain, damping_sqrt)
+                if slot.kind != "LayerNormalization":
+                    ratios[slot.index] = (preconditioned, plain)
+                gradient = tf.cast(preconditioned, gradient.dtype)
             elif bias_slot is not None and bias_slot.state is not None:
                 gradient = _dense_with_static_shape(gradient, variable)
                 gradient = tf.cast(self._preconditioned_bias(bias_slot, tf.cast(gradient, tf.float32),
@@ -723,7 +812,29 @@ class THOR(wrapper_lib.OptimizerWrapper):
                 weight = tf.convert_to_tensor(variable)
                 gradient = gradient + tf.cast(self.weight_decay, gradient.dtype) * tf.cast(weight, gradient.dtype)
             out.append(gradient)
-        return out
+        return out, self._norm_ratios(ratios)
+
+    def _health_slots(self):
+        return [slot for slot in self._slots if slot.state is not None and slot.kind != "LayerNormalization"]
+
+    def _norm_ratios(self, pairs):
+        """On a refresh, ||preconditioned|| / ||gradient|| of each health slot's kernel (0 where its
+        kernel had no gradient this step); zeros, and no work, on other updates."""
+        slots = self._health_slots()
+        if not slots:
+            return tf.zeros([0])
+
+        def ratios():
+            values = []
+            for slot in slots:
+                if slot.index not in pairs:
+                    values.append(tf.constant(0.0))
+                    continue
+                preconditioned, plain = pairs[slot.index]
+                norm = tf.norm(plain)
+                values.append(tf.where(norm > 0, tf.norm(preconditioned) / tf.maximum(norm, 1e-30), 0.0))
+            return tf.stack(values)
+        return _on_refresh(self._is_collecting(), ratios, lambda: tf.zeros([len(slots)]))
 
     def _slot_covering(self, variable):
         return _slot_in(self._slot_of_identity, variable)
@@ -746,6 +857,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
     def _preconditioned(self, slot, gradient, damping_sqrt):
         state, geometry = slot.state, slot.geometry
         if slot.kind == "LayerNormalization":
+            if self.statistics == "kfac":   # no Kronecker block: the plain gradient
+                return gradient
             return gradient / (tf.square(gradient) / state["batch"].value + damping_sqrt)
         matrix = tf.reshape(gradient, [geometry.d_in, geometry.d_out])
         if slot.kind == "Embedding":
@@ -769,7 +882,9 @@ class THOR(wrapper_lib.OptimizerWrapper):
             _on_refresh(collecting, lambda: self._refresh(slots, self._unpacked(slots, total)), lambda: None)
         elif self._accumulating and any(slot.state is not None for slot in self._slots):
             _on_refresh(self._is_collecting(), self._refresh_from_accumulators, lambda: None)
-        preconditioned = distribution.extended.call_for_each_replica(self._precondition, args=(grads, variables))
+        preconditioned, ratios = distribution.extended.call_for_each_replica(
+            self._precondition, args=(grads, variables))
+        self._health_after_refresh(distribution.experimental_local_results(ratios)[0])
         rest(distribution, preconditioned, variables, True)
         # On the tf.Variable itself: a Keras variable's assign_add reads, then writes, and loses
         # increments when parameter-server workers apply concurrently.
