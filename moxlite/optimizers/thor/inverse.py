@@ -3,7 +3,7 @@
 A factor F [d, d] is inverted on its diagonal blocks of ``block_size``
 (MindSpore's "hardware-driven" split; 0 = one block, the full inverse), the
 last block padded with the identity. Only those blocks are ever formed
-(``thor_factors.block_grams``). The inverse is kept as blocks
+(``factors.block_grams``). The inverse is kept as blocks
 [d_blocks, b, b] and applied blockwise, which also bounds the per-step cost.
 
 TensorFlow's Cholesky returns NaN (it does not raise) on a matrix that is not

@@ -3,7 +3,7 @@
 THOR (Chen et al., AAAI 2021; formulas in ``docs/guide/optimizers-and-thor.md``, "THOR's formulas")
 preconditions each supported layer's kernel gradient with the inverses of its
 Kronecker factors, ``dW = A^-1 . grad . G^-1`` (details per layer kind in
-``thor_factors``), and hands every other gradient (biases, BatchNorm, bare
+``factors``), and hands every other gradient (biases, BatchNorm, bare
 ``get_variable`` variables) through unchanged. Then weight decay is added to
 the non-excluded variables and the inner optimizer (momentum, sgd, adam, or
 another wrapper) applies the result.
@@ -26,7 +26,7 @@ kernel-bias cross terms). Neither helped BERT-tiny (tools/README.md).
 
 ``statistics='kfac'`` replaces MindSpore's formula by K-FAC expand on the loss's own scale: only
 the rows the loss reaches, ds scaled by the loss's terms, each factor damped relative to its own
-tr/dim, LayerNorm left plain (``thor_factors``, ``thor_damping.relative_dampings``). At a refresh
+tr/dim, LayerNorm left plain (``factors``, ``thor_damping.relative_dampings``). At a refresh
 THOR stores per layer each factor's scale against its damping and the preconditioned/plain norm
 ratio (``curvature_health``) and prints them on a log-spaced set of refreshes, with a warning when a
 factor is below its damping on most layers (MindSpore's G on a transformer: the curvature is inert).
@@ -82,7 +82,7 @@ from moxlite import compat, context, errors, logs, stable_names
 from moxlite.optimizers import exclusion, schedules
 from moxlite.optimizers import recipe_tables
 from moxlite.optimizers.thor import damping as thor_damping
-from moxlite.optimizers.thor import factors as thor_factors
+from moxlite.optimizers.thor import factors
 from moxlite.optimizers.thor import inverse as thor_inverse
 from moxlite.optimizers.thor import refresh as thor_refresh
 from moxlite.optimizers import wrapper as wrapper_lib
@@ -194,12 +194,12 @@ class _Slot:
 
     def pieces(self):
         """(state key, shapes of its pieces), in the order the all-reduced vector holds them: only
-        the diagonal blocks of A and G are formed and reduced (``thor_factors.piece_shapes``)."""
+        the diagonal blocks of A and G are formed and reduced (``factors.piece_shapes``)."""
         if self.kind == "LayerNormalization":
             return [("rows", [()])]
         a_pieces = ([(self.geometry.d_in,)] if self.kind == "Embedding"
-                    else thor_factors.piece_shapes(self.geometry.d_in, self.a_layout))
-        g_pieces = thor_factors.piece_shapes(self.geometry.d_out, self.g_layout)
+                    else factors.piece_shapes(self.geometry.d_in, self.a_layout))
+        g_pieces = factors.piece_shapes(self.geometry.d_out, self.g_layout)
         pieces = [("a_sum", a_pieces), ("g_sum", g_pieces), ("rows", [()])]
         if self.tied_output:
             pieces += [("out_a_sum", g_pieces), ("out_g_sum", [(self.geometry.d_in,)]), ("out_rows", [()])]
@@ -212,7 +212,7 @@ class _Slot:
         """The reduced ``pieces`` of state ``key`` in the shape of its accumulator."""
         if key in ("rows", "out_rows", "out_g_sum") or (key == "a_sum" and self.kind == "Embedding"):
             return pieces[0]
-        return thor_factors.padded_blocks(pieces, self.a_layout if key == "a_sum" else self.g_layout)
+        return factors.padded_blocks(pieces, self.a_layout if key == "a_sum" else self.g_layout)
 
 
 @keras.saving.register_keras_serializable(package="moxlite")
@@ -418,7 +418,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         if path in self._skipped:
             return None
         unseen = getattr(record, "unseen", None)
-        geometry, reason = (None, unseen) if unseen else thor_factors.geometry_of(record)
+        geometry, reason = (None, unseen) if unseen else factors.geometry_of(record)
         if geometry is not None and not self._chosen(path):
             geometry, reason = None, "excluded by include/exclude"
         if geometry is None:
@@ -540,21 +540,21 @@ class THOR(wrapper_lib.OptimizerWrapper):
         kfac = self.statistics == "kfac"
         terms = tf.constant(1.0)
         if kfac and per_sample:
-            terms = thor_factors.loss_terms(
-                [(thor_factors.Call(*call), slot.geometry.d_in if output else slot.geometry.d_out)
+            terms = factors.loss_terms(
+                [(factors.Call(*call), slot.geometry.d_in if output else slot.geometry.d_out)
                  for slot, calls in zip(slots, tensors) if slot.kind != "LayerNormalization"
                  for call, output in zip(calls, getattr(slot, "output_calls", [False] * len(calls)))])
         parts = []
         for slot, calls in zip(slots, tensors):
             lookups, outputs = [], []
             for call, output in zip(calls, getattr(slot, "output_calls", [False] * len(calls))):
-                call = thor_factors.Call(*call)
+                call = factors.Call(*call)
                 scale = terms if kfac else (call.batch_size if per_sample else 1.0)
                 if output:
-                    a, g, rows = thor_factors.tied_output_sums(slot.geometry, call, scale, slot.g_layout, kfac)
+                    a, g, rows = factors.tied_output_sums(slot.geometry, call, scale, slot.g_layout, kfac)
                     outputs.append([*a, g, rows])
                 else:
-                    a, g, rows = thor_factors.local_sums(slot.geometry, call, scale, slot.a_layout,
+                    a, g, rows = factors.local_sums(slot.geometry, call, scale, slot.a_layout,
                                                          slot.g_layout, kfac)
                     lookups.append([*a, *g, rows])
             for sums, wanted in ((lookups, True), (outputs, slot.tied_output)):

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
-from moxlite.optimizers.thor import factors as thor_factors
+from moxlite.optimizers.thor import factors
 from moxlite.optimizers.thor import inverse as thor_inverse
 from tests import runlib, thorlib
 from tests import ROOT
@@ -23,9 +23,9 @@ BATCH = 16
 def test_block_grams_equal_the_diagonal_blocks_of_the_full_product(size, block_size):
     rows = np.random.default_rng(size).normal(size=(37, size)).astype(np.float32)
     layout = thor_inverse.block_layout(size, block_size)
-    pieces = thor_factors.block_grams(tf.constant(rows), layout)
-    assert [tuple(p.shape) for p in pieces] == thor_factors.piece_shapes(size, layout)
-    blocks = thor_inverse.identity_padded(thor_factors.padded_blocks(pieces, layout), size).numpy()
+    pieces = factors.block_grams(tf.constant(rows), layout)
+    assert [tuple(p.shape) for p in pieces] == factors.piece_shapes(size, layout)
+    blocks = thor_inverse.identity_padded(factors.padded_blocks(pieces, layout), size).numpy()
     full = rows.T.astype(np.float64) @ rows        # the full factor, then its blocks padded with the identity
     count, side = layout
     padded = np.eye(count * side)

@@ -11,7 +11,7 @@ import tensorflow as tf
 import moxlite as mox
 from moxlite import errors
 from moxlite.optimizers.thor import damping as thor_damping
-from moxlite.optimizers.thor import factors as thor_factors
+from moxlite.optimizers.thor import factors
 from moxlite.optimizers.thor import refresh as thor_refresh
 from tests import runlib, thorlib
 
@@ -62,7 +62,7 @@ def test_pi_for_an_embedding_reads_its_diagonal_a_and_a_blocked_g_reads_every_bl
     g_full = rows.T @ rows / 40
     blocks = np.zeros((2, 3, 3), np.float32)
     blocks[0], blocks[1, :2, :2] = g_full[:3, :3], g_full[3:, 3:]
-    geometry = thor_factors.Geometry("Embedding", 16, 5, (16, 5))
+    geometry = factors.Geometry("Embedding", 16, 5, (16, 5))
     a_damping, g_damping = thor_damping.factor_dampings(tf.constant(0.2), tf.constant(a), tf.constant(blocks),
                                                         geometry, True)
     pi = np.sqrt((a.sum() / 16) / (np.trace(g_full) / 5))

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import moxlite as mox
-from moxlite.optimizers.thor import factors as thor_factors
+from moxlite.optimizers.thor import factors
 from tests import runlib, thorlib
 
 BATCH = 16
@@ -56,9 +56,9 @@ def test_im2col_rows_times_reshaped_kernel_equal_the_conv2d_output(padding, stri
                                 use_bias=False)
     out = layer(x)
     record = type("Record", (), {"layer": layer, "kernel": layer.kernel, "kind": "Conv2D", "probe": out})()
-    geometry, reason = thor_factors.geometry_of(record)
+    geometry, reason = factors.geometry_of(record)
     assert reason is None and geometry.spatial == out.shape[1] * out.shape[2]
-    rows = thor_factors.im2col(x, geometry.conv)
+    rows = factors.im2col(x, geometry.conv)
     product = rows @ tf.reshape(layer.kernel, [geometry.d_in, geometry.d_out])
     np.testing.assert_allclose(product.numpy().reshape(out.shape), out.numpy(), atol=1e-5)
     if dilation == 1:
