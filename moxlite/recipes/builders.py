@@ -150,6 +150,7 @@ def _build_input(loaded):
     if schema.is_reference(section.name):
         function = _resolve(loaded, ("input", "name"), section.name)
         _check_kwargs(loaded, ("input", "kwargs"), function, section.kwargs)
+        _check_call(loaded, ("input", "name"), "input_fn", function, section.kwargs)
         if section.kwargs:
             kwargs = dict(section.kwargs)
 
@@ -188,6 +189,30 @@ def _check_kwargs(loaded, path, function, kwargs):
                                                   f"accepted: {_parameter_names(function)}")
 
 
+def _check_call(loaded, path, kind, function, kwargs):
+    """The recipe's function must take moxlite's positional call (``validation.USER_FUNCTION_CALLS``)
+    with the recipe's kwargs bound: checked here, on the function the recipe names, since the run
+    only sees the wrapper that binds them."""
+    from moxlite.training import validation
+
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):   # a builtin or C callable: nothing to read; the call will tell
+        return
+    positional = validation.USER_FUNCTION_CALLS[kind]
+    given = {key: None for key in validation.USER_FUNCTION_KEYWORDS[kind] if key in signature.parameters}
+    try:
+        signature.bind(*positional, **given, **kwargs)
+        return
+    except TypeError:
+        pass
+    bound = f" with kwargs {', '.join(kwargs)}" if kwargs else ""
+    declared = ", ".join([*positional, *kwargs])
+    raise loaded.error(path, f"{getattr(loaded.recipe, path[0]).name}{signature} cannot be called as "
+                             f"{kind}({', '.join(positional)}){bound}; declare "
+                             f"def {getattr(function, '__name__', kind)}({declared})")
+
+
 def _parameter_names(function):
     try:
         return ", ".join(inspect.signature(function).parameters) or "none"
@@ -203,6 +228,7 @@ def _build_model(loaded, data_facts):
     if schema.is_reference(section.name):
         function = _resolve(loaded, ("model", "name"), section.name)
         _check_kwargs(loaded, ("model", "kwargs"), function, section.kwargs)
+        _check_call(loaded, ("model", "name"), "model_fn", function, section.kwargs)
         if not section.kwargs:
             return lambda: function
         kwargs = dict(section.kwargs)

@@ -130,22 +130,31 @@ def recipe_model_fn_without_log_info(inputs, mode):
     return _no_log_info_model_fn(inputs, mode)
 
 
-def _recipe(tmp_path, model, input_name="tests.training.test_run_errors:recipe_input_fn"):
+def _recipe(tmp_path, model, input_name="tests.training.test_run_errors:recipe_input_fn", model_kwargs="{}"):
     log_dir = tmp_path / "log_dir"
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(f"run: {{steps: 4, batch_size: 10, eval_steps: 1, log_dir: {log_dir}}}\n"
-                      f"input: {{name: '{input_name}'}}\nmodel: {{name: '{model}'}}\n"
+                      f"input: {{name: '{input_name}'}}\nmodel: {{name: '{model}', kwargs: {model_kwargs}}}\n"
                       "optimizer: {name: sgd, learning_rate: 0.1}\n")
     return recipe, log_dir
 
 
+def recipe_model_fn_with_scale(inputs, scale):
+    return runlib.softmax_model_fn(inputs, "TRAIN")
+
+
 RECIPE_CASES = {
     "model_fn(inputs)": (dict(model="tests.training.test_run_errors:_model_fn_without_mode"),
-                         "model_fn=tests.training.test_run_errors._model_fn_without_mode(inputs) cannot be called as "
-                         "model_fn(inputs, mode)"),
+                         "model.name: tests.training.test_run_errors:_model_fn_without_mode(inputs) cannot be called "
+                         "as model_fn(inputs, mode); declare def _model_fn_without_mode(inputs, mode)"),
     "input_fn()": (dict(model="tests.runlib:softmax_model_fn",
                         input_name="tests.training.test_run_errors:_input_fn_without_mode"),
-                   "input_fn=tests.training.test_run_errors._input_fn_without_mode() cannot be called as input_fn(mode)"),
+                   "input.name: tests.training.test_run_errors:_input_fn_without_mode() cannot be called as "
+                   "input_fn(mode); declare def _input_fn_without_mode(mode)"),
+    "model_fn(inputs, scale) with kwargs": (
+        dict(model="tests.training.test_run_errors:recipe_model_fn_with_scale", model_kwargs="{scale: 2}"),
+        "model.name: tests.training.test_run_errors:recipe_model_fn_with_scale(inputs, scale) cannot be called as "
+        "model_fn(inputs, mode) with kwargs scale; declare def recipe_model_fn_with_scale(inputs, mode, scale)"),
     "no log_info for the evaluation after training": (
         dict(model="tests.training.test_run_errors:recipe_model_fn_without_log_info"),
         "model_fn returned ModelSpec(log_info=None) in EVAL mode, which the recipe runs after training "
