@@ -34,7 +34,8 @@ OPTIMIZER_NAMES = recipe_tables.OPTIMIZER_NAMES
 _DEFAULTS = {"momentum": {"momentum": 0.9}}
 _IGNORED = recipe_tables.IGNORED_ARGUMENTS
 # Keras's own accumulation raises under MirroredStrategy; batch_gradients replaces it.
-_REFUSED = {"gradient_accumulation_steps": "use get_optimizer_wrapper_fn('batch_gradients', ...) instead"}
+_REFUSED = {name: "use get_optimizer_wrapper_fn('batch_gradients', ...) instead"
+            for name in recipe_tables.REFUSED_ARGUMENTS}
 
 
 def accepted_arguments(name):

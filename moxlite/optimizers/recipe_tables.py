@@ -1,13 +1,14 @@
 """What the optimizer section of a recipe may name, known without importing TensorFlow.
 
-- the optimizer names, their MoXing spellings and the Keras arguments each accepts;
+- the optimizer names, their Keras classes and MoXing spellings; the Keras arguments each
+  accepts are read from the class itself (``keras_arguments``, which imports Keras);
 - the recipe-visible wrappers and their parameters (default, description, accepted range
   and its check), which the wrapper classes use as their ``PARAMETERS``.
 
 ``named_optimizers``, ``wrapper_stack`` and the wrapper classes read these tables, and the recipe
 loader checks a recipe against them before TensorFlow is imported, so a typo is
-rejected in a fraction of a second. The Keras argument lists are written out for the
-pinned Keras 3.15; tests/optimizers/test_recipe_tables.py compares them with the classes' signatures.
+rejected in a fraction of a second; an optimizer argument's name is checked once Keras is
+imported, when the plan is built, still before anything is written.
 """
 
 import dataclasses
@@ -194,23 +195,6 @@ WRAPPER_NAMES = tuple(sorted(WRAPPER_PARAMETERS))
 
 # ----------------------------------------------------------------- optimizers
 
-# Arguments every Keras 3.15 optimizer takes besides learning_rate (gradient_accumulation_steps
-# is left out: the factory refuses it, batch_gradients replaces it).
-_KERAS_COMMON = ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema", "ema_momentum",
-                 "ema_overwrite_frequency", "loss_scale_factor", "name")
-# Keras class -> the arguments of its own.
-KERAS_ARGUMENTS = {
-    "SGD": ("momentum", "nesterov"),
-    "Adam": ("beta_1", "beta_2", "epsilon", "amsgrad"),
-    "AdamW": ("beta_1", "beta_2", "epsilon", "amsgrad"),
-    "RMSprop": ("rho", "momentum", "epsilon", "centered"),
-    "Adagrad": ("initial_accumulator_value", "epsilon"),
-    "Adadelta": ("rho", "epsilon"),
-    "Ftrl": ("learning_rate_power", "initial_accumulator_value", "l1_regularization_strength",
-             "l2_regularization_strength", "l2_shrinkage_regularization_strength", "beta"),
-    "Nadam": ("beta_1", "beta_2", "epsilon"),
-    "Lamb": ("beta_1", "beta_2", "epsilon"),
-}
 _ADAM_SPELLINGS = {"beta1": "beta_1", "beta2": "beta_2"}
 # name -> (Keras class, fixed keyword arguments, TF1/MoXing spelling -> Keras spelling).
 OPTIMIZERS = {
@@ -230,13 +214,26 @@ OPTIMIZER_NAMES = tuple(sorted(OPTIMIZERS))
 IGNORED_ARGUMENTS = ("use_locking",)
 
 
+# Keras's own accumulation raises under MirroredStrategy; batch_gradients replaces it.
+REFUSED_ARGUMENTS = ("gradient_accumulation_steps",)
+
+
 def keras_arguments(class_name):
-    """The keyword arguments of Keras optimizer ``class_name`` besides learning_rate, as moxlite passes them."""
-    return KERAS_ARGUMENTS[class_name] + _KERAS_COMMON
+    """The keyword arguments of Keras optimizer ``class_name`` besides learning_rate, read from the
+    class's signature (so this imports Keras: the recipe loader leaves the names to the plan)."""
+    import inspect
+
+    import keras
+
+    parameters = inspect.signature(getattr(keras.optimizers, class_name).__init__).parameters
+    return tuple(name for name, parameter in parameters.items()
+                 if name not in ("self", "learning_rate", *REFUSED_ARGUMENTS)
+                 and parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL))
 
 
 def accepted_arguments(name):
-    """The keyword arguments optimizer ``name`` (one of OPTIMIZER_NAMES) accepts, MoXing spellings included."""
+    """The keyword arguments optimizer ``name`` (one of OPTIMIZER_NAMES) accepts, MoXing spellings included
+    (imports Keras, see ``keras_arguments``)."""
     class_name, fixed, aliases = OPTIMIZERS[name]
     names = [n for n in keras_arguments(class_name) if n not in fixed]
     return sorted(set(names) | set(aliases) | set(IGNORED_ARGUMENTS))

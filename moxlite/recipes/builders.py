@@ -291,6 +291,7 @@ def _build_optimizer_fn(loaded, settings=None, num_samples=None):
     if schema.is_reference(section.name):
         base_fn = _resolve(loaded, ("optimizer", "name"), section.name)
     else:
+        check_optimizer_arguments(loaded)
         learning_rate = _learning_rate(loaded, settings, num_samples)
         try:
             schedules.check_learning_rate(learning_rate)
@@ -313,6 +314,18 @@ def _build_optimizer_fn(loaded, settings=None, num_samples=None):
             named = [key for key in wrapper.params if f" {key}=" in str(error)]
             raise loaded.error(path + tuple(named[:1]), str(error)) from None
     return optimizer_fn
+
+
+def check_optimizer_arguments(loaded):
+    """Each of optimizer.kwargs is an argument of the named optimizer's Keras class (read from the
+    class itself) or one of its MoXing spellings; else a located error with the nearest."""
+    section = loaded.recipe.optimizer
+    accepted = recipe_tables.accepted_arguments(section.name)
+    for key in section.kwargs:
+        if key not in accepted:
+            raise loaded.error(("optimizer", "kwargs", key),
+                               f"{section.name} takes no argument {key!r}"
+                               f"{declarations.did_you_mean(key, list(accepted))}; accepted: {', '.join(accepted)}")
 
 
 def optimizer_error(loaded, error):

@@ -33,7 +33,8 @@ NEEDS_TENSORFLOW = {"model_function_missing_in_a_module_that_imports_tensorflow"
                     "moxlite.models.classifier, the module it names, imports TensorFlow",
                     "keep_fp32_unknown_name_suggests_the_nearest": _KERAS_LAYERS,
                     "keep_fp32_base_layer_class_is_refused": _KERAS_LAYERS,
-                    "keep_fp32_unknown_name_without_a_near_one": _KERAS_LAYERS}
+                    "keep_fp32_unknown_name_without_a_near_one": _KERAS_LAYERS,
+                    "unknown_optimizer_argument": "the optimizer's arguments are read from its Keras class"}
 TENSORFLOW_FREE_CASES = [case["name"] for case in CASES if case["name"] not in NEEDS_TENSORFLOW]
 # The light packages (about a tenth of a CPU second to import each) that some rejections
 # import, and why; any other package reaching sys.modules fails the test.
