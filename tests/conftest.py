@@ -259,3 +259,31 @@ def pytest_collection_modifyitems(config, items):
         if "launches" in item.fixturenames or item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.xdist_group(CLUSTER_GROUP))
     longest_first(items, recorded_test_times())
+
+
+# A test marked own_process runs in a pytest process of its own. TensorFlow keeps what a large
+# graph (the grammar masked LM's THOR step, a BERT plan) allocated for as long as the process
+# lives, about 1 GB each, and the xdist workers run several hundred tests: together they filled
+# the machine's 24 GiB. The parent keeps the test's place (its id, its outcome, its time).
+OWN_PROCESS = "MOXLITE_TEST_OWN_PROCESS"
+OWN_PROCESS_TIMEOUT = 900
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    if pyfuncitem.get_closest_marker("own_process") is None or os.environ.get(OWN_PROCESS):
+        return None
+    import subprocess
+    import sys
+
+    from tests import ROOT
+
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+    environ[OWN_PROCESS] = "1"
+    nodeid = pyfuncitem.nodeid.split("@")[0]   # xdist's group suffix is not part of the id
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", nodeid],
+                          cwd=ROOT, env=environ, capture_output=True, text=True, timeout=OWN_PROCESS_TIMEOUT)
+    if done.returncode != 0:
+        pytest.fail(f"{nodeid} in its own process exited {done.returncode}:\n{done.stdout[-8000:]}\n"
+                    f"{done.stderr[-4000:]}", pytrace=False)
+    return True

@@ -159,7 +159,7 @@ def distinct_commands():
     for where, words, comment in COMMANDS:
         places.setdefault(tuple(words), []).append((where, comment.startswith("needs")))
     return [pytest.param(", ".join(w for w, _ in found), list(words), any(n for _, n in found),
-                         id=found[0][0], marks=[pytest.mark.slow] * any("_pretrain_thor" in w for w in words))
+                         id=found[0][0], marks=[pytest.mark.slow, pytest.mark.own_process] * any("_pretrain_thor" in w for w in words))
             for words, found in places.items()]
 
 

@@ -44,6 +44,7 @@ def _set_the_flags_as_the_recipe(plan):
         moxlite.set_flag(name, run_settings.flag_text(name, value))
 
 
+@pytest.mark.own_process
 def test_tiny_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_path):
     """The recipe's schedule blocks and thor settings reach momentum and thor as the Python API builds them."""
     import keras
@@ -161,6 +162,7 @@ def test_grammar_lamb_recipe_equals_the_same_stack_written_in_python(capsys, tmp
 GRAMMAR_THOR = os.path.join(REPO, "recipes", "grammar_mlm_thor.yaml")
 
 
+@pytest.mark.own_process
 @pytest.mark.slow   # two short runs, each tokenizing the corpus
 def test_grammar_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_path):
     """grammar_mlm_thor.yaml shortened (4 steps of 4 sequences of 16 words, a refresh every 2 updates: both

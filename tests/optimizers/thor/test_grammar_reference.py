@@ -48,6 +48,7 @@ def _assert_update_equals(got, want, start, what):
                                    atol=1e-3 * np.abs(update).max() + rounding + 1e-12, err_msg=f"{what}: {path}")
 
 
+@pytest.mark.own_process
 @pytest.mark.slow   # two runs of the full-size model, and the reference's three updates
 def test_thor_on_the_grammar_masked_lm_equals_numpy_on_one_and_two_replicas(tmp_path, capsys):
     features = thormlmlib.examples(STEPS * BATCH)

@@ -82,6 +82,7 @@ def _batches():
                       for i in range(STEPS)]
 
 
+@pytest.mark.own_process
 @pytest.mark.slow   # two runs of the full-size model and the reference's three updates
 @pytest.mark.parametrize("statistics,inner", [("kfac", "adamw"), ("mindspore", "adamw")])
 def test_statistics_and_inner_optimizer_equal_numpy_on_one_and_two_replicas(tmp_path, statistics, inner):
@@ -113,6 +114,7 @@ def test_statistics_and_inner_optimizer_equal_numpy_on_one_and_two_replicas(tmp_
     _assert_update_equals(two, expected, start, f"{statistics} {inner}, 2 replicas", undetermined)
 
 
+@pytest.mark.own_process
 @pytest.mark.slow   # three runs of the full-size model
 def test_kfac_thor_over_adamw_interrupted_and_resumed_equals_uninterrupted(tmp_path):
     """Stopped after update 1 (a refresh at 0, a stale update at 1), resumed for update 2 (a refresh):
@@ -130,6 +132,7 @@ def test_kfac_thor_over_adamw_interrupted_and_resumed_equals_uninterrupted(tmp_p
         np.testing.assert_allclose(resumed[path], value, rtol=0, atol=1e-6, err_msg=path)
 
 
+@pytest.mark.own_process
 @pytest.mark.slow   # two one-update runs of the full-size model
 def test_health_line_warns_under_mindspores_statistics_and_not_under_kfac(tmp_path, capfd):
     """On the grammar model at MindSpore's damping (sqrt(lambda) = 0.22), G's scale (tr G / d, 1e-11 to
