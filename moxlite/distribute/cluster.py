@@ -41,12 +41,10 @@ import time
 from typing import Dict, List
 
 from moxlite import errors
+from moxlite.run_settings import CLUSTER_SOURCES   # where the cluster comes from (--cluster, distribute.cluster)
 
 JOB_FLAGS = {"chief": "chief_hosts", "worker": "worker_hosts", "ps": "ps_hosts"}
 TASK_TYPES = ("chief", "worker", "ps")
-# Where the cluster comes from (--cluster, distribute.cluster): 'auto' takes the flags if any
-# is set, else TF_CONFIG, else a Slurm job step, else one process.
-CLUSTER_SOURCES = ("auto", "flags", "tf_config", "slurm", "single")
 SOURCE_NAMES = {"single": "one process (no cluster described)", "flags": "MoXing's flags (--job_name, --*_hosts)",
                 "tf_config": "the TF_CONFIG environment variable", "tpu": "--tpu",
                 "slurm": "the Slurm job step (SlurmClusterResolver)"}

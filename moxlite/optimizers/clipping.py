@@ -21,8 +21,7 @@ threshold means the same on any number of replicas.
 import tensorflow as tf
 
 from moxlite.optimizers import pipeline
-
-CLIP_TYPES = ("global_norm", "norm")
+from moxlite.optimizers.recipe_tables import CLIP_TYPES
 
 
 class GradientClip(pipeline.Link):

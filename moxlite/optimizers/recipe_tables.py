@@ -193,6 +193,10 @@ WRAPPER_PARAMETERS = {"batch_gradients": BATCH_GRADIENTS_PARAMETERS, "lars": LAR
 WRAPPER_NAMES = tuple(sorted(WRAPPER_PARAMETERS))
 
 
+# How gradient_clip clips (the precision settings' gradient_clip_type, and optimizers.clipping).
+CLIP_TYPES = ("global_norm", "norm")
+
+
 # ----------------------------------------------------------------- optimizers
 
 _ADAM_SPELLINGS = {"beta1": "beta_1", "beta2": "beta_2"}

@@ -14,6 +14,7 @@ from typing import List, Optional, Union
 
 from moxlite import ranges
 from moxlite.declarations import Rule, nearest, setting, with_rules
+from moxlite.optimizers.recipe_tables import CLIP_TYPES
 
 AMP_LEVELS = ("", "O0", "O1", "O2", "O3")
 COMPUTE_DTYPES = ("float16", "bfloat16")
@@ -86,4 +87,4 @@ class PrecisionOptions:
                                                                "'dynamic:<start>' (start > 0)", _is_loss_scale))
     drop_overflow_update: bool = setting(True, "Skip a step whose gradients overflow; false (fixed scale only) applies it.")
     gradient_clip: float = setting(0.0, "Clip threshold; 0 disables clipping.", valid=ranges.number(minimum=0))
-    gradient_clip_type: str = setting("global_norm", "How gradients are clipped.", ("global_norm", "norm"))
+    gradient_clip_type: str = setting("global_norm", "How gradients are clipped.", CLIP_TYPES)
