@@ -114,9 +114,10 @@ def _named(scope):
 HEALTH = ("a_scale", "a_damping", "g_scale", "g_damping", "ratio")
 HEALTH_WARNING = ("a factor is below its damping on most layers: there the inverse is about I / damping, so "
                   "THOR scales the gradient instead of preconditioning it (first-order in disguise). Lower "
-                  "the damping, or set statistics: kfac (factors on the loss's scale, damping relative to each "
-                  "factor; on the grammar masked LM it trained worse, docs/guide/language-models.md), and "
-                  "compare with the inner optimizer alone")
+                  "the damping, or set statistics: kfac with graft: true (factors on the loss's scale, damping "
+                  "relative to each factor, THOR's direction at the gradient's norm; without graft kfac trained "
+                  "worse on the grammar masked LM, docs/guide/language-models.md), and compare with the inner "
+                  "optimizer alone")
 
 TRACKED_KINDS = ("Dense", "Conv2D", "Embedding", "EinsumDense", "LayerNormalization")
 # The two kernels Keras gives a separable convolution: not recorded, so the start-up line gives their
