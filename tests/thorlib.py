@@ -124,12 +124,21 @@ def softmax_cross_entropy_grad(logits, labels):
     return p / len(labels)
 
 
+def _grafted(preconditioned, gradient, graft):
+    if not graft:
+        return preconditioned
+    norm = np.linalg.norm(preconditioned)
+    return preconditioned * (np.linalg.norm(gradient) / norm) if norm > 0 else np.zeros_like(preconditioned)
+
+
 def numpy_thor_conv(images, labels, weights, batch, steps, lr, momentum, damping, frequency,
-                    block_size, weight_decay, padding, preconditioned=("conv", "dense"), pi_damping=False):
+                    block_size, weight_decay, padding, preconditioned=("conv", "dense"), pi_damping=False,
+                    graft=False):
     """Conv2D(stride 2, relu) -> Dense, THOR(momentum); ``weights`` = [conv_k, conv_b, dense_k, dense_b].
 
     damping: a number or a function of the step; preconditioned: which of the two kernels;
-    pi_damping: K-FAC's split, pi = sqrt((tr A/dim A)/(tr G/dim G)) from the full factors."""
+    pi_damping: K-FAC's split, pi = sqrt((tr A/dim A)/(tr G/dim G)) from the full factors;
+    graft: each preconditioned kernel's P rescaled to its gradient's norm, P·||g||/||P|| (0 if P is 0)."""
     damping_at = damping if callable(damping) else (lambda step: damping)
     conv_k, conv_b, dense_k, dense_b = [w.astype(np.float64) for w in weights]
     params = [conv_k, conv_b, dense_k, dense_b]
@@ -162,10 +171,11 @@ def numpy_thor_conv(images, labels, weights, batch, steps, lr, momentum, damping
                 inverses[name] = (block_inverse(a, root * pi, block_size), block_inverse(g, root / pi, block_size))
         if "conv" in preconditioned:
             a_inv, g_inv = inverses["conv"]
-            g_conv_k = (a_inv @ g_conv_k.reshape(-1, FILTERS) @ g_inv / spatial).reshape(conv_k.shape)
+            g_conv_k = _grafted((a_inv @ g_conv_k.reshape(-1, FILTERS) @ g_inv / spatial).reshape(conv_k.shape),
+                                g_conv_k, graft)
         if "dense" in preconditioned:
             a_inv, g_inv = inverses["dense"]
-            g_dense_k = a_inv @ g_dense_k @ g_inv
+            g_dense_k = _grafted(a_inv @ g_dense_k @ g_inv, g_dense_k, graft)
         grads = [g_conv_k + weight_decay * conv_k, g_conv_b, g_dense_k + weight_decay * dense_k, g_dense_b]
         for i, (p, g) in enumerate(zip(params, grads)):
             velocity[i] = momentum * velocity[i] - lr * g

@@ -162,6 +162,10 @@ THOR_PARAMETERS = {
                      "scaled by the batch, sqrt(lambda) added to both factors (MindSpore's formula); 'kfac' only "
                      "the rows the loss reaches, ds scaled by the loss's terms (K-FAC expand), each factor damped "
                      "by sqrt(lambda) times its own tr/dim, LayerNorm left plain", ("mindspore", "kfac")),
+    "graft": one_of(
+        False, "rescale each preconditioned variable's update to the Frobenius norm of its plain gradient (SGD "
+               "grafting: THOR's direction, the inner optimizer's step size; a zero gradient stays zero)",
+        (False, True)),
     "loss_reduction": one_of("mean", "how model_fn's loss reduces over the batch (G needs per-sample gradients)",
                              ("mean", "sum")),
     # Past MindSpore's open code (moxlite.optimizers.thor.damping, thor_refresh); off by default.

@@ -31,6 +31,10 @@ THOR stores per layer each factor's scale against its damping and the preconditi
 ratio (``curvature_health``) and prints them on a log-spaced set of refreshes, with a warning when a
 factor is below its damping on most layers (MindSpore's G on a transformer: the curvature is inert).
 
+``graft`` (off by default) keeps THOR's direction and takes the step size from the plain gradient:
+each preconditioned variable's update is rescaled to its gradient's Frobenius norm before weight
+decay (``_grafted``); the health line's ratio stays THOR's own, before the rescaling.
+
 How the statistics arrive (see ``wrapper``'s interface): the step records
 each tracked layer's input and output gradient and hands them in
 ``StepInputs.layer_records`` (``READS``); the pipeline calls ``receive`` in
@@ -110,9 +114,10 @@ def _named(scope):
 HEALTH = ("a_scale", "a_damping", "g_scale", "g_damping", "ratio")
 HEALTH_WARNING = ("a factor is below its damping on most layers: there the inverse is about I / damping, so "
                   "THOR scales the gradient instead of preconditioning it (first-order in disguise). Lower "
-                  "the damping, or set statistics: kfac (factors on the loss's scale, damping relative to each "
-                  "factor; on the grammar masked LM it trained worse, docs/guide/language-models.md), and "
-                  "compare with the inner optimizer alone")
+                  "the damping, or set statistics: kfac with graft: true (factors on the loss's scale, damping "
+                  "relative to each factor, THOR's direction at the gradient's norm; without graft kfac trained "
+                  "worse on the grammar masked LM, docs/guide/language-models.md), and compare with the inner "
+                  "optimizer alone")
 
 TRACKED_KINDS = ("Dense", "Conv2D", "Embedding", "EinsumDense", "LayerNormalization")
 # The two kernels Keras gives a separable convolution: not recorded, so the start-up line gives their
@@ -162,6 +167,13 @@ def _dense_with_static_shape(gradient, variable):
     if isinstance(gradient, tf.IndexedSlices):
         gradient = tf.convert_to_tensor(gradient)
     return tf.reshape(gradient, tuple(int(d) for d in variable.shape))
+
+
+def _frobenius(tensor):
+    """The Frobenius norm of ``tensor``, computed on ``tensor / max |tensor|`` so that its squares neither
+    overflow (a natural-gradient step can multiply a gradient by 1e10) nor underflow."""
+    largest = tf.reduce_max(tf.abs(tensor))
+    return largest * tf.norm(tf.math.divide_no_nan(tensor, largest))
 
 
 def _on_refresh(refreshing, refresh, otherwise):
@@ -802,17 +814,27 @@ class THOR(wrapper_lib.OptimizerWrapper):
                 plain = tf.cast(gradient, tf.float32)
                 preconditioned = self._preconditioned(slot, plain, damping_sqrt)
                 if slot.kind != "LayerNormalization":
-                    ratios[slot.index] = (preconditioned, plain)
-                gradient = tf.cast(preconditioned, gradient.dtype)
+                    ratios[slot.index] = (preconditioned, plain)   # THOR's own, before any grafting
+                gradient = tf.cast(self._grafted(preconditioned, plain), gradient.dtype)
             elif bias_slot is not None and bias_slot.state is not None:
                 gradient = _dense_with_static_shape(gradient, variable)
-                gradient = tf.cast(self._preconditioned_bias(bias_slot, tf.cast(gradient, tf.float32),
-                                                             damping_sqrt), gradient.dtype)
+                plain = tf.cast(gradient, tf.float32)
+                gradient = tf.cast(self._grafted(self._preconditioned_bias(bias_slot, plain, damping_sqrt), plain),
+                                   gradient.dtype)
             if self.weight_decay and not exclusion.matches(self._decay_skip, variable):
                 weight = tf.convert_to_tensor(variable)
                 gradient = gradient + tf.cast(self.weight_decay, gradient.dtype) * tf.cast(weight, gradient.dtype)
             out.append(gradient)
         return out, self._norm_ratios(ratios)
+
+    def _grafted(self, preconditioned, plain):
+        """``graft``: ``preconditioned`` rescaled to the Frobenius norm of ``plain``,
+        ``P · ||g|| / ||P||`` (SGD grafting, as distributed Shampoo's: THOR's direction, the step size
+        of the gradient the inner optimizer would have seen); a zero ``P`` stays zero. Without
+        ``graft``, ``preconditioned`` itself."""
+        if not self.graft or preconditioned is plain:
+            return preconditioned
+        return preconditioned * tf.math.divide_no_nan(_frobenius(plain), _frobenius(preconditioned))
 
     def _health_slots(self):
         return [slot for slot in self._slots if slot.state is not None and slot.kind != "LayerNormalization"]
