@@ -38,8 +38,8 @@ def test_thor_weight_decay_exclude_matches_the_stable_name_and_still_the_keras_p
     for patterns in (["^encoder/dense/kernel$"], ["^dense_7/kernel$"]):
         thor = _wrapped("thor", weight_decay=0.5, weight_decay_exclude=patterns)
         with interception.stable_names_scope(lambda variable: STABLE.get(variable.path)):
-            kernel, bias = thor._precondition(zeros, variables)
+            (kernel, bias), _ = thor._precondition(zeros, variables)
         np.testing.assert_array_equal(kernel, zeros[0])                  # excluded: no decay
         np.testing.assert_array_equal(bias, 0.5 * layer.bias.numpy())   # not excluded: + wd * w
-    kernel, _ = _wrapped("thor", weight_decay=0.5, weight_decay_exclude=["^encoder/"])._precondition(zeros, variables)
+    (kernel, _), _ = _wrapped("thor", weight_decay=0.5, weight_decay_exclude=["^encoder/"])._precondition(zeros, variables)
     np.testing.assert_array_equal(kernel, np.full((2, 3), 0.5, np.float32))   # outside a run: only the path
