@@ -455,6 +455,9 @@ def main(argv=None):
     parser.add_argument("--momentum-settings", default=None,
                         help="momentum's sweep as learning rates, e.g. 0.05,0.1 (default: the run's)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default: the run's)")
+    parser.add_argument("--target", choices=("lowest", "median"), default="lowest",
+                        help="bert_tiny, grammar: the target is the best baseline's lowest final accuracy over "
+                             "its seeds (default) or their median")
     parser.add_argument("--no-timing", action="store_true", help="skip the timing rounds (steps to target only)")
     parser.add_argument("--eval-every", type=int, default=None,
                         help="digits: test accuracy every this many steps, the resolution of steps to target "

@@ -176,3 +176,26 @@ def test_an_inner_variant_wraps_that_optimizer_run_as_its_baseline_is():
     schedule = inner._learning_rate
     assert abs(float(schedule(0)) - 1e-3) < 1e-9 and float(schedule(100)) == 0.0
     assert abs(float(wrapper.damping(99)) - 0.05) < 1e-9   # damping_end:1, constant
+
+
+def test_the_median_rule_sets_the_target_at_the_baselines_median_final_and_every_thor_kind_gets_a_ratio():
+    """--target median (issue 43's rule) against the default lowest, on hand-worked runs: AdamW ends at
+    0.50 / 0.46 / 0.52 (median 0.50), a THOR variant reaches 0.50 at 1,700 / 1,500 / 2,000 steps and
+    AdamW at 2,400 / never / 2,300, so the variant's ratio is 1,700 / 2,400."""
+    def run(seed, points, final):
+        curve = [[step, accuracy] for step, accuracy in points] + [[3000, final]]
+        return {"seed": seed, "final": final, "curve": curve, "cpu": {str(step): 1.0 for step, _ in curve}}
+
+    adamw = [run(0, [(2400, 0.50)], 0.50), run(1, [(2400, 0.45)], 0.46), run(2, [(2300, 0.51)], 0.52)]
+    variant = [run(0, [(1700, 0.50)], 0.51), run(1, [(1500, 0.505)], 0.51), run(2, [(2000, 0.50)], 0.52)]
+    best = {"adamw": (0.001, adamw), "thor+x": ((0.001, 0.05), variant)}
+    assert bench_thor_bert.target_of(best, "median") == ("adamw", 0.50)
+    assert bench_thor_bert.target_of(best) == ("adamw", 0.46)
+    bench_thor_bert.THOR_VARIANTS["thor+x"] = {"statistics": "kfac"}
+    try:
+        lines = bench_thor_bert.report(best, timed={}, rule="median")
+    finally:
+        del bench_thor_bert.THOR_VARIANTS["thor+x"]
+    assert lines[0].startswith("   target: 0.5000") and "median final accuracy of the best baseline, adamw" in lines[0]
+    ratio = [line for line in lines if line.startswith("   thor+x / adamw")]
+    assert ratio and "steps 0.71x" in ratio[0], lines   # 1,700 / 2,400, AdamW's seed 1 counted as never
