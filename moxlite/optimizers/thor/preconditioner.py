@@ -745,13 +745,14 @@ class THOR(wrapper_lib.OptimizerWrapper):
             for slot, row in zip(slots, tf.unstack(values)):
                 tf.print("thor:   ", slot.name, ": tr A/d", row[0], "damping", row[1], "| tr G/d", row[2], "damping",
                          row[3], "| update/gradient", row[4], output_stream=sys.stderr)
-        tf.print("thor: curvature at update", self._updates.value, ": G below its damping on", g_below, "of", count,
-                 "layers, A on", a_below, "; update/gradient norm ratio median", ratios[count // 2], "range",
-                 ratios[0], "-", ratios[-1], output_stream=sys.stderr)
+        tf.print(tf.strings.format(
+            "thor: curvature at update {}: G below its damping on {} of {} layers, A on {}; update/gradient norm "
+            "ratio median {} range {} - {}", (self._updates.value, g_below, count, a_below, ratios[count // 2],
+                                              ratios[0], ratios[-1])), output_stream=sys.stderr)
         tf.cond(first, table, lambda: None)
 
         def warn():
-            tf.print("thor: warning:", HEALTH_WARNING, "(G on", g_below, "of", count, "layers, A on", a_below, ")",
+            tf.print(tf.strings.format("thor: warning: " + HEALTH_WARNING + " (G on {} of {} layers, A on {})", (g_below, count, a_below)),
                      output_stream=sys.stderr)
         tf.cond(tf.logical_or(2 * g_below > count, 2 * a_below > count), warn, lambda: None)
 
