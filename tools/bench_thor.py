@@ -181,10 +181,18 @@ def train_once(model_name, kind, setting, seed, steps, eval_every, data, log_roo
         made.append(optimizer_fn_for(kind, setting, steps)())
         return made[-1]
 
-    mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=optimizer_fn,
-            run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=log_dir, max_number_of_steps=steps,
-            log_every_n_steps=1, save_summary_steps=10 ** 9, save_model_steps=10 ** 9)
+    from moxlite.training.trainers.nonfinite import NonFiniteError
+
+    try:
+        mox.run(input_fn=input_fn, model_fn=model_fn, optimizer_fn=optimizer_fn,
+                run_mode=mox.ModeKeys.TRAIN, batch_size=BATCH, log_dir=log_dir, max_number_of_steps=steps,
+                log_every_n_steps=1, save_summary_steps=10 ** 9, save_model_steps=10 ** 9)
+        diverged = None
+    except NonFiniteError as error:   # a setting that diverges is a result of the sweep, not its end
+        diverged = str(error).split(":")[0]
     result = finish(kind, recorder, steps)
+    if diverged:   # ranked below every run that trained: never at the target, final accuracy 0
+        result.update(final=0.0, diverged=diverged)
     result["inversions"] = layer_inversions(kind, made[-1], steps) if made else None
     return result
 
@@ -205,7 +213,9 @@ def finish(kind, recorder, steps):
     times = recorder.step_seconds
     plain = [t for s, t in times.items() if not is_refresh(kind, s)]
     refresh = [t for s, t in times.items() if is_refresh(kind, s)]
-    times[1] = statistics.median(refresh if is_refresh(kind, 1) and refresh else plain)
+    like_first = refresh if is_refresh(kind, 1) and refresh else plain
+    if like_first:   # empty when the run stopped at its first step
+        times[1] = statistics.median(like_first)
     elapsed, curve = 0.0, []
     for step, _, accuracy in recorder.curve:
         elapsed = sum(times.get(s, 0.0) for s in range(1, step + 1))
@@ -233,7 +243,7 @@ def benchmark(config, models, log_root, print_fn=print):
         def describe(kind, setting, run):
             reached = reach(run["curve"], target)
             return (f"   sweep {kind:<9} {str(setting):<14} steps to target: {reached[0] if reached else '-':>5}   "
-                    f"final test {run['final']:.4f}"
+                    f"final test {run['final']:.4f}" + (f" ({run['diverged']})" if run.get("diverged") else "")
                     + (f"   layer inversions {run['inversions']}" if run.get("inversions") is not None else ""))
 
         def rank(run):   # fewest steps to the target, then the higher final accuracy
