@@ -26,10 +26,13 @@ kernel-bias cross terms). Neither helped BERT-tiny (tools/README.md).
 
 ``statistics='kfac'`` replaces MindSpore's formula by K-FAC expand on the loss's own scale: only
 the rows the loss reaches, ds scaled by the loss's terms, each factor damped relative to its own
-tr/dim, LayerNorm left plain (``factors``, ``thor_damping.relative_dampings``). At a refresh
-THOR stores per layer each factor's scale against its damping and the preconditioned/plain norm
-ratio (``curvature_health``) and prints them on a log-spaced set of refreshes, with a warning when a
-factor is below its damping on most layers (MindSpore's G on a transformer: the curvature is inert).
+tr/dim, LayerNorm left plain (``factors``, ``thor_damping.relative_dampings``).
+``statistics='kfac_reduce'`` is the same but K-FAC reduce for Dense and EinsumDense layers shared over
+a sequence: one Kronecker term per example, its reached rows' inputs averaged and their ds summed
+(``factors``). At a refresh THOR stores per layer each factor's scale against its damping and the
+preconditioned/plain norm ratio (``curvature_health``) and prints them on a log-spaced set of
+refreshes, with a warning when a factor is below its damping on most layers (MindSpore's G on a
+transformer: the curvature is inert).
 
 ``graft`` (off by default) keeps THOR's direction and takes the step size from the plain gradient:
 each preconditioned variable's update is rescaled to its gradient's Frobenius norm before weight
@@ -239,10 +242,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
             if isinstance(parameters.get(key), list):
                 parameters[key] = tuple(parameters[key])
         super().__init__(inner_optimizer, name=name, **parameters)
-        if self.statistics == "kfac" and self.pi_damping:
+        if self.statistics in factors.KFAC_STATISTICS and self.pi_damping:
             raise errors.OptimizerError(
-                "thor: pi_damping=True with statistics='kfac': kfac damps each factor by its own scale "
-                "already; drop pi_damping, or use statistics='mindspore'")
+                f"thor: pi_damping=True with statistics={self.statistics!r}: {self.statistics} damps each factor "
+                "by its own scale already; drop pi_damping, or use statistics='mindspore'")
         self._decay_skip = exclusion.compiled(self.weight_decay_exclude)
         self._include = re.compile("|".join(self.include)) if self.include else None
         self._exclude = re.compile("|".join(self.exclude)) if self.exclude else None
@@ -549,7 +552,8 @@ class THOR(wrapper_lib.OptimizerWrapper):
         then 1 if this replica's gradients overflowed (the step will not apply), else 0."""
         tensors, gradients = tensors
         per_sample = self.loss_reduction == "mean"
-        kfac = self.statistics == "kfac"
+        kfac = self.statistics in factors.KFAC_STATISTICS
+        reduce = self.statistics == "kfac_reduce"
         terms = tf.constant(1.0)
         if kfac and per_sample:
             terms = factors.loss_terms(
@@ -567,7 +571,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
                     outputs.append([*a, g, rows])
                 else:
                     a, g, rows = factors.local_sums(slot.geometry, call, scale, slot.a_layout,
-                                                         slot.g_layout, kfac)
+                                                         slot.g_layout, kfac, reduce)
                     lookups.append([*a, *g, rows])
             for sums, wanted in ((lookups, True), (outputs, slot.tied_output)):
                 if not wanted:
@@ -678,7 +682,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
             g = sums["g_sum"] / safe_rows
             if slot.tied_output:
                 a, g, have = self._tied_factors(a, g, have, sums)
-            if self.statistics == "kfac":
+            if self.statistics in factors.KFAC_STATISTICS:
                 dampings = thor_damping.relative_dampings(tf.sqrt(damping), a, g, slot.geometry)
             else:
                 dampings = thor_damping.factor_dampings(tf.sqrt(damping / slot.geometry.spatial), a, g,
@@ -880,7 +884,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
     def _preconditioned(self, slot, gradient, damping_sqrt):
         state, geometry = slot.state, slot.geometry
         if slot.kind == "LayerNormalization":
-            if self.statistics == "kfac":   # no Kronecker block: the plain gradient
+            if self.statistics in factors.KFAC_STATISTICS:   # no Kronecker block: the plain gradient
                 return gradient
             return gradient / (tf.square(gradient) / state["batch"].value + damping_sqrt)
         matrix = tf.reshape(gradient, [geometry.d_in, geometry.d_out])

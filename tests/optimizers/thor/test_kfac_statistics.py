@@ -1,7 +1,8 @@
 """THOR's ``statistics: kfac`` (K-FAC expand over the rows the loss reaches, factors on the loss's
-own scale, damping relative to each factor) and the thor(adamw) stack, on the grammar masked LM
-of recipes/grammar_mlm_thor.yaml against tests/thormlmlib.py's numpy reference, on 1 replica and
-on 2, and an interrupted run against an uninterrupted one.
+own scale, damping relative to each factor), ``kfac_reduce`` (K-FAC reduce: one term per example,
+its reached rows' inputs averaged and their ds summed) and the thor(adamw) stack, on the grammar
+masked LM of recipes/grammar_mlm_thor.yaml against tests/thormlmlib.py's numpy reference, on 1
+replica and on 2, and an interrupted run against an uninterrupted one.
 
 The model is masked: after the second block's attention only the 10 masked positions of each
 64-token sequence reach the loss, so the second block's query, attention-out and feed-forward
@@ -25,6 +26,8 @@ BATCH = 8
 # nearly uniform and their gradients (~1e-5) are near float32 noise, which their tiny G (tr/d ~1e-11,
 # the natural gradient's multiplier 1e10) turns into steps whose signs no float32 run fixes.
 ADAMW_EXCLUDE = ("query", "key/kernel")
+# The statistics each mode's reference is checked to differ from.
+CONTRASTED = {"kfac": "mindspore", "kfac_reduce": "kfac"}
 
 
 def _exclude(inner):
@@ -84,7 +87,7 @@ def _batches():
 
 @pytest.mark.own_process
 @pytest.mark.slow   # two runs of the full-size model and the reference's three updates
-@pytest.mark.parametrize("statistics,inner", [("kfac", "adamw"), ("mindspore", "adamw")])
+@pytest.mark.parametrize("statistics,inner", [("kfac", "adamw"), ("kfac_reduce", "adamw"), ("mindspore", "adamw")])
 def test_statistics_and_inner_optimizer_equal_numpy_on_one_and_two_replicas(tmp_path, statistics, inner):
     features, batches = _batches()
     network = thormlmlib.Network(batches[0])
@@ -97,15 +100,19 @@ def test_statistics_and_inner_optimizer_equal_numpy_on_one_and_two_replicas(tmp_
                                      undetermined=undetermined, exclude=_exclude(inner))
     assert set(one) == set(expected), set(one) ^ set(expected)
     _assert_update_equals(one, expected, start, f"{statistics} {inner}, 1 replica", undetermined)
-    if statistics == "kfac":
-        # The reference tells the modes apart: MindSpore's formula moves the weights elsewhere.
+    if statistics in CONTRASTED:
+        # The reference tells the modes apart: MindSpore's formula (against kfac's), expand's rows
+        # (against reduce's) move the weights elsewhere, beyond what the check above lets through.
         for variable in network.variables:
             variable.assign(start[variable.path])
-        other = thormlmlib.numpy_thor(network, batches, STEPS, FREQUENCY, statistics="mindspore", inner=inner,
-                                      exclude=_exclude(inner))
+        other = thormlmlib.numpy_thor(network, batches, STEPS, FREQUENCY, statistics=CONTRASTED[statistics],
+                                      inner=inner, exclude=_exclude(inner))
         path = "transformer_layer_1/feedforward_output_dense/kernel"
         gap = np.abs((other[path] - start[path]) - (expected[path] - start[path])).max()
         assert gap > 0.2 * np.abs(expected[path] - start[path]).max(), gap
+        with pytest.raises(AssertionError):
+            _assert_update_equals(other, expected, start, f"{CONTRASTED[statistics]} against {statistics}",
+                                  undetermined)
 
     mox.set_flag("num_gpus", 2)
     with mox.strategy_scope():
@@ -168,11 +175,12 @@ def test_health_line_warns_under_mindspores_statistics_and_not_under_kfac(tmp_pa
     assert f"G below its damping on 0 of {layers} layers, A on 0" in " ".join(lines["kfac"])
 
 
-def test_kfac_statistics_refuse_pi_damping_naming_both_settings():
-    """kfac damps each factor by its own scale: pi_damping on top would be a second split, so the
-    wrapper refuses the pair with the fields and the fix."""
+@pytest.mark.parametrize("statistics", ["kfac", "kfac_reduce"])
+def test_kfac_statistics_refuse_pi_damping_naming_both_settings(statistics):
+    """kfac (and kfac_reduce) damps each factor by its own scale: pi_damping on top would be a second
+    split, so the wrapper refuses the pair with the fields and the fix."""
     inner = mox.get_optimizer_fn("momentum", 0.01, momentum=0.9)
     with pytest.raises(mox.errors.OptimizerError) as raised:
-        mox.get_optimizer_wrapper_fn("thor", inner, statistics="kfac", pi_damping=True)()
+        mox.get_optimizer_wrapper_fn("thor", inner, statistics=statistics, pi_damping=True)()
     message = str(raised.value)
-    assert "pi_damping=True" in message and "statistics='kfac'" in message and "drop pi_damping" in message
+    assert "pi_damping=True" in message and f"statistics='{statistics}'" in message and "drop pi_damping" in message
