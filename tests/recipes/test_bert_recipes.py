@@ -160,34 +160,37 @@ def test_grammar_lamb_recipe_equals_the_same_stack_written_in_python(capsys, tmp
 
 
 GRAMMAR_THOR = os.path.join(REPO, "recipes", "grammar_mlm_thor.yaml")
+GRAMMAR_THOR_LEARNING_RATE = 2e-3   # the recipe's AdamW lr, written here apart from it
+HEALTH_WARNING = "thor: warning: a factor is below its damping on most layers"
 
 
 @pytest.mark.own_process
-@pytest.mark.slow   # two short runs, each tokenizing the corpus
-def test_grammar_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_path):
+@pytest.mark.slow   # three short runs, each tokenizing the corpus
+def test_grammar_thor_recipe_equals_its_stack_in_python_and_its_curvature_acts(capfd, tmp_path):
     """grammar_mlm_thor.yaml shortened (4 steps of 4 sequences of 16 words, a refresh every 2 updates: both
-    branches of the update) through moxlite-run's main, against thor(momentum) built by the Python API with
-    MindSpore's BERT schedules over those 4 steps."""
+    branches of the update) through moxlite-run's main, against thor(adamw) built by the Python API:
+    K-FAC statistics, grafting, damping 0.05, AdamW's lr decaying linearly to 0 over the 4 steps with
+    decoupled decay 0.01. The recipe's run prints THOR's health line without its warning; the same run in
+    MindSpore's statistics prints the warning (its G is below the damping on most layers)."""
     import keras
 
     import moxlite as mox
-    from moxlite.optimizers.thor import schedules as thor_schedules
-    from moxlite.recipes import execution
 
     overrides = ["run.steps=4", "run.batch_size=4", "run.evaluate=false", "run.log_every_n_steps=1",
                  "run.save_model_steps=4", "input.text.seq_length=16", "input.text.max_predictions=3",
                  "input.text.num_samples=17347",   # the corpus's 16-word sequences: given, so no run counts them
                  "input.shuffle_buffer=64", "model.bert_tiny.max_sequence_length=16",
-                 "optimizer.learning_rate.total_steps=4", "optimizer.wrappers.0.damping.total_steps=4",
-                 "optimizer.wrappers.0.frequency=2"]
+                 "optimizer.learning_rate.decay_steps=4", "optimizer.wrappers.0.frequency=2"]
     assert cli.main(_arguments(GRAMMAR_THOR, overrides + [f"run.log_dir={tmp_path / 'recipe'}"])) == 0
-    assert "thor: preconditioning" in capsys.readouterr().out
+    printed = capfd.readouterr()
+    assert "thor: preconditioning" in printed.out
+    assert [line for line in printed.err.splitlines() if line.startswith("thor: curvature at update 0:")]
+    assert HEALTH_WARNING not in printed.err
     plan = builders.build_plan(loader.load([GRAMMAR_THOR], overrides + [f"run.log_dir={tmp_path / 'python'}"]))
-    learning_rate = thor_schedules.ThorPolynomialDecay(3.4e-3, 3.244e-5, total_steps=4, power=1.0)
-    damping = thor_schedules.ThorPolynomialDecay(5e-2, 1e-6, total_steps=4, power=1.0)
+    learning_rate = keras.optimizers.schedules.PolynomialDecay(GRAMMAR_THOR_LEARNING_RATE, 4, end_learning_rate=0.0)
     optimizer_fn = mox.get_optimizer_wrapper_fn(
-        "thor", mox.get_optimizer_fn("momentum", learning_rate, momentum=0.9), damping=damping, frequency=2,
-        block_size=128, weight_decay=5e-4, weight_decay_exclude=["layernorm", "layer_norm", "bias"])
+        "thor", mox.get_optimizer_fn("adamw", learning_rate, weight_decay=0.01), damping=0.05, frequency=2,
+        block_size=128, weight_decay=0.0, statistics="kfac", graft=True)
     _set_the_flags_as_the_recipe(plan)
     keras.utils.set_random_seed(plan.seed)
     mox.run(**dict(plan.arguments(), optimizer_fn=optimizer_fn))
@@ -197,3 +200,9 @@ def test_grammar_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp
     for name, value in python.items():
         np.testing.assert_allclose(recipe[name], value, atol=1e-6, err_msg=name)
     assert tf.train.load_checkpoint(str(tmp_path / "recipe")).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 4
+
+    mindspore = ["optimizer.wrappers.0.statistics=mindspore", "optimizer.wrappers.0.graft=false",
+                 f"run.log_dir={tmp_path / 'mindspore'}"]
+    capfd.readouterr()
+    assert cli.main(_arguments(GRAMMAR_THOR, overrides + mindspore)) == 0
+    assert HEALTH_WARNING in capfd.readouterr().err
