@@ -199,3 +199,19 @@ def test_the_median_rule_sets_the_target_at_the_baselines_median_final_and_every
     assert lines[0].startswith("   target: 0.5000") and "median final accuracy of the best baseline, adamw" in lines[0]
     ratio = [line for line in lines if line.startswith("   thor+x / adamw")]
     assert ratio and "steps 0.71x" in ratio[0], lines   # 1,700 / 2,400, AdamW's seed 1 counted as never
+
+
+def test_stack_timing_means_whole_cycles_and_rebuilds_cpu_seconds_to_the_target():
+    """tools/time_thor_stacks.py's arithmetic, worked by hand: the mean over the steps after the skip
+    (a refresh step of 5 s among nine of 1 s: 1.4 s), ratios within each round, steps x the median
+    mean CPU step."""
+    import pytest
+    import time_thor_stacks
+
+    seconds = {step: (5.0 if (step - 1) % 10 == 0 else 1.0) for step in range(1, 21)}
+    assert abs(time_thor_stacks.mean_step_cost(seconds, 10) - 1.4) < 1e-12   # steps 11 (a refresh) to 20
+    rounds = [{"adamw": {"wall": 1.0, "cpu": 2.0}, "thor": {"wall": 1.5, "cpu": 2.2}},
+              {"adamw": {"wall": 2.0, "cpu": 2.0}, "thor": {"wall": 2.0, "cpu": 3.0}},
+              {"adamw": {"wall": 1.0, "cpu": 1.0}, "thor": {"wall": 1.2, "cpu": 1.3}}]
+    assert time_thor_stacks.round_ratios(rounds, "thor", "adamw", "wall") == pytest.approx([1.5, 1.0, 1.2])
+    assert time_thor_stacks.rebuilt_seconds(100, rounds, "thor") == pytest.approx(220.0)  # 100 x the median of 2.2, 3.0, 1.3
