@@ -92,27 +92,19 @@ def tied_masked_lm_head(token_embedding):
     Embedding for one with a vocabulary-wide output. Here, as in MindSpore's BERT, the table is
     multiplied directly, so THOR sees it once, as the Embedding it is (its gradient, both uses
     summed, preconditioned by the Embedding rule). The multiplication is a small layer of its own
-    that declares the kind ``EmbeddingOutput`` (``moxlite.training.capture.layer_statistics``): THOR's
-    ``tied_embedding="output"`` or ``"sum"`` records it too, and preconditions the table with the
-    output use's factors (the projection's input, the logits' gradient) or with both uses'.
+    that declares the kind ``EmbeddingOutput`` (``moxlite.training.capture.layer_statistics``), so
+    its read of the table counts as the table's own and does not make the lookup unseen.
     """
     import keras
 
     class TiedOutputProjection(keras.layers.Layer):
         """logits = inputs . table^T, the table closed over (not a weight of this layer); the head adds
-        its bias (``bias_of()``, for THOR's precondition_biases)."""
+        its bias."""
 
         moxlite_layer_kind = "EmbeddingOutput"
 
-        def __init__(self, bias_of, **kwargs):
-            super().__init__(**kwargs)
-            self._bias_of = bias_of
-
         def moxlite_tied_table(self):
             return token_embedding.embeddings
-
-        def moxlite_tied_bias(self):
-            return self._bias_of()
 
         def call(self, inputs):
             table = keras.ops.cast(token_embedding.embeddings, inputs.dtype)
@@ -127,7 +119,7 @@ def tied_masked_lm_head(token_embedding):
                                                          name="intermediate_dense")
             self.intermediate_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12,
                                                                            name="intermediate_layer_norm")
-            self.output_projection = TiedOutputProjection(lambda: self.output_bias, name="output_projection")
+            self.output_projection = TiedOutputProjection(name="output_projection")
 
         def build(self, input_shape):
             width = token_embedding.output_dim

@@ -179,16 +179,6 @@ THOR_PARAMETERS = {
                       ("fixed", "trace")),
     "trace_threshold": number(0.2, "refresh 'trace': relative change of tr A or tr G since a layer's last "
                                    "inversion that makes it invert again (0.2: measured, tools/bench_thor.py)"),
-    "tied_embedding": one_of(
-        "lookup", "an Embedding whose table is also a tied output projection (a layer of kind EmbeddingOutput, "
-                  "as bert's masked-LM head): 'lookup' preconditions the summed gradient with the lookup's "
-                  "factors only (MindSpore), 'output' with the projection's (A = its inputs' hidden-side "
-                  "second moments, G = the logits' gradient, diagonal over the vocabulary), 'sum' with both "
-                  "uses' factors added side by side", ("lookup", "output", "sum")),
-    "precondition_biases": one_of(
-        False, "a Dense/EinsumDense bias gets its layer's G inverse divided by 1 + sqrt(lambda) (K-FAC's constant "
-               "input; MindSpore: the plain gradient); a tied output projection's bias the table's vocabulary side",
-        (False, True)),
     "interval_growth": number(1.0, "refresh 'trace': after each inversion of a layer, the refreshes it waits "
                                    "before its next one are multiplied by this (1 = check at every refresh)",
                               minimum=1.0),

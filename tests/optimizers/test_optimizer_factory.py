@@ -157,6 +157,17 @@ def test_bad_wrapper_parameters_name_the_parameter_and_range(kwargs, message):
         get_optimizer_wrapper_fn("batch_gradients", get_optimizer_fn("sgd", 0.1), **kwargs)
 
 
+@pytest.mark.parametrize("kwargs", [{"tied_embedding": "sum"}, {"precondition_biases": True}])
+def test_a_parameter_thor_does_not_take_is_one_line_naming_it_and_the_accepted_ones(kwargs):
+    (name,) = kwargs
+    with pytest.raises(errors.OptimizerError) as info:
+        get_optimizer_wrapper_fn("thor", get_optimizer_fn("sgd", 0.1), **kwargs)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"thor: unknown parameter {name!r}; accepted: damping, frequency, "), message
+    assert name not in message.split("accepted: ")[1], message
+
+
 def test_wrapping_a_non_optimizer_is_a_type_error_saying_what_was_given():
     with pytest.raises(TypeError, match="got str: 'sgd'"):
         get_optimizer_wrapper_fn("lars", "sgd")

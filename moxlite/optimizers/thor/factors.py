@@ -274,20 +274,3 @@ def local_sums(geometry, record, scale, a_layout, g_layout, reached_only=False, 
         rows_in = rows_in * weights[:, None]
     return block_grams(rows_in, a_layout), block_grams(ds, g_layout), rows
 
-
-def tied_output_sums(geometry, record, scale, hidden_layout, reached_only=False):
-    """This replica's (hidden-side pieces, vocabulary-side diagonal, rows) for one call of an
-    Embedding table's tied output projection (logits = h . table^T; ``record.inputs`` h [..., H],
-    ``record.output_gradients`` the logits' [..., V]), in float32.
-
-    As a Dense layer with kernel table^T [H, V], its A is h^T h (the table's hidden side, in the
-    block layout of the Embedding's G) and its G is ds^T ds, kept as its diagonal (V is a
-    vocabulary: ds_v^2 summed over the rows).
-    """
-    ds = tf.reshape(record.output_gradients * scale, [-1, geometry.d_in])
-    rows_in = tf.reshape(tf.cast(record.inputs, tf.float32), [-1, geometry.d_out])
-    rows = tf.cast(tf.shape(ds)[0], tf.float32)
-    if reached_only:
-        weights = reached_rows(ds, geometry.d_in)
-        rows_in, rows = rows_in * weights[:, None], tf.reduce_sum(weights)
-    return block_grams(rows_in, hidden_layout), tf.reduce_sum(tf.square(ds), 0), rows

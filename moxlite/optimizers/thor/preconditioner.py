@@ -17,12 +17,6 @@ Two options past MindSpore's open code, both off by default: ``pi_damping``
 splits lambda between the factors by K-FAC's pi (``thor_damping``), and
 ``refresh='trace'`` inverts at a refresh only the layers whose factor traces
 moved (``thor_refresh``); the factors are still rebuilt and all-reduced at every refresh.
-Two more, also off: ``tied_embedding`` ('output' or 'sum') gives an Embedding whose table is also
-a tied output projection (a layer of kind ``EmbeddingOutput``, bert's masked-LM head) that use's
-factors (the projection's inputs on the hidden side, the logits' squared gradient as a vocabulary
-diagonal) instead of, or added to, the lookup's; ``precondition_biases`` gives a Dense or
-EinsumDense bias its layer's G inverse over 1 + sqrt(lambda) (K-FAC's constant input, without the
-kernel-bias cross terms). Neither helped BERT-tiny (tools/README.md).
 
 ``statistics='kfac'`` replaces MindSpore's formula by K-FAC expand on the loss's own scale: only
 the rows the loss reaches, ds scaled by the loss's terms, each factor damped relative to its own
@@ -126,12 +120,6 @@ TRACKED_KINDS = ("Dense", "Conv2D", "Embedding", "EinsumDense", "LayerNormalizat
 # The two kernels Keras gives a separable convolution: not recorded, so the start-up line gives their
 # reason by name, as it does for a grouped Conv2D.
 UNTRACKED_KERNELS = ("depthwise_kernel", "pointwise_kernel")
-# The output projection of a head tied to an Embedding's table (``tied_embedding`` 'output', 'sum').
-TIED_OUTPUT_KIND = "EmbeddingOutput"
-# The factor sums of a tied table's output use, next to its lookup's a_sum, g_sum, rows: the
-# projection's inputs' blocks (hidden side, the layout of G), the logits' squared gradient
-# (vocabulary side, a diagonal), its rows.
-OUTPUT_KEYS = ("out_a_sum", "out_g_sum", "out_rows")
 
 
 def _slot_in(slot_of_identity, variable):
@@ -199,9 +187,6 @@ class _Slot:
         self.a_layout = thor_inverse.block_layout(geometry.d_in, block_size)
         self.g_layout = thor_inverse.block_layout(geometry.d_out, block_size)
         self.state = None
-        # An Embedding whose table is also a tied output projection that thor preconditions
-        # (set when its EmbeddingOutput record is first seen, before the state is built).
-        self.tied_output = False
 
     @property
     def kind(self):
@@ -215,17 +200,14 @@ class _Slot:
         a_pieces = ([(self.geometry.d_in,)] if self.kind == "Embedding"
                     else factors.piece_shapes(self.geometry.d_in, self.a_layout))
         g_pieces = factors.piece_shapes(self.geometry.d_out, self.g_layout)
-        pieces = [("a_sum", a_pieces), ("g_sum", g_pieces), ("rows", [()])]
-        if self.tied_output:
-            pieces += [("out_a_sum", g_pieces), ("out_g_sum", [(self.geometry.d_in,)]), ("out_rows", [()])]
-        return pieces
+        return [("a_sum", a_pieces), ("g_sum", g_pieces), ("rows", [()])]
 
     def sum_keys(self):
-        return ("a_sum", "g_sum", "rows") + (OUTPUT_KEYS if self.tied_output else ())
+        return ("a_sum", "g_sum", "rows")
 
     def accumulated(self, key, pieces):
         """The reduced ``pieces`` of state ``key`` in the shape of its accumulator."""
-        if key in ("rows", "out_rows", "out_g_sum") or (key == "a_sum" and self.kind == "Embedding"):
+        if key == "rows" or (key == "a_sum" and self.kind == "Embedding"):
             return pieces[0]
         return factors.padded_blocks(pieces, self.a_layout if key == "a_sum" else self.g_layout)
 
@@ -251,7 +233,6 @@ class THOR(wrapper_lib.OptimizerWrapper):
         self._exclude = re.compile("|".join(self.exclude)) if self.exclude else None
         self._slots = []             # in order of first appearance
         self._slot_of_identity = {}  # id of a covered variable (or its components) -> _Slot
-        self._bias_slot_of_identity = {}   # precondition_biases: id of a layer's bias -> its layer's _Slot
         self._skipped = {}           # kernel path -> why it is not preconditioned
         self._announced = False
         self._accumulating = False   # statistics arrive as micro-batches (a batch_gradients above)
@@ -311,10 +292,6 @@ class THOR(wrapper_lib.OptimizerWrapper):
             else:
                 # Factor sums are kept as their diagonal blocks only (the last one zero-padded).
                 state["g_sum"] = variable("g_sum", blocks_shape(slot.g_layout))
-                if slot.tied_output:
-                    state["out_a_sum"] = variable("out_a_sum", blocks_shape(slot.g_layout))
-                    state["out_g_sum"] = variable("out_g_sum", (geometry.d_in,))
-                    state["out_rows"] = variable("out_rows", ())
                 if slot.kind == "Embedding":
                     state["a_sum"] = variable("a_sum", (geometry.d_in,))
                     state["a_inverse"] = variable("a_inverse", (geometry.d_in,), "ones")
@@ -364,8 +341,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
     # What the step must record.
 
     def layer_statistics_request(self):
-        kinds = TRACKED_KINDS + ((TIED_OUTPUT_KIND,) if self.tied_embedding != "lookup" else ())
-        return wrapper_lib.LayerStatisticsRequest(layer_types=kinds, every_n_steps=self.frequency,
+        return wrapper_lib.LayerStatisticsRequest(layer_types=TRACKED_KINDS, every_n_steps=self.frequency,
                                                   collecting=self._is_collecting)
 
     def _is_collecting(self):
@@ -423,12 +399,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         """The slot of ``record``'s layer (created on first sight), or None: plain gradient."""
         for identity in _identities(record.kernel):
             if identity in self._slot_of_identity:
-                slot = self._slot_of_identity[identity]
-                if record.kind == TIED_OUTPUT_KIND:
-                    return self._tied_slot(slot, record)
-                return slot
-        if record.kind == TIED_OUTPUT_KIND:
-            return None   # its table's lookup is not preconditioned (excluded, unseen, or not called first)
+                return self._slot_of_identity[identity]
         path = getattr(record, "name", None) or variable_path(record.kernel)
         if path in self._skipped:
             return None
@@ -448,29 +419,6 @@ class THOR(wrapper_lib.OptimizerWrapper):
         for identity in slot.identities:
             self._slot_of_identity[identity] = slot
         self._slots.append(slot)
-        if self.precondition_biases and record.kind in ("Dense", "EinsumDense"):
-            self._cover_bias(slot, getattr(record.layer, "bias", None), slot.geometry.d_out)
-        return slot
-
-    def _cover_bias(self, slot, bias, width):
-        """precondition_biases: ``bias``, a vector of ``width`` values, gets ``slot``'s output-side
-        inverse (a layer's G; a tied table's vocabulary-side diagonal); any other shape: plain gradient."""
-        if bias is None or math.prod(int(d) for d in bias.shape) != width:
-            return
-        for identity in _identities(bias):
-            self._bias_slot_of_identity.setdefault(identity, slot)
-
-    def _tied_slot(self, slot, record):
-        """The Embedding slot that ``record`` (a tied output projection of its table) adds its factors
-        to, or None when the slot cannot take them (not an Embedding, or its state built without them)."""
-        fits = (slot.kind == "Embedding" and not getattr(record, "unseen", None)
-                and (slot.tied_output or slot.state is None))
-        if not fits:
-            return None
-        slot.tied_output = True
-        if self.precondition_biases:
-            bias = getattr(record.layer, "moxlite_tied_bias", None)
-            self._cover_bias(slot, bias() if bias is not None else None, slot.geometry.d_in)
         return slot
 
     def _grouped(self, statistics, gradients):
@@ -481,10 +429,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
             if slot is not None:
                 by_slot.setdefault(slot.index, (slot, []))[1].append(record)
         slots = [by_slot[index][0] for index in sorted(by_slot)]
-        # Only tensors cross into cross-replica context (layers differ per replica); which
-        # records are a tied table's output use is static, kept on the slots.
-        for slot in slots:
-            slot.output_calls = [record.kind == TIED_OUTPUT_KIND for record in by_slot[slot.index][1]]
+        # Only tensors cross into cross-replica context (layers differ per replica).
         tensors = [[(record.inputs, _or_zero(record.output_gradients), record.batch_size)
                     for record in by_slot[slot.index][1]] for slot in slots]
         # Only finiteness is read from the gradients (on collecting updates): an IndexedSlices'
@@ -557,31 +502,18 @@ class THOR(wrapper_lib.OptimizerWrapper):
         terms = tf.constant(1.0)
         if kfac and per_sample:
             terms = factors.loss_terms(
-                [(factors.Call(*call), slot.geometry.d_in if output else slot.geometry.d_out)
-                 for slot, calls in zip(slots, tensors) if slot.kind != "LayerNormalization"
-                 for call, output in zip(calls, getattr(slot, "output_calls", [False] * len(calls)))])
+                [(factors.Call(*call), slot.geometry.d_out)
+                 for slot, calls in zip(slots, tensors) if slot.kind != "LayerNormalization" for call in calls])
         parts = []
         for slot, calls in zip(slots, tensors):
-            lookups, outputs = [], []
-            for call, output in zip(calls, getattr(slot, "output_calls", [False] * len(calls))):
+            sums = []
+            for call in calls:
                 call = factors.Call(*call)
                 scale = terms if kfac else (call.batch_size if per_sample else 1.0)
-                if output:
-                    a, g, rows = factors.tied_output_sums(slot.geometry, call, scale, slot.g_layout, kfac)
-                    outputs.append([*a, g, rows])
-                else:
-                    a, g, rows = factors.local_sums(slot.geometry, call, scale, slot.a_layout,
-                                                         slot.g_layout, kfac, reduce)
-                    lookups.append([*a, *g, rows])
-            for sums, wanted in ((lookups, True), (outputs, slot.tied_output)):
-                if not wanted:
-                    continue
-                if not sums:   # this use was not called in the step: its sums are zeros
-                    shapes = [shape for key, shape_list in slot.pieces() for shape in shape_list
-                              if (key in OUTPUT_KEYS) == (sums is outputs)]
-                    parts.extend(tf.zeros([math.prod(shape)]) for shape in shapes)
-                    continue
-                parts.extend(tf.reshape(tf.add_n(list(column)), [-1]) for column in zip(*sums))
+                a, g, rows = factors.local_sums(slot.geometry, call, scale, slot.a_layout, slot.g_layout, kfac,
+                                                reduce)
+                sums.append([*a, *g, rows])
+            parts.extend(tf.reshape(tf.add_n(list(column)), [-1]) for column in zip(*sums))
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in gradients]) if gradients else True
         parts.append(tf.where(finite, 0.0, 1.0)[None])
         return tf.concat(parts, 0)
@@ -680,8 +612,6 @@ class THOR(wrapper_lib.OptimizerWrapper):
                 continue
             a = sums["a_sum"] / safe_rows
             g = sums["g_sum"] / safe_rows
-            if slot.tied_output:
-                a, g, have = self._tied_factors(a, g, have, sums)
             if self.statistics in factors.KFAC_STATISTICS:
                 dampings = thor_damping.relative_dampings(tf.sqrt(damping), a, g, slot.geometry)
             else:
@@ -767,18 +697,6 @@ class THOR(wrapper_lib.OptimizerWrapper):
         return {slot.name: dict(zip(HEALTH, (float(v) for v in slot.state["health"].numpy())))
                 for slot in self._health_slots()}
 
-    def _tied_factors(self, a, g, have, sums):
-        """A tied table's (vocabulary-side diagonal, hidden-side blocks) from its lookup's factors
-        (``a``: the token counts, ``g``: the lookup output's gradient) and its output projection's
-        (the logits' squared gradient; the projection's inputs), as ``tied_embedding`` says."""
-        out_rows = sums["out_rows"]
-        out_safe = tf.maximum(out_rows, 1.0)
-        vocabulary = sums["out_g_sum"] / out_safe
-        hidden = sums["out_a_sum"] / out_safe
-        if self.tied_embedding == "output":
-            return vocabulary, hidden, out_rows > 0
-        return a + vocabulary, g + hidden, tf.logical_or(have, out_rows > 0)
-
     def _inverses(self, slot, a, g, a_damping, g_damping):
         """The guarded inverses of one layer's damped factors, and the guard's levels (thor_inverse)."""
         state = slot.state
@@ -813,7 +731,6 @@ class THOR(wrapper_lib.OptimizerWrapper):
         out, ratios = [], {}
         for gradient, variable in zip(grads, variables):
             slot = self._slot_covering(variable)
-            bias_slot = self._bias_slot_covering(variable)
             if slot is not None and slot.state is not None:
                 gradient = _dense_with_static_shape(gradient, variable)
                 plain = tf.cast(gradient, tf.float32)
@@ -821,11 +738,6 @@ class THOR(wrapper_lib.OptimizerWrapper):
                 if slot.kind != "LayerNormalization":
                     ratios[slot.index] = (preconditioned, plain)   # THOR's own, before any grafting
                 gradient = tf.cast(self._grafted(preconditioned, plain), gradient.dtype)
-            elif bias_slot is not None and bias_slot.state is not None:
-                gradient = _dense_with_static_shape(gradient, variable)
-                plain = tf.cast(gradient, tf.float32)
-                gradient = tf.cast(self._grafted(self._preconditioned_bias(bias_slot, plain, damping_sqrt), plain),
-                                   gradient.dtype)
             if self.weight_decay and not exclusion.matches(self._decay_skip, variable):
                 weight = tf.convert_to_tensor(variable)
                 gradient = gradient + tf.cast(self.weight_decay, gradient.dtype) * tf.cast(weight, gradient.dtype)
@@ -865,21 +777,6 @@ class THOR(wrapper_lib.OptimizerWrapper):
 
     def _slot_covering(self, variable):
         return _slot_in(self._slot_of_identity, variable)
-
-    def _bias_slot_covering(self, variable):
-        return _slot_in(self._bias_slot_of_identity, variable)
-
-    @staticmethod
-    def _preconditioned_bias(slot, gradient, damping_sqrt):
-        """K-FAC's bias as the weight of a constant input 1 (its A block is 1, damped 1 + sqrt(lambda)),
-        the cross terms with the kernel left out: the layer's output-side inverse applied, divided by
-        1 + sqrt(lambda). A tied table's projection bias: the table's vocabulary-side diagonal."""
-        state = slot.state
-        if slot.kind == "Embedding":
-            vector = tf.reshape(gradient, [-1]) * state["a_inverse"].value
-        else:
-            vector = thor_inverse.apply_right(state["g_inverse"].value, tf.reshape(gradient, [1, -1]))
-        return tf.reshape(vector / (1.0 + damping_sqrt), gradient.shape)
 
     def _preconditioned(self, slot, gradient, damping_sqrt):
         state, geometry = slot.state, slot.geometry
@@ -922,10 +819,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
         if self._announced:
             return
         self._announced = True
-        chosen = [f"{slot.name} ({slot.kind}: {slot.geometry.describe()}{self._blocks_note(slot)}"
-                  f"{self._tied_note(slot)})" for slot in self._slots]
+        chosen = [f"{slot.name} ({slot.kind}: {slot.geometry.describe()}{self._blocks_note(slot)})"
+                  for slot in self._slots]
         plain = [stable_names.stable_name(v, default=variable_path(v)) for v in variables
-                 if self._slot_covering(v) is None and self._bias_slot_covering(v) is None]
+                 if self._slot_covering(v) is None]
         logger = logs.get_logger()
         if not self._slots:
             logger.warning("thor: no layer statistics reached the optimizer; every variable gets the plain "
@@ -938,12 +835,6 @@ class THOR(wrapper_lib.OptimizerWrapper):
         logger.info("thor: plain gradient for %d variable(s) (biases, normalization, other layers, bare "
                     "get_variable variables): %s%s", len(plain), ", ".join(plain) or "none",
                     f"; layers not preconditioned: {'; '.join(skipped)}" if skipped else "")
-
-    def _tied_note(self, slot):
-        if not slot.tied_output:
-            return ""
-        uses = "its tied output projection's" if self.tied_embedding == "output" else "lookup's plus tied output's"
-        return f"; {uses} factors"
 
     @staticmethod
     def _blocks_note(slot):

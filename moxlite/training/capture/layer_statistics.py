@@ -4,9 +4,8 @@
 While a step traces model_fn, a ``_Recorder`` handler of ``moxlite.training.capture.interception``
 sees every layer call on this thread, sub-layers of composite layers included. For a
 requested kind (Dense, Conv2D, EinsumDense, Embedding, LayerNormalization, keras-hub's
-PositionEmbedding as an Embedding of the position ids, a custom layer that declares
-``moxlite_layer_kind``, and ``EmbeddingOutput``, a tied head's output projection that a custom
-layer declares, recorded like an Embedding call under the table it multiplies) it replaces, for that call and this thread
+PositionEmbedding as an Embedding of the position ids, or a custom layer that declares
+``moxlite_layer_kind``) it replaces, for that call and this thread
 only, the layer's instance ``call`` by one that records the input the layer computes on
 and adds a zero "probe" tensor, watched by the step's gradient tape, to the
 pre-activation output (Dense, Conv2D, EinsumDense: inside ``activation``, where the bias
@@ -19,7 +18,8 @@ wrapper gives that layer the plain gradient and names it at start-up: a layer ca
 inside a loop or branch of its own (an RNN cell runs in a ``tf.while_loop``, whose
 tensors the step cannot read), one whose ``call`` never applied ``self.activation``, or a
 ``ReversibleEmbedding`` called with ``reverse=True`` (``embedding_calls``), an Embedding
-whose table model_fn also reads outside its layer calls (a tied output written by hand), and
+whose table model_fn also reads outside its layer calls and outside the calls of a layer that
+declares ``EmbeddingOutput`` (a tied output written by hand), and
 one looked up with ids [1, ...] whose output is not added to the batch (``broadcast_ids``;
 one that is gets the per-sample rows of the add). Calls Keras makes in a scratch graph to
 infer a block's shapes (``keras.SymbolicScope``) are not the step's and are not recorded.
@@ -53,12 +53,10 @@ _NO_PROBE = ("LayerNormalization",)
 # The class attribute by which a custom layer asks to be recorded as one of _KINDS.
 KIND_ATTRIBUTE = "moxlite_layer_kind"
 # Kinds only a custom layer declares (no Keras class): "EmbeddingOutput" is the output
-# projection of a head tied to an Embedding's table (logits = inputs . table^T), recorded
-# under the table (the layer's ``moxlite_tied_table()``) with its input and the logits'
-# gradient, for an optimizer that preconditions both uses of the table (thor's tied_embedding).
+# projection of a head tied to an Embedding's table (logits = inputs . table^T, the table
+# its ``moxlite_tied_table()``). It is never recorded: its reads of the table are the table's
+# own, so the table's lookups stay recorded, their factors applied to the gradient of both uses.
 DECLARED_KINDS = ("EmbeddingOutput",)
-# Kinds whose kernel is a lookup table: a read of it outside their calls makes it unseen.
-_TABLE_KINDS = ("Embedding", "EmbeddingOutput")
 # The ops that read a variable through its handle.
 _READ_OPS = ("ReadVariableOp", "ResourceGather", "ResourceGatherNd")
 _READ_ELSEWHERE = ("its table is also read outside its layer calls (e.g. a tied output written by "
@@ -186,7 +184,7 @@ class _Recorder:
         tied output written by hand, ``tf.matmul(h, table, transpose_b=True)``) gets a gradient
         the lookups' factors do not describe: it is unseen, as a keras-hub reverse call is."""
         tables = {id(record.kernel): record for record in self.records
-                  if record.kind in _TABLE_KINDS and not record.unseen}
+                  if record.kind == "Embedding" and not record.unseen}
         if not tables:
             return
         operations = self.graph.get_operations()
@@ -214,11 +212,13 @@ class _Recorder:
     def around(self, call, args, kwargs, proceed):
         layer = call.layer
         kind = kind_of(layer)
-        if kind == "EmbeddingOutput" and kind not in self.kinds and not _symbolic((args, kwargs)):
-            # A declared tied head that is not recorded still reads its table inside a layer call.
+        if kind == "EmbeddingOutput":
+            # A declared tied head is never recorded; its reads of its table are the table's own.
             table = _kernel_of(layer, kind)
-            if table is not None and tf.compat.v1.get_default_graph() is self.graph:
+            if (table is not None and not _symbolic((args, kwargs))
+                    and tf.compat.v1.get_default_graph() is self.graph):
                 return self._noting_table_reads(table, proceed)(args, kwargs)
+            return proceed(args, kwargs)
         if (kind is None or kind not in self.kinds or _symbolic((args, kwargs))
                 or compat.in_keras_symbolic_scope()):
             # A symbolic call (a functional model being built) or Keras's shape inference in a
@@ -237,7 +237,7 @@ class _Recorder:
         kernel = _kernel_of(layer, kind)
         if kernel is None:
             return original(inputs, *args, **kwargs)
-        if kind in _TABLE_KINDS and tf.compat.v1.get_default_graph() is self.graph:
+        if kind == "Embedding" and tf.compat.v1.get_default_graph() is self.graph:
             original = self._noting_table_reads(kernel, original)
         name = interception.stable_name(kernel)
         if tf.compat.v1.get_default_graph() is not self.graph:
@@ -253,13 +253,13 @@ class _Recorder:
         self.records.append(record)
         if kind in _NO_PROBE:
             return original(inputs, *args, **kwargs)
-        if kind in ("Embedding", "EmbeddingOutput"):
+        if kind == "Embedding":
             if embedding_calls.is_position_embedding(layer):
                 record.inputs = embedding_calls.position_ids(inputs, args, kwargs)
             outputs = original(inputs, *args, **kwargs)
             record.probe = self.probe(outputs)
             outputs = outputs + record.probe
-            if kind == "Embedding" and self.batch_size != 1 and broadcast_ids.leading_one(record.inputs):
+            if self.batch_size != 1 and broadcast_ids.leading_one(record.inputs):
                 self._broadcast.append((record, outputs))
             return outputs
         activation = interception.unrouted(layer, "activation")
