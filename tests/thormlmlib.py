@@ -46,7 +46,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = os.path.join(REPO, "recipes", "grammar_mlm_thor.yaml")
 VOCABULARY = os.path.join(REPO, "moxlite", "data", "grammar_corpus", "vocab.txt")
 SIZES = dict(num_layers=2, num_heads=2, hidden_dim=128, intermediate_dim=512, max_sequence_length=64)
-# The recipe's thor settings; the schedules run over the test's few updates so that every update
+# MindSpore's BERT THOR settings; the schedules run over the test's few updates so that every update
 # sees a different learning rate and damping.
 LEARNING_RATE = dict(initial_value=3.4e-3, end_value=3.244e-5, power=1.0)
 DAMPING = dict(initial_value=5e-2, end_value=1e-6, power=1.0)
@@ -135,7 +135,7 @@ ADAMW = dict(beta_1=0.9, beta_2=0.999, epsilon=1e-7, weight_decay=0.01)
 
 
 def thor_optimizer_fn(total_steps, frequency, statistics="mindspore", inner="momentum", exclude=()):
-    """The recipe's stack, thor(momentum 0.9) with block 128 and decoupled decay, by the Python API;
+    """MindSpore's BERT THOR stack, thor(momentum 0.9) with block 128 and decoupled decay, by the Python API;
     ``inner="adamw"``: thor(adamw), AdamW's decoupled decay and none of THOR's."""
     from moxlite.optimizers.thor import schedules
 

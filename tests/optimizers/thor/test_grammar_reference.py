@@ -3,9 +3,9 @@ size) against its numpy reference (tests/thormlmlib.py), on 1 replica and on 2.
 
 Three updates at frequency 2: a refresh, an update on the stale inverses, a second refresh from
 the moved weights; learning rate and damping decay over those three updates, so each update sees
-its own. The recipe's stack: momentum 0.9, 128-blocks (the feed-forward's 512-wide sides are
-split in four), weight decay 5e-4 outside LayerNorm and biases, the masked-LM head tied to the
-token table.
+its own. The stack is MindSpore's BERT THOR (the BERT THOR recipes' form) on this model:
+momentum 0.9, 128-blocks (the feed-forward's 512-wide sides are split in four), weight decay 5e-4
+outside LayerNorm and biases, the masked-LM head tied to the token table.
 """
 
 import numpy as np
