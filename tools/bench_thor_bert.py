@@ -626,8 +626,8 @@ def main(args, print_fn=print):
     if args.steps:
         config["steps"] = args.steps
     for text in args.thor_variant:
-        name, options = sweeplib.parse_variant(text)
-        THOR_VARIANTS[name] = options
+        variant, options = sweeplib.parse_variant(text)
+        THOR_VARIANTS[variant] = options
     if args.thor_settings:
         config["sweeps"]["thor"] = [tuple(float(v) for v in pair.split(":")) for pair in args.thor_settings.split(",")]
     for kind in BASELINES:
