@@ -27,8 +27,11 @@ own trace / side (Embedding's A: its trace / the ids that occur); LayerNorm keep
 mean of its inputs and g_n = the sum of its ds (ds as kfac's), A = sum a_n a_n^T / N and
 G = sum g_n g_n^T / N over the N examples with a reached row; the tables, the damping and LayerNorm
 as kfac.
-``inner="adamw"`` replaces the momentum by Keras's AdamW (decoupled decay on every variable, then
-Adam's bias-corrected step), THOR adding no weight decay of its own.
+``inner`` replaces the momentum by a Keras optimizer: ``"adamw"``, AdamW (decoupled decay on every
+variable, then Adam's bias-corrected step); ``"lamb"``, Lamb (the same decoupled decay, then Adam's
+step rescaled per variable by the trust ratio ||w|| / ||step||, w after the decay); both with no
+weight decay of THOR's own. ``"adam"``: Adam, after THOR's own weight decay (+ weight_decay * w
+outside the excluded names, as over momentum).
 """
 
 import os
@@ -131,24 +134,33 @@ def input_fn_for(features):
     return input_fn
 
 
-ADAMW = dict(beta_1=0.9, beta_2=0.999, epsilon=1e-7, weight_decay=0.01)
+ADAM = dict(beta_1=0.9, beta_2=0.999, epsilon=1e-7)
+DECOUPLED_DECAY = 0.01
+# The inner optimizers with a decoupled decay of their own: THOR adds none.
+DECOUPLED = ("adamw", "lamb")
+INNER = ("momentum",) + DECOUPLED + ("adam",)
 
 
 def thor_optimizer_fn(total_steps, frequency, statistics="mindspore", inner="momentum", exclude=()):
-    """MindSpore's BERT THOR stack, thor(momentum 0.9) with block 128 and decoupled decay, by the Python API;
-    ``inner="adamw"``: thor(adamw), AdamW's decoupled decay and none of THOR's."""
+    """MindSpore's BERT THOR stack, thor(momentum 0.9) with block 128 and THOR's weight decay, by the
+    Python API; ``inner`` "adamw" or "lamb": thor over it, its decoupled decay 0.01 and none of THOR's;
+    "adam": thor(adam) with THOR's weight decay. ``exclude``: kernels THOR leaves plain."""
     from moxlite.optimizers.thor import schedules
 
+    assert inner in INNER, inner
     learning_rate = schedules.ThorPolynomialDecay(total_steps=total_steps, **LEARNING_RATE)
     damping = schedules.ThorPolynomialDecay(total_steps=total_steps, **DAMPING)
-    if inner == "adamw":
+    thor = dict(damping=damping, frequency=frequency, block_size=BLOCK, statistics=statistics, exclude=list(exclude))
+    if inner in DECOUPLED:
         return mox.get_optimizer_wrapper_fn(
-            "thor", mox.get_optimizer_fn("adamw", learning_rate, **ADAMW), damping=damping, frequency=frequency,
-            block_size=BLOCK, weight_decay=0.0, statistics=statistics, exclude=list(exclude))
-    return mox.get_optimizer_wrapper_fn(
-        "thor", mox.get_optimizer_fn("momentum", learning_rate, momentum=MOMENTUM), damping=damping,
-        frequency=frequency, block_size=BLOCK, weight_decay=WEIGHT_DECAY, weight_decay_exclude=WEIGHT_DECAY_EXCLUDE,
-        statistics=statistics)
+            "thor", mox.get_optimizer_fn(inner, learning_rate, weight_decay=DECOUPLED_DECAY, **ADAM),
+            weight_decay=0.0, **thor)
+    if inner == "adam":
+        optimizer_fn = mox.get_optimizer_fn("adam", learning_rate, **ADAM)
+    else:
+        optimizer_fn = mox.get_optimizer_fn("momentum", learning_rate, momentum=MOMENTUM)
+    return mox.get_optimizer_wrapper_fn("thor", optimizer_fn, weight_decay=WEIGHT_DECAY,
+                                        weight_decay_exclude=WEIGHT_DECAY_EXCLUDE, **thor)
 
 
 def polynomial(values, step, total_steps):
@@ -251,8 +263,9 @@ def numpy_thor(network, batches, total_steps, frequency, precondition=True, stat
                inner="momentum", undetermined=None, exclude=()):
     """{path: weights} after one update per batch from the network's weights (``precondition``
     False: the same stack with every gradient left plain, for what THOR changed). ``undetermined``:
-    a dict to fill, inner adamw, with {path: mask of the entries whose gradient fell below
-    ADAM_UNDETERMINED of the variable's largest at some update}. ``exclude``: kernel paths matching
+    a dict to fill, inner adamw, lamb or adam, with {path: mask of the entries whose gradient (as
+    the inner optimizer receives it) fell below ADAM_UNDETERMINED of the variable's largest at some
+    update}. ``exclude``: kernel paths matching
     one of these expressions keep the plain gradient."""
     layers = [(kind, layer, kernel) for kind, layer, kernel in network.tracked_layers()
               if kernel is None or not any(re.search(pattern, kernel.path) for pattern in exclude)]
@@ -293,18 +306,35 @@ def numpy_thor(network, batches, total_steps, frequency, precondition=True, stat
         for path, g in grads.items():
             if g is None:
                 continue
-            if inner == "adamw":
-                if undetermined is not None:
-                    small = np.abs(g) < ADAM_UNDETERMINED * np.abs(g).max()
-                    undetermined[path] = undetermined.get(path, np.zeros(g.shape, bool)) | small
-                weights[path] = weights[path] - learning_rate * ADAMW["weight_decay"] * weights[path]
-                velocity[path] = ADAMW["beta_1"] * velocity[path] + (1 - ADAMW["beta_1"]) * g
-                second[path] = ADAMW["beta_2"] * second[path] + (1 - ADAMW["beta_2"]) * g ** 2
-                alpha = learning_rate * np.sqrt(1 - ADAMW["beta_2"] ** (step + 1)) / (1 - ADAMW["beta_1"] ** (step + 1))
-                weights[path] = weights[path] - alpha * velocity[path] / (np.sqrt(second[path]) + ADAMW["epsilon"])
-                continue
-            if not excluded.search(path):
+            if inner not in DECOUPLED and not excluded.search(path):
                 g = g + WEIGHT_DECAY * weights[path]
-            velocity[path] = MOMENTUM * velocity[path] - learning_rate * g
-            weights[path] = weights[path] + velocity[path]
+            if inner == "momentum":
+                velocity[path] = MOMENTUM * velocity[path] - learning_rate * g
+                weights[path] = weights[path] + velocity[path]
+                continue
+            if undetermined is not None:
+                small = np.abs(g) < ADAM_UNDETERMINED * np.abs(g).max()
+                undetermined[path] = undetermined.get(path, np.zeros(g.shape, bool)) | small
+            if inner in DECOUPLED:
+                weights[path] = weights[path] - learning_rate * DECOUPLED_DECAY * weights[path]
+            velocity[path] = ADAM["beta_1"] * velocity[path] + (1 - ADAM["beta_1"]) * g
+            second[path] = ADAM["beta_2"] * second[path] + (1 - ADAM["beta_2"]) * g ** 2
+            first_correction = 1 - ADAM["beta_1"] ** (step + 1)
+            second_correction = 1 - ADAM["beta_2"] ** (step + 1)
+            if inner == "lamb":
+                # Lamb: epsilon added to the bias-corrected second moment's root, then the trust ratio.
+                root = np.sqrt(second[path] / second_correction)
+                direction = (velocity[path] / first_correction) / (root + ADAM["epsilon"])
+                weights[path] = weights[path] - learning_rate * _trust_ratio(weights[path], direction) * direction
+                continue
+            # Adam and AdamW: the second moment's correction folded into the learning rate, epsilon added
+            # to the uncorrected root.
+            alpha = learning_rate * np.sqrt(second_correction) / first_correction
+            weights[path] = weights[path] - alpha * velocity[path] / (np.sqrt(second[path]) + ADAM["epsilon"])
     return weights
+
+
+def _trust_ratio(weights, direction):
+    """Lamb's per-variable ||w|| / ||direction||, 1 where either norm is 0."""
+    w_norm, d_norm = np.linalg.norm(weights), np.linalg.norm(direction)
+    return w_norm / d_norm if w_norm > 0 and d_norm > 0 else 1.0

@@ -1,4 +1,5 @@
-"""The BERT recipes: the tiny THOR and Lamb ones on the bundled corpus, MindSpore's base and large, shortened."""
+"""The BERT recipes, shortened: the tiny THOR and Lamb ones on the bundled corpus, the grammar
+corpus's, MindSpore's base and large."""
 
 import os
 
@@ -206,3 +207,48 @@ def test_grammar_thor_recipe_equals_its_stack_in_python_and_its_curvature_acts(c
     capfd.readouterr()
     assert cli.main(_arguments(GRAMMAR_THOR, overrides + mindspore)) == 0
     assert HEALTH_WARNING in capfd.readouterr().err
+
+# The THOR-over-inner-optimizer recipes of the grammar workload: (file, inner optimizer, its first
+# learning rate, THOR's damping at its start and end, its statistics, graft).
+GRAMMAR_THOR_INNER = [("grammar_mlm_thor_mindspore.yaml", "adamw", 1e-3, (5e-2, 1e-6), "mindspore", False),
+                      ("grammar_mlm_thor_lamb.yaml", "lamb", 1e-2, (5e-2, 5e-2), "kfac", True)]
+
+
+@pytest.mark.own_process
+@pytest.mark.slow   # two short runs, each tokenizing the corpus
+@pytest.mark.parametrize("name, inner, initial, damping, statistics, graft", GRAMMAR_THOR_INNER,
+                         ids=[row[0].split(".")[0] for row in GRAMMAR_THOR_INNER])
+def test_grammar_thor_over_inner_optimizer_recipes_equal_the_same_stack_written_in_python(
+        capsys, tmp_path, name, inner, initial, damping, statistics, graft):
+    """grammar_mlm_thor_mindspore.yaml and grammar_mlm_thor_lamb.yaml shortened (4 steps of 4 sequences of
+    16 words, a refresh every 2 updates) through moxlite-run's main, against THOR over AdamW / Lamb
+    built by the Python API: the inner optimizer's lr decaying linearly to 0 and decoupled decay 0.01,
+    THOR's weight decay 0, its damping schedule, statistics and graft."""
+    import keras
+
+    import moxlite as mox
+    from moxlite.optimizers.thor import schedules as thor_schedules
+
+    recipe = os.path.join(REPO, "recipes", name)
+    overrides = ["run.steps=4", "run.batch_size=4", "run.evaluate=false", "run.log_every_n_steps=1",
+                 "run.save_model_steps=4", "input.text.seq_length=16", "input.text.max_predictions=3",
+                 "input.text.num_samples=17347",   # the corpus's 16-word sequences: given, so no run counts them
+                 "input.shuffle_buffer=64", "model.bert_tiny.max_sequence_length=16",
+                 "optimizer.learning_rate.decay_steps=4", "optimizer.wrappers.0.damping.total_steps=4",
+                 "optimizer.wrappers.0.frequency=2"]
+    assert cli.main(_arguments(recipe, overrides + [f"run.log_dir={tmp_path / 'recipe'}"])) == 0
+    assert "thor: preconditioning" in capsys.readouterr().out
+    plan = builders.build_plan(loader.load([recipe], overrides + [f"run.log_dir={tmp_path / 'python'}"]))
+    learning_rate = keras.optimizers.schedules.PolynomialDecay(initial, 4, end_learning_rate=0.0)
+    optimizer_fn = mox.get_optimizer_wrapper_fn(
+        "thor", mox.get_optimizer_fn(inner, learning_rate, weight_decay=0.01),
+        damping=thor_schedules.ThorPolynomialDecay(*damping, total_steps=4, power=1.0), frequency=2,
+        block_size=128, weight_decay=0.0, statistics=statistics, graft=graft)
+    _set_the_flags_as_the_recipe(plan)
+    keras.utils.set_random_seed(plan.seed)
+    mox.run(**dict(plan.arguments(), optimizer_fn=optimizer_fn))
+    recipe_weights, python = _model_weights(tmp_path / "recipe"), _model_weights(tmp_path / "python")
+    assert list(recipe_weights) == list(python) and len(python) > 30
+    for key, value in python.items():
+        np.testing.assert_allclose(recipe_weights[key], value, atol=1e-6, err_msg=key)
+    assert tf.train.load_checkpoint(str(tmp_path / "recipe")).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 4

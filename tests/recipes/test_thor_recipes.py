@@ -1,4 +1,5 @@
-"""THOR from recipes: schedule blocks for the learning rate and the damping, their errors, and the two THOR recipes."""
+"""THOR from recipes: schedule blocks for the learning rate and the damping, their errors, and the
+digits THOR recipes (over momentum and Adam) and MindSpore's ResNet-50 one."""
 
 import os
 import re
@@ -120,8 +121,13 @@ def _recipe_model_weights(log_dir):
     return [reader.get_tensor(name) for name in names]
 
 
-def test_cnn_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_path):
-    """The recipe's schedule blocks reach momentum and thor as the Python API would build them."""
+CNN_THOR_ADAM = os.path.join(REPO, "recipes", "mnist_cnn_thor_adam.yaml")
+
+
+@pytest.mark.parametrize("recipe, inner, arguments", [(CNN_THOR, "momentum", {"momentum": 0.9}),
+                                                      (CNN_THOR_ADAM, "adam", {})], ids=["momentum", "adam"])
+def test_cnn_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_path, recipe, inner, arguments):
+    """The recipe's schedule blocks reach the inner optimizer and thor as the Python API would build them."""
     import keras
     import numpy as np
 
@@ -130,13 +136,13 @@ def test_cnn_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_pat
     from moxlite.recipes import execution
 
     overrides = FAST_SCHEDULES + [f"run.log_dir={tmp_path / 'recipe'}"]
-    assert cli.main([CNN_THOR] + [a for o in overrides for a in ("--set", o)]) == 0
+    assert cli.main([recipe] + [a for o in overrides for a in ("--set", o)]) == 0
     capsys.readouterr()
-    plan = builders.build_plan(loader.load([CNN_THOR], overrides[:-1] + [f"run.log_dir={tmp_path / 'python'}"]))
+    plan = builders.build_plan(loader.load([recipe], overrides[:-1] + [f"run.log_dir={tmp_path / 'python'}"]))
     learning_rate = thor_schedules.ThorLearningRate(0.01, 1.0, lr_end_epoch=1, steps_per_epoch=8)
     damping = thor_schedules.ThorDamping(0.03, 0.01, steps_per_epoch=8)
     optimizer_fn = mox.get_optimizer_wrapper_fn(
-        "thor", mox.get_optimizer_fn("momentum", learning_rate, momentum=0.9), damping=damping, frequency=2,
+        "thor", mox.get_optimizer_fn(inner, learning_rate, **arguments), damping=damping, frequency=2,
         block_size=128)
     _set_the_flags_as_the_recipe(plan)
     keras.utils.set_random_seed(plan.seed)
