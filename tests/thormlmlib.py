@@ -22,11 +22,6 @@ its output gradient is not all zero; the loss's terms N are the fewest rows any 
 reaches (the head's masked positions); ds = the output gradient times N; A and G average over the
 rows reached (Embedding: the reached ids' counts); each factor is damped by sqrt(lambda) times its
 own trace / side (Embedding's A: its trace / the ids that occur); LayerNorm keeps the plain gradient.
-``statistics="kfac_reduce"`` is K-FAC reduce for the Dense and EinsumDense layers (all of them see
-[B, T, ...] inputs here), written from its definition: per example, over its reached rows, a_n = the
-mean of its inputs and g_n = the sum of its ds (ds as kfac's), A = sum a_n a_n^T / N and
-G = sum g_n g_n^T / N over the N examples with a reached row; the tables, the damping and LayerNorm
-as kfac.
 ``inner`` replaces the momentum by a Keras optimizer: ``"adamw"``, AdamW (decoupled decay on every
 variable, then Adam's bias-corrected step); ``"lamb"``, Lamb (the same decoupled decay, then Adam's
 step rescaled per variable by the trust ratio ||w|| / ||step||, w after the decay); both with no
@@ -199,51 +194,30 @@ def _reached(output_gradients, width):
     return np.any(output_gradients.reshape(-1, width) != 0, axis=-1)
 
 
-KFAC = ("kfac", "kfac_reduce")
-
-
-def _reduced(inputs, output_gradients, scale, d_in, d_out):
-    """kfac_reduce: (A, G) of a layer from its inputs [B, ..., d_in] and output gradients [B, ..., d_out]:
-    one a_n (the mean of its reached rows' inputs) and one g_n (the sum of their ds) per example with a
-    reached row."""
-    means, sums = [], []
-    for x, s in zip(inputs, output_gradients):
-        x, ds = x.reshape(-1, d_in).astype(np.float64), s.reshape(-1, d_out) * scale
-        reached = _reached(ds, d_out)
-        if reached.any():
-            means.append(x[reached].mean(axis=0))
-            sums.append(ds[reached].sum(axis=0))
-    means, sums = np.array(means), np.array(sums)
-    return means.T @ means / len(means), sums.T @ sums / len(sums)
-
-
 def _inverses(kind, kernel_shape, inputs, output_gradients, scale, damping_sqrt, statistics):
-    """(A inverse, G inverse); ``scale``: the batch (mindspore) or the loss's terms (kfac, kfac_reduce)."""
+    """(A inverse, G inverse); ``scale``: the batch (mindspore) or the loss's terms (kfac)."""
     d_out = kernel_shape[-1] if kind in ("Embedding", "Position") else None
     if d_out is None:
         split = max(k for k in range(1, len(kernel_shape)) if tuple(inputs.shape[-k:]) == tuple(kernel_shape[:k]))
         d_in, d_out = int(np.prod(kernel_shape[:split])), int(np.prod(kernel_shape[split:]))
     ds = (output_gradients * scale).reshape(-1, d_out)
-    rows = _reached(ds, d_out) if statistics in KFAC else np.ones(len(ds), bool)
+    rows = _reached(ds, d_out) if statistics == "kfac" else np.ones(len(ds), bool)
     ds = ds[rows]
     g = ds.T @ ds / len(ds)
     if kind in ("Embedding", "Position"):
         a = np.bincount(inputs.reshape(-1)[rows], minlength=kernel_shape[0]) / len(ds)
-        a_damping = damping_sqrt * (a.sum() / max(1, np.count_nonzero(a)) if statistics in KFAC else 1.0)
+        a_damping = damping_sqrt * (a.sum() / max(1, np.count_nonzero(a)) if statistics == "kfac" else 1.0)
         a_inverse = 1.0 / (a + a_damping)
     else:
-        if statistics == "kfac_reduce":
-            a, g = _reduced(inputs, output_gradients, scale, d_in, d_out)
-        else:
-            rows_in = inputs.reshape(-1, d_in).astype(np.float64)[rows]
-            a = rows_in.T @ rows_in / len(rows_in)
-        a_inverse = block_inverse(a, damping_sqrt * (np.trace(a) / len(a) if statistics in KFAC else 1.0))
-    g_damping = damping_sqrt * (np.trace(g) / len(g) if statistics in KFAC else 1.0)
+        rows_in = inputs.reshape(-1, d_in).astype(np.float64)[rows]
+        a = rows_in.T @ rows_in / len(rows_in)
+        a_inverse = block_inverse(a, damping_sqrt * (np.trace(a) / len(a) if statistics == "kfac" else 1.0))
+    g_damping = damping_sqrt * (np.trace(g) / len(g) if statistics == "kfac" else 1.0)
     return a_inverse, block_inverse(g, g_damping)
 
 
 def loss_terms(layers, records):
-    """kfac, kfac_reduce: the fewest rows any tracked layer's output gradient reaches (the loss's terms)."""
+    """kfac: the fewest rows any tracked layer's output gradient reaches (the loss's terms)."""
     counts = []
     for key, (kind, layer, kernel) in enumerate(layers):
         if kind != "LayerNorm":
@@ -281,7 +255,7 @@ def numpy_thor(network, batches, total_steps, frequency, precondition=True, stat
         grads, records = _gradients_and_records(network, layers, features)
         batch = len(features["input_ids"])
         if step % frequency == 0:
-            scale = loss_terms(layers, records) if statistics in KFAC else batch
+            scale = loss_terms(layers, records) if statistics == "kfac" else batch
             for key, (kind, layer, kernel) in enumerate(layers):
                 if kind == "LayerNorm":
                     rows[key] = batch
@@ -289,7 +263,7 @@ def numpy_thor(network, batches, total_steps, frequency, precondition=True, stat
                     inverses[key] = _inverses(kind, tuple(kernel.shape), *records[key], scale, damping_sqrt,
                                               statistics)
         for key, (kind, layer, kernel) in enumerate(layers if precondition else ()):
-            if kind == "LayerNorm" and statistics in KFAC:
+            if kind == "LayerNorm" and statistics == "kfac":
                 continue
             if kind == "LayerNorm":
                 for variable in (layer.gamma, layer.beta):

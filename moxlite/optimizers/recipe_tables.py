@@ -161,10 +161,7 @@ THOR_PARAMETERS = {
         "mindspore", "which rows the factors average and how they are damped: 'mindspore' every row, ds "
                      "scaled by the batch, sqrt(lambda) added to both factors (MindSpore's formula); 'kfac' only "
                      "the rows the loss reaches, ds scaled by the loss's terms (K-FAC expand), each factor damped "
-                     "by sqrt(lambda) times its own tr/dim, LayerNorm left plain; 'kfac_reduce' as 'kfac' but "
-                     "K-FAC reduce for Dense/EinsumDense layers shared over a sequence: per example, the mean of "
-                     "its reached input rows and the sum of their ds, one term per example",
-        ("mindspore", "kfac", "kfac_reduce")),
+                     "by sqrt(lambda) times its own tr/dim, LayerNorm left plain", ("mindspore", "kfac")),
     "graft": one_of(
         False, "rescale each preconditioned variable's update to the Frobenius norm of its plain gradient (SGD "
                "grafting: THOR's direction, the inner optimizer's step size; a zero gradient stays zero)",

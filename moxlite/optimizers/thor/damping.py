@@ -66,8 +66,8 @@ def factor_scales(a, g, geometry):
 
 
 def relative_dampings(damping_sqrt, a, g, geometry):
-    """``statistics: kfac``, ``kfac_reduce``: (the damping added to A, to G), each sqrt(lambda) times
-    its factor's own scale (``factor_scales``). The damped Kronecker product is then (A + sqrt(lambda) a I) (x) (G +
+    """``statistics: kfac``: (the damping added to A, to G), each sqrt(lambda) times its factor's own
+    scale (``factor_scales``). The damped Kronecker product is then (A + sqrt(lambda) a I) (x) (G +
     sqrt(lambda) g I), a = tr A / dim A, g = tr G / dim G: lambda is a fraction of the curvature's
     scale, the same on a layer whose output gradients are 1e-6 as on one whose are 1, where an
     absolute lambda leaves the first with G^-1 = I / sqrt(lambda), a multiplier and no curvature.

@@ -32,28 +32,6 @@ Which rows, and the scale of ds (``statistics``):
   (a masked LM's masked tokens, a classifier's samples), that number is taken as the fewest rows
   any recorded layer of the step reaches (the layer nearest the loss sees one row per term).
   M = the rows reached.
-- ``kfac_reduce``: K-FAC "reduce" (the same paper) for Dense and EinsumDense calls whose input
-  carries a weight-sharing axis, [B, T, ..., d_in] (a sequence; all axes between the leading
-  batch axis and the contracted ones count as one). Rows, the reached rule and ds are ``kfac``'s;
-  then each example n (an index of the leading axis) with R_n > 0 reached rows gives one term:
-  a_n the *mean* of those rows' inputs, g_n the *sum* of their ds, and
-
-      A = sum_n a_n a_n^T / N        G = sum_n g_n g_n^T / N
-
-  with N the examples that have a reached row (M = N below). The paper derives each variant as
-  exact (for deep linear networks) in its own setting: reduce where the sharing axis is reduced
-  before the loss (a classifier over pooled tokens: one loss term per example, g_n that term's
-  gradient), expand where each shared row has a loss term of its own (a loss per token). On a
-  loss per token reduce still applies; its G is then the second moment of an example's summed
-  row gradients, where expand's is the mean over rows of each row's (R_n times expand's if the
-  rows' gradients were uncorrelated, R_n^2 times if equal): the preconditioned step's size
-  changes per layer beside its direction (``graft`` keeps only the direction). A layer whose
-  input has no sharing axis ([B, d_in]) has one row per example: its statistics are ``kfac``'s
-  exactly. Embedding, Conv2D and LayerNormalization keep ``kfac``'s (expand) statistics: an
-  Embedding's reduced a_n, the mean of one-hot rows, is an example's token histogram and would
-  turn its diagonal A (the token counts) into a dense vocabulary-wide matrix THOR does not form;
-  Conv2D's reduce (the mean patch) is not implemented beside K-FAC's convolution rule (Grosse &
-  Martens 2016, which is expand); LayerNormalization has no factors under ``kfac``.
 
 This module computes each replica's *sums* (a^T a, ds^T ds, M) in float32;
 the wrapper all-reduces them, divides by M and inverts. With a block size,
@@ -209,28 +187,6 @@ def reached_rows(output_gradients, width):
     return tf.cast(tf.reduce_any(tf.not_equal(rows, 0.0), axis=-1), tf.float32)
 
 
-# The statistics that follow the loss (K-FAC): the rows the loss reaches, ds on the loss's terms,
-# damping relative to each factor, LayerNorm plain; ``kfac_reduce`` also reduces per example.
-KFAC_STATISTICS = ("kfac", "kfac_reduce")
-# The kinds ``kfac_reduce`` reduces per example; the others keep expand (module docstring).
-REDUCED_KINDS = ("Dense", "EinsumDense")
-
-
-def per_example(rows_in, ds, weights, examples):
-    """``kfac_reduce``: (a_n [examples, d_in], g_n [examples, d_out], N) from one call's rows
-    ``rows_in`` [M, d_in] and ``ds`` [M, d_out], M = examples * rows per example (leading axis
-    first), ``weights`` [M] 1.0 on the rows the loss reaches: a_n the mean of example n's reached
-    input rows, g_n the sum of its reached ds rows (zero for an example with none), N the examples
-    with a reached row."""
-    per = tf.shape(rows_in)[0] // tf.maximum(examples, 1)
-    weights = tf.reshape(weights, [examples, per])
-    counts = tf.reduce_sum(weights, 1)
-    sums_in = tf.einsum("npi,np->ni", tf.reshape(rows_in, [examples, per, rows_in.shape[-1]]), weights)
-    g = tf.einsum("npo,np->no", tf.reshape(tf.cast(ds, tf.float32), [examples, per, ds.shape[-1]]), weights)
-    a = sums_in / tf.maximum(counts, 1.0)[:, None]
-    return a, g, tf.reduce_sum(tf.cast(counts > 0, tf.float32))
-
-
 def loss_terms(calls):
     """``kfac``: the number of terms the replica's loss averages over, from the step's recorded
     calls (``Call``s with their output widths): the fewest rows any of them reaches, at least 1."""
@@ -240,20 +196,19 @@ def loss_terms(calls):
     return tf.where(fewest < tf.float32.max, tf.maximum(fewest, 1.0), 1.0)
 
 
-def local_sums(geometry, record, scale, a_layout, g_layout, reached_only=False, reduce=False):
+def local_sums(geometry, record, scale, a_layout, g_layout, reached_only=False):
     """This replica's (A pieces, G pieces, rows) for one recorded call (a ``Call``), in float32.
 
     The pieces are the diagonal blocks of the factor sums for the block layouts
     (``piece_shapes``); Embedding's A is one piece, the vector of token counts.
     scale: what the output gradients are multiplied by so that each row of ds is one
     example's gradient (``mindspore``: the replica's batch; ``kfac``: its loss terms; 1 for a
-    summed loss). reached_only: count only the rows the loss reaches (``kfac``). reduce
-    (``kfac_reduce``, with reached_only): a Dense or EinsumDense call's rows are first reduced
-    per example of the input's leading axis (``per_example``), rows then being N, the examples.
+    summed loss). reached_only: count only the rows the loss reaches (``kfac``).
     """
     if geometry.kind == "LayerNormalization":
         return [], [], tf.cast(tf.shape(record.inputs)[0], tf.float32)
     ds = tf.reshape(record.output_gradients * scale, [-1, geometry.d_out])
+    g_pieces = block_grams(ds, g_layout)
     weights = reached_rows(ds, geometry.d_out) if reached_only else None
     rows = tf.reduce_sum(weights) if reached_only else tf.cast(tf.shape(ds)[0], tf.float32)
     inputs = record.inputs
@@ -261,16 +216,12 @@ def local_sums(geometry, record, scale, a_layout, g_layout, reached_only=False, 
         ids = tf.reshape(tf.cast(inputs, tf.int32), [-1])
         ones = tf.ones_like(ids, tf.float32) if weights is None else weights
         counts = tf.math.unsorted_segment_sum(ones, ids, geometry.d_in)
-        return [counts], block_grams(ds, g_layout), rows
+        return [counts], g_pieces, rows
     if geometry.kind == "Conv2D":
         rows_in = im2col(tf.cast(inputs, tf.float32), geometry.conv)
     else:
         rows_in = tf.reshape(tf.cast(inputs, tf.float32), [-1, geometry.d_in])
-    if reduce and geometry.kind in REDUCED_KINDS:
-        if weights is None:
-            weights = tf.ones([tf.shape(ds)[0]], tf.float32)
-        rows_in, ds, rows = per_example(rows_in, ds, weights, tf.shape(inputs)[0])
-    elif weights is not None:
+    if weights is not None:
         rows_in = rows_in * weights[:, None]
-    return block_grams(rows_in, a_layout), block_grams(ds, g_layout), rows
+    return block_grams(rows_in, a_layout), g_pieces, rows
 

@@ -20,13 +20,10 @@ moved (``thor_refresh``); the factors are still rebuilt and all-reduced at every
 
 ``statistics='kfac'`` replaces MindSpore's formula by K-FAC expand on the loss's own scale: only
 the rows the loss reaches, ds scaled by the loss's terms, each factor damped relative to its own
-tr/dim, LayerNorm left plain (``factors``, ``thor_damping.relative_dampings``).
-``statistics='kfac_reduce'`` is the same but K-FAC reduce for Dense and EinsumDense layers shared over
-a sequence: one Kronecker term per example, its reached rows' inputs averaged and their ds summed
-(``factors``). At a refresh THOR stores per layer each factor's scale against its damping and the
-preconditioned/plain norm ratio (``curvature_health``) and prints them on a log-spaced set of
-refreshes, with a warning when a factor is below its damping on most layers (MindSpore's G on a
-transformer: the curvature is inert).
+tr/dim, LayerNorm left plain (``factors``, ``thor_damping.relative_dampings``). At a refresh
+THOR stores per layer each factor's scale against its damping and the preconditioned/plain norm
+ratio (``curvature_health``) and prints them on a log-spaced set of refreshes, with a warning when a
+factor is below its damping on most layers (MindSpore's G on a transformer: the curvature is inert).
 
 ``graft`` (off by default) keeps THOR's direction and takes the step size from the plain gradient:
 each preconditioned variable's update is rescaled to its gradient's Frobenius norm before weight
@@ -224,10 +221,10 @@ class THOR(wrapper_lib.OptimizerWrapper):
             if isinstance(parameters.get(key), list):
                 parameters[key] = tuple(parameters[key])
         super().__init__(inner_optimizer, name=name, **parameters)
-        if self.statistics in factors.KFAC_STATISTICS and self.pi_damping:
+        if self.statistics == "kfac" and self.pi_damping:
             raise errors.OptimizerError(
-                f"thor: pi_damping=True with statistics={self.statistics!r}: {self.statistics} damps each factor "
-                "by its own scale already; drop pi_damping, or use statistics='mindspore'")
+                "thor: pi_damping=True with statistics='kfac': kfac damps each factor by its own scale "
+                "already; drop pi_damping, or use statistics='mindspore'")
         self._decay_skip = exclusion.compiled(self.weight_decay_exclude)
         self._include = re.compile("|".join(self.include)) if self.include else None
         self._exclude = re.compile("|".join(self.exclude)) if self.exclude else None
@@ -497,8 +494,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
         then 1 if this replica's gradients overflowed (the step will not apply), else 0."""
         tensors, gradients = tensors
         per_sample = self.loss_reduction == "mean"
-        kfac = self.statistics in factors.KFAC_STATISTICS
-        reduce = self.statistics == "kfac_reduce"
+        kfac = self.statistics == "kfac"
         terms = tf.constant(1.0)
         if kfac and per_sample:
             terms = factors.loss_terms(
@@ -510,8 +506,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
             for call in calls:
                 call = factors.Call(*call)
                 scale = terms if kfac else (call.batch_size if per_sample else 1.0)
-                a, g, rows = factors.local_sums(slot.geometry, call, scale, slot.a_layout, slot.g_layout, kfac,
-                                                reduce)
+                a, g, rows = factors.local_sums(slot.geometry, call, scale, slot.a_layout, slot.g_layout, kfac)
                 sums.append([*a, *g, rows])
             parts.extend(tf.reshape(tf.add_n(list(column)), [-1]) for column in zip(*sums))
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in gradients]) if gradients else True
@@ -612,7 +607,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
                 continue
             a = sums["a_sum"] / safe_rows
             g = sums["g_sum"] / safe_rows
-            if self.statistics in factors.KFAC_STATISTICS:
+            if self.statistics == "kfac":
                 dampings = thor_damping.relative_dampings(tf.sqrt(damping), a, g, slot.geometry)
             else:
                 dampings = thor_damping.factor_dampings(tf.sqrt(damping / slot.geometry.spatial), a, g,
@@ -781,7 +776,7 @@ class THOR(wrapper_lib.OptimizerWrapper):
     def _preconditioned(self, slot, gradient, damping_sqrt):
         state, geometry = slot.state, slot.geometry
         if slot.kind == "LayerNormalization":
-            if self.statistics in factors.KFAC_STATISTICS:   # no Kronecker block: the plain gradient
+            if self.statistics == "kfac":   # no Kronecker block: the plain gradient
                 return gradient
             return gradient / (tf.square(gradient) / state["batch"].value + damping_sqrt)
         matrix = tf.reshape(gradient, [geometry.d_in, geometry.d_out])
