@@ -210,7 +210,7 @@ def test_grammar_thor_recipe_equals_its_stack_in_python_and_its_curvature_acts(c
 
 # The THOR-over-inner-optimizer recipes of the grammar workload: (file, inner optimizer, its first
 # learning rate, THOR's damping at its start and end, its statistics, graft).
-GRAMMAR_THOR_INNER = [("grammar_mlm_thor_mindspore.yaml", "adamw", 1e-3, (5e-2, 1e-6), "mindspore", False),
+GRAMMAR_THOR_INNER = [("grammar_mlm_thor_mindspore.yaml", "adamw", 2e-3, (5e-2, 1e-6), "mindspore", False),
                       ("grammar_mlm_thor_lamb.yaml", "lamb", 1e-2, (5e-2, 5e-2), "kfac", True)]
 
 
