@@ -45,6 +45,25 @@ def _set_the_flags_as_the_recipe(plan):
         moxlite.set_flag(name, run_settings.flag_text(name, value))
 
 
+def _python_run_equals_the_recipe_run(plan, optimizer_fn, tmp_path, steps):
+    """Train ``plan`` with ``optimizer_fn`` into tmp_path/python as the recipe's flags and seed set it,
+    then check every model weight against the recipe's run in tmp_path/recipe and its global step;
+    returns the Python run's weights."""
+    import keras
+
+    import moxlite as mox
+
+    _set_the_flags_as_the_recipe(plan)
+    keras.utils.set_random_seed(plan.seed)
+    mox.run(**dict(plan.arguments(), optimizer_fn=optimizer_fn))
+    recipe, python = _model_weights(tmp_path / "recipe"), _model_weights(tmp_path / "python")
+    assert list(recipe) == list(python) and len(python) > 30
+    for name, value in python.items():
+        np.testing.assert_allclose(recipe[name], value, atol=1e-6, err_msg=name)
+    assert tf.train.load_checkpoint(str(tmp_path / "recipe")).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == steps
+    return python
+
+
 @pytest.mark.own_process
 def test_tiny_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_path):
     """The recipe's schedule blocks and thor settings reach momentum and thor as the Python API builds them."""
@@ -64,14 +83,7 @@ def test_tiny_thor_recipe_equals_the_same_stack_written_in_python(capsys, tmp_pa
     optimizer_fn = mox.get_optimizer_wrapper_fn(
         "thor", mox.get_optimizer_fn("momentum", learning_rate, momentum=0.9), damping=damping, frequency=2,
         block_size=128, weight_decay=5e-4, weight_decay_exclude=["layernorm", "layer_norm", "bias"])
-    _set_the_flags_as_the_recipe(plan)
-    keras.utils.set_random_seed(plan.seed)
-    mox.run(**dict(plan.arguments(), optimizer_fn=optimizer_fn))
-    recipe, python = _model_weights(tmp_path / "recipe"), _model_weights(tmp_path / "python")
-    assert list(recipe) == list(python) and len(recipe) > 30
-    for name, value in python.items():
-        np.testing.assert_allclose(recipe[name], value, atol=1e-6, err_msg=name)
-    assert tf.train.load_checkpoint(str(tmp_path / "recipe")).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 3
+    _python_run_equals_the_recipe_run(plan, optimizer_fn, tmp_path, 3)
 
 
 @pytest.mark.slow   # the bundled corpus is tokenized for the run and again for the evaluation
@@ -147,17 +159,10 @@ def test_grammar_lamb_recipe_equals_the_same_stack_written_in_python(capsys, tmp
     assert cli.main(_arguments(GRAMMAR_LAMB, overrides + [f"run.log_dir={tmp_path / 'recipe'}"])) == 0
     plan = builders.build_plan(loader.load([GRAMMAR_LAMB], overrides + [f"run.log_dir={tmp_path / 'python'}"]))
     decay = keras.optimizers.schedules.PolynomialDecay(0.01, 3, end_learning_rate=0.0)
-    _set_the_flags_as_the_recipe(plan)
-    keras.utils.set_random_seed(plan.seed)
-    mox.run(**dict(plan.arguments(), optimizer_fn=mox.get_optimizer_fn("lamb", learning_rate=decay, weight_decay=0.01)))
-    recipe, python = _model_weights(tmp_path / "recipe"), _model_weights(tmp_path / "python")
-    assert list(recipe) == list(python) and len(recipe) > 30
+    python = _python_run_equals_the_recipe_run(plan, mox.get_optimizer_fn("lamb", learning_rate=decay, weight_decay=0.01), tmp_path, 3)
     # The recipe's 128-wide model over the corpus's 689-word vocabulary, and its 512-wide feed-forward.
     assert any(value.shape == (689, 128) for value in python.values())
     assert any(value.shape == (128, 512) for value in python.values())
-    for name, value in python.items():
-        np.testing.assert_allclose(recipe[name], value, atol=1e-6, err_msg=name)
-    assert tf.train.load_checkpoint(str(tmp_path / "recipe")).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 3
 
 
 GRAMMAR_THOR = os.path.join(REPO, "recipes", "grammar_mlm_thor.yaml")
@@ -193,15 +198,8 @@ def test_grammar_thor_adamw_recipe_equals_its_stack_in_python_and_its_curvature_
     optimizer_fn = mox.get_optimizer_wrapper_fn(
         "thor", mox.get_optimizer_fn("adamw", learning_rate, weight_decay=0.01), damping=0.05, frequency=2,
         block_size=128, weight_decay=0.0, statistics="kfac", graft=True)
-    _set_the_flags_as_the_recipe(plan)
-    keras.utils.set_random_seed(plan.seed)
-    mox.run(**dict(plan.arguments(), optimizer_fn=optimizer_fn))
-    recipe, python = _model_weights(tmp_path / "recipe"), _model_weights(tmp_path / "python")
-    assert list(recipe) == list(python) and len(recipe) > 30
+    python = _python_run_equals_the_recipe_run(plan, optimizer_fn, tmp_path, 4)
     assert any(value.shape == (689, 128) for value in python.values())
-    for name, value in python.items():
-        np.testing.assert_allclose(recipe[name], value, atol=1e-6, err_msg=name)
-    assert tf.train.load_checkpoint(str(tmp_path / "recipe")).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 4
 
     mindspore = ["optimizer.wrappers.0.statistics=mindspore", "optimizer.wrappers.0.graft=false",
                  f"run.log_dir={tmp_path / 'mindspore'}"]
@@ -250,11 +248,4 @@ def test_grammar_thor_over_inner_optimizer_recipes_equal_the_same_stack_written_
         "thor", mox.get_optimizer_fn(inner, learning_rate, weight_decay=0.01),
         damping=thor_schedules.ThorPolynomialDecay(*damping, total_steps=4, power=1.0), frequency=2,
         block_size=128, weight_decay=0.0, statistics=statistics, graft=graft)
-    _set_the_flags_as_the_recipe(plan)
-    keras.utils.set_random_seed(plan.seed)
-    mox.run(**dict(plan.arguments(), optimizer_fn=optimizer_fn))
-    recipe_weights, python = _model_weights(tmp_path / "recipe"), _model_weights(tmp_path / "python")
-    assert list(recipe_weights) == list(python) and len(python) > 30
-    for key, value in python.items():
-        np.testing.assert_allclose(recipe_weights[key], value, atol=1e-6, err_msg=key)
-    assert tf.train.load_checkpoint(str(tmp_path / "recipe")).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == 4
+    _python_run_equals_the_recipe_run(plan, optimizer_fn, tmp_path, 4)
